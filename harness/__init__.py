@@ -1,0 +1,1 @@
+"""MLX kernel regression harness: plan, execute, record, analyse, render."""

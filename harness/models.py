@@ -1,0 +1,150 @@
+"""Record: the SQLAlchemy 2 models (one table per concept), shared by SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Chip(Base):
+    """A chip generation, found by its stable key; the full identity record rides along."""
+
+    __tablename__ = "chip"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    backend: Mapped[str] = mapped_column(String(16))
+    device_name: Mapped[str] = mapped_column(String(200))
+    architecture: Mapped[str] = mapped_column(String(100))
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    gpu_cores: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Machine(Base):
+    """A host that ran jobs; several machines may share one chip key."""
+
+    __tablename__ = "machine"
+    __table_args__ = (UniqueConstraint("hostname", "chip_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    chip_id: Mapped[int] = mapped_column(ForeignKey("chip.id"))
+    facts: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Commit(Base):
+    """A commit of the repository under test."""
+
+    __tablename__ = "commit"
+    __table_args__ = (UniqueConstraint("repo", "sha"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(500), default="")
+    sha: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text, default="")
+    author: Mapped[str] = mapped_column(String(255), default="")
+    committed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    branch: Mapped[str] = mapped_column(String(255), default="")
+
+
+class Run(Base):
+    """One execution of a suite for one commit on one chip; running a commit again is a new run."""
+
+    __tablename__ = "run"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commit.id"))
+    chip_id: Mapped[int] = mapped_column(ForeignKey("chip.id"))
+    machine_id: Mapped[int | None] = mapped_column(ForeignKey("machine.id"), nullable=True)
+    suite: Mapped[str] = mapped_column(String(255))
+    dirty: Mapped[bool] = mapped_column(Boolean, default=False)
+    executor: Mapped[str] = mapped_column(String(32), default="local")
+    status: Mapped[str] = mapped_column(String(32), default="running")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    peak_flops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    planned_jobs: Mapped[int] = mapped_column(Integer, default=0)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    commit: Mapped[Commit] = relationship()
+    chip: Mapped[Chip] = relationship()
+    machine: Mapped[Machine | None] = relationship()
+
+
+class JobRecord(Base):
+    """One job's outcome in one run; (run, key) is unique so a retried write never duplicates it."""
+
+    __tablename__ = "job"
+    __table_args__ = (
+        UniqueConstraint("run_id", "key"),
+        Index("ix_job_series", "kernel", "variant", "dtype", "shape_key"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(String(400))
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(255))
+    kernel: Mapped[str] = mapped_column(String(100))
+    variant: Mapped[str] = mapped_column(String(100))
+    dtype: Mapped[str] = mapped_column(String(16))
+    shape: Mapped[dict[str, int]] = mapped_column(JSON)
+    shape_key: Mapped[str] = mapped_column(String(255))
+    check_name: Mapped[str] = mapped_column(String(100), default="")
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    output_tail: Mapped[str] = mapped_column(Text, default="")
+    max_error: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tolerance: Mapped[float | None] = mapped_column(Float, nullable=True)
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    node: Mapped[str] = mapped_column(String(100), default="")
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    # Benchmark summary (NULL for correctness jobs).
+    n_samples: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    inner: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    warmup_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    warmup_calls: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    median_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ci_low_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ci_high_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    iqr_rel: Mapped[float | None] = mapped_column(Float, nullable=True)
+    flops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bytes_moved: Mapped[float | None] = mapped_column(Float, nullable=True)
+    achieved_flops: Mapped[float | None] = mapped_column(Float, nullable=True)
+    achieved_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    pct_peak: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bound: Mapped[str] = mapped_column(String(16), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    run: Mapped[Run] = relationship()
+
+
+class Sample(Base):
+    """One raw timing sample (seconds per call) of a benchmark job."""
+
+    __tablename__ = "sample"
+    __table_args__ = (UniqueConstraint("job_id", "idx"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    idx: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,948 @@
+r"""Statistics that turn raw benchmark timing samples into verdicts.
+
+Everything here is a pure function: sequences / numpy arrays of timings in,
+frozen dataclasses out.  No I/O, no ORM, no global state; randomness (the
+bootstrap) is seeded per call, so equal inputs always give equal outputs.
+
+Vocabulary
+==========
+
+A *series* is one (kernel, shape, variant, chip) benchmark.  Comparing a head
+commit with its base gives a ``Verdict``:
+
+``regressed``     head is slower by more than ``min_effect``, with evidence;
+``improved``      head is faster by more than ``min_effect``, with evidence;
+``unchanged``     no material change (see the exact rule in section 2);
+``inconclusive``  too few samples, or a real change whose size cannot yet be
+                  placed on either side of ``min_effect``; the comparison
+                  then says how many more samples per side would settle it;
+``broken``        the head commit failed a correctness job for this kernel on
+                  this chip, so no performance verdict is given (section 6).
+
+Comparing a tuning variant with the default variant of the same kernel on the
+same chip gives a ``VariantOutcome``: ``win`` (variant faster), ``lose``,
+``tie``, ``inconclusive`` or ``broken``, under exactly the same rules.
+
+Model
+=====
+
+For one series and one commit we have samples :math:`t_1..t_n > 0`
+(seconds).  We assume the samples of one run are exchangeable draws from a
+distribution whose *scale* may change between commits:
+:math:`t^{head} \sim r \cdot t^{base}`, so the quantity of interest is the
+ratio :math:`r` (head / base; lower time is better, :math:`r > 1` is a
+slowdown).  We do **not** assume normality: kernel timings are right-skewed
+and carry occasional slow outliers (pre-emption, clock ramp-up, a cold
+cache), so every estimator below is built from medians, order statistics and
+ranks, which a few outliers cannot move.
+
+1. Confidence interval of one median (``median_ci``)
+----------------------------------------------------
+
+Distribution-free, from order statistics.  For sorted samples
+:math:`x_{(1)} \le \dots \le x_{(n)}` the number :math:`B` of samples below
+the true median is :math:`\mathrm{Binomial}(n, 1/2)`, hence
+
+.. math::
+
+   P\bigl(x_{(l)} \le m \le x_{(n+1-l)}\bigr) = 1 - 2\,P(B \le l-1).
+
+We take the largest :math:`l` whose coverage is still at least
+``confidence`` (the tightest symmetric interval that keeps the promise); for
+n = 10 and 95 % this is :math:`[x_{(2)}, x_{(9)}]` with exact coverage
+97.9 %.  Small n: the widest interval :math:`[x_{(1)}, x_{(n)}]` only covers
+with probability :math:`1 - 2^{1-n}` (75 %, 87.5 %, 93.75 % for n = 3, 4, 5),
+so for 3 <= n <= 5 at 95 % we return ``(median, min, max)`` -- the most that
+the data can say, with lower coverage than asked.  For n < 3 the "interval"
+would cover with probability 0 (n = 1) or 1/2 (n = 2), which is not a
+confidence interval at all, so the bounds are ``nan``.  n = 0 gives three
+``nan``.  Non-finite samples are dropped first.
+
+2. Comparing base and head of one series (``compare_samples``)
+--------------------------------------------------------------
+
+*Effect size.*  :math:`\hat r = \mathrm{median}(head) / \mathrm{median}(base)`.
+
+*Interval.*  Percentile bootstrap of :math:`\hat r`: both samples are
+resampled with replacement ``n_boot`` times (vectorised: one
+``(n_boot, n)`` index matrix per side, one ``np.median(axis=1)``), and the
+:math:`\alpha/2` and :math:`1-\alpha/2` quantiles of the resampled log ratio
+give ``[ci_low, ci_high]``.  Percentile rather than BCa: the BCa acceleration
+is estimated by a jackknife, and the jackknife of a median is degenerate
+(it takes at most two values), which makes BCa erratic at n ~ 10.  The
+interval is marginal (not widened for multiplicity); multiplicity is handled
+by the adjusted p-value, which the decision also requires.
+
+*Test.*  Two-sided Mann-Whitney U (``scipy.stats.mannwhitneyu``) of head
+against base.  It is rank-based, so a single 10x outlier changes it by at
+most one rank.  The *exact* null distribution is used whenever there are no
+ties and both sides have at most ``_EXACT_MWU_MAX_N`` = 100 samples, else the
+tie-corrected normal approximation.  Exactness matters under multiplicity:
+with 10 + 10 samples the smallest attainable p-value is
+:math:`2/\binom{20}{10} \approx 1.1\cdot10^{-5}` exactly, but only
+:math:`\approx 1.6\cdot10^{-4}` under the normal approximation -- too large to
+survive Benjamini-Hochberg across a grid of 500 series (needs
+:math:`p \le 0.05/500 = 10^{-4}` for a lone change).
+
+*Decision rule* (``p`` is the BH-adjusted p-value, section 3; for a single
+series it equals the raw one; :math:`m` = ``min_effect``), first match wins:
+
+1. fewer than ``min_samples`` valid samples on either side
+   -> ``inconclusive``;
+2. :math:`p < \alpha` and ``ci_low`` :math:`> 1 + m` -> ``regressed``;
+3. :math:`p < \alpha` and ``ci_high`` :math:`< 1 - m` -> ``improved``;
+4. :math:`1 - m \le` ``ci_low`` and ``ci_high`` :math:`\le 1 + m`
+   -> ``unchanged`` (equivalence shown: any change is immaterial, whether
+   or not it is statistically detectable);
+5. :math:`p \ge \alpha` -> ``unchanged`` (no evidence of any change; the
+   interval may still be wide -- widen it with more samples if it matters);
+6. otherwise -> ``inconclusive``: the change is significant but its interval
+   straddles an edge of the band :math:`[1-m, 1+m]`, so we cannot yet say
+   whether it is material.
+
+Hence a flagged change (regressed / improved) needs *both* statistical
+significance after FDR control and a whole interval beyond the materiality
+band, and ``unchanged`` means exactly "interval inside the band, or not
+significant".
+
+*more_samples_needed* (per side; 0 unless the verdict is ``inconclusive``,
+capped at ``MAX_MORE_SAMPLES`` = 1000, meaning "not resolvable in practice"):
+
+* too few samples: the larger of ``min_samples - n`` and a power-style
+  count on the observed noise: with robust log-scale spread
+  :math:`\sigma` (1.4826 x MAD of the log samples about each side's
+  median, pooled) the log ratio of two medians of N samples each has
+  standard error :math:`\sqrt{\pi/2}\,\sigma\sqrt{2/N}`, so the interval
+  half-width :math:`z_{1-\alpha/2}\,\sigma\sqrt{\pi/N}` fits inside the band
+  (an ``unchanged`` verdict becomes reachable when nothing changed) once
+  :math:`N \ge \pi\,(z_{1-\alpha/2}\sigma / \log(1+m))^2`.  E.g. CV 2 %,
+  m = 2 % -> N = 13; CV 5 % -> N = 77.  With fewer than two samples the
+  spread is unknown and only the minimum count is reported.
+* straddling (rule 6): interval half-widths shrink like :math:`1/\sqrt N`.
+  With observed log half-width :math:`h` and log distance :math:`d` from
+  :math:`\hat r` to the nearest band edge, the interval clears that edge at
+  :math:`N = n_{eff}\,(h/d)^2` per side, :math:`n_{eff} = 2/(1/n_b + 1/n_h)`.
+
+*Defaults and why.*
+
+* ``min_effect = 0.02``: a well-pinned GPU kernel benchmark has run-to-run
+  noise of about 1-2 % CV, so 2 % is the smallest slowdown that is both
+  worth a human's attention and resolvable with ~10-15 samples per side.
+* ``alpha = 0.05``: the conventional FDR level; with BH it means at most
+  ~5 % of the flagged series are expected to be false alarms.
+* ``n_boot = 2000``: Monte-Carlo error of a 2.5 % quantile position is
+  :math:`\sqrt{0.025\cdot0.975/2000} \approx 0.35` percentage points,
+  well below the sampling error at n ~ 10; it costs ~0.2 ms per series.
+* ``min_samples = 5``: with 3 + 3 samples the smallest exact two-sided
+  Mann-Whitney p-value is 0.10, with 4 + 4 it is 0.029, with 5 + 5 it is
+  0.0079 -- the first size at which a change can survive even a small BH
+  family; below 5, the bootstrap median takes only a handful of values.
+
+3. Many series at once (``compare_grid``, ``apply_fdr``)
+--------------------------------------------------------
+
+One commit produces hundreds of series, so testing each at :math:`\alpha`
+would raise ~:math:`\alpha` x (number of series) false alarms.  We control
+the false discovery rate with Benjamini-Hochberg
+(``scipy.stats.false_discovery_control``, method ``"bh"``):
+
+.. math::
+
+   p^{adj}_{(i)} = \min_{j \ge i} \min\bigl(1, p_{(j)}\,M / j\bigr)
+
+over the :math:`M` series that were actually tested (enough samples, not
+``broken``).  The decision rule of section 2 then runs with
+:math:`p^{adj}`.  BH is valid for independent or positively dependent
+p-values (PRDS), which covers series sharing a runner.  Because verdicts
+need both :math:`p^{adj} < \alpha` and an interval beyond the band, the rate
+of false ``regressed`` / ``improved`` verdicts on a null grid is far below
+:math:`\alpha` in practice.
+
+4. Change points along a history (``detect_change_points``)
+-----------------------------------------------------------
+
+Input: one value per commit (typically the per-commit median), in commit
+order.  Work in logs, :math:`x_i = \log y_i`, so that a relative change is
+an additive shift and the noise is homoscedastic.  Model:
+
+.. math::
+
+   x_i = \mu(i) + \varepsilon_i, \qquad \varepsilon_i \sim (0, \sigma^2)
+   \text{ i.i.d.}
+
+with :math:`\mu` piecewise *constant or linear*: each segment is either a
+plateau (a *step* separates plateaus) or a ramp (a *drift*).  The fit
+minimises
+
+.. math::
+
+   \sum_{\text{segments } S} \Bigl[\mathrm{SSE}(S) + \beta
+   + [S \text{ linear}]\,\beta_{slope}\Bigr],
+   \qquad \beta = 2c\,\sigma^2\log n,\ \beta_{slope} = c\,\sigma^2\log n,
+
+exactly, by optimal-partitioning dynamic programming: :math:`F(t) = \min_s
+F(s) + C(s, t) + \beta`.  Segment costs come in O(1) from prefix sums of
+:math:`1, i, i^2, x, x^2, ix` (the linear SSE is the constant SSE minus
+:math:`S_{ix}^2 / S_{ii}` in centred sums), so the whole fit is
+:math:`O(n^2)` time and :math:`O(n)` memory, vectorised over :math:`s`
+(~0.1 s for n = 1000).  The penalty is BIC-shaped -- a new segment adds two
+parameters (location, level), a slope one more -- scaled by ``penalty``
+= c.  With c = 1 (plain BIC) a flat, Gaussian, 200-commit history still
+grows a spurious segment in roughly one run in five; the default c = 3
+brings that to well under 1 % (see the tests), while a step of
+:math:`5\sigma` is still found.  The noise level is estimated robustly from
+first differences, :math:`\hat\sigma = 1.4826\,\mathrm{MAD}(\Delta x) /
+\sqrt 2` (a few steps are outliers of :math:`\Delta x`; a drift only shifts
+its median, which the MAD removes), floored at ``1e-4`` so an exactly
+constant history does not get a zero penalty.
+
+Robustness: an l2 cost would let one outlier commit buy its own segment.
+Before fitting, each point is winsorised towards a running median of width
+5: :math:`x_i \leftarrow \tilde x_i + \mathrm{clip}(x_i - \tilde x_i,
+\pm 3\hat\sigma)`.  A running median follows steps and ramps without delay,
+so only isolated points are touched.  Segments are at least ``min_segment``
+= 3 commits long (a change that lasts one or two commits is an outlier,
+not a level; the newest commits are judged by ``compare_samples``
+instead), and a ramp at least ``min_drift_length`` = 8 commits (shorter
+ramps are reported as steps, which is what a reader wants).
+
+Reporting.  Each segment gets a start and an end level: the median for a
+plateau; the Theil-Sen line (``scipy.stats.theilslopes``) for a ramp.  A
+ramp is reported as a ``drift`` only if a Mann-Kendall test (Kendall's tau
+of value against index, ``scipy.stats.kendalltau``) has p < ``alpha`` *and*
+the Theil-Sen total change over the ramp exceeds ``min_effect``; otherwise
+it is treated as a plateau.  At each segment boundary the jump from the
+previous end level to the next start level is reported as a ``step`` if it
+exceeds ``min_effect``.  ``ratio`` is always after / before, so > 1 is a
+slowdown.  A 1 %/commit drift over 20 commits (+22 %) is one ``drift``, not
+a staircase of steps: the ramp costs :math:`3c\sigma^2\log n`, a staircase
+costs two parameters per stair plus its residual error.
+
+Missing commits (nan, inf, <= 0) are skipped and reported indices refer to
+the original positions.
+
+5. Variants (``variant_verdict``, ``find_divergent``, ``best_variant``)
+-----------------------------------------------------------------------
+
+A variant is compared with the default variant exactly as head with base
+(section 2): ratio = variant time / default time, ``win`` = ``improved``,
+``lose`` = ``regressed``, ``tie`` = ``unchanged``.  Use
+``variant_verdict_grid`` to apply BH across all cells of a tuning sweep.
+``find_divergent`` flags a variant that wins on one chip and loses on
+another (one record per winning/losing chip pair, carrying both verdicts).
+``best_variant`` picks, per chip, the winning variant with the smallest
+ratio (ties: smaller ``ci_high``, then name), or the default if none wins:
+a variant is never preferred on a non-significant difference, so the
+chosen best does not flap with noise.  ``tuning_drift`` lists the keys whose
+best variant changed between two commits.
+
+6. Correctness gating (``gate``)
+--------------------------------
+
+Performance of wrong code is meaningless.  ``gate(result, True)`` returns
+the same record with verdict / outcome ``broken`` and
+``more_samples_needed = 0``; the measured numbers are kept for reference
+but carry no verdict.  ``compare_grid(..., broken=keys)`` does the same for
+a grid and leaves broken series out of the BH family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from scipy import ndimage, stats
+
+__all__ = [
+    "CHANGE_KINDS",
+    "MAX_MORE_SAMPLES",
+    "VARIANT_OUTCOMES",
+    "VERDICTS",
+    "ChangePoint",
+    "Comparison",
+    "Divergence",
+    "TuningChange",
+    "VariantVerdict",
+    "apply_fdr",
+    "best_variant",
+    "best_variants",
+    "compare_grid",
+    "compare_samples",
+    "detect_change_points",
+    "find_divergent",
+    "gate",
+    "median_ci",
+    "tuning_drift",
+    "variant_verdict",
+    "variant_verdict_grid",
+]
+
+Verdict = Literal["regressed", "improved", "unchanged", "inconclusive", "broken"]
+VariantOutcome = Literal["win", "lose", "tie", "inconclusive", "broken"]
+ChangeKind = Literal["step", "drift"]
+
+VERDICTS: tuple[Verdict, ...] = ("regressed", "improved", "unchanged", "inconclusive", "broken")
+VARIANT_OUTCOMES: tuple[VariantOutcome, ...] = ("win", "lose", "tie", "inconclusive", "broken")
+CHANGE_KINDS: tuple[ChangeKind, ...] = ("step", "drift")
+
+DEFAULT_MIN_EFFECT = 0.02
+DEFAULT_ALPHA = 0.05
+DEFAULT_N_BOOT = 2000
+DEFAULT_MIN_SAMPLES = 5
+MAX_MORE_SAMPLES = 1000
+
+_EXACT_MWU_MAX_N = 100
+_MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD of a normal sample -> its standard deviation
+_NOISE_FLOOR = 1e-4  # log units (0.01 %): no timing history is more precise than this
+_WINSOR_WIDTH = 5
+_WINSOR_CLIP = 3.0
+
+_VERDICT_TO_OUTCOME: dict[Verdict, VariantOutcome] = {
+    "regressed": "lose",
+    "improved": "win",
+    "unchanged": "tie",
+    "inconclusive": "inconclusive",
+    "broken": "broken",
+}
+
+K = TypeVar("K", bound=Hashable)
+Samples = Sequence[float] | npt.NDArray[np.floating]
+
+
+# ---------------------------------------------------------------------------
+# Result records
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Head vs base of one series.  ``ratio`` = median(head) / median(base)."""
+
+    verdict: Verdict
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    p_adjusted: float
+    n_base: int
+    n_head: int
+    more_samples_needed: int
+
+
+@dataclass(frozen=True)
+class VariantVerdict:
+    """Variant vs default variant on one chip.  ``ratio`` = variant / default time."""
+
+    outcome: VariantOutcome
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    p_adjusted: float
+    n_default: int
+    n_variant: int
+    more_samples_needed: int
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A level change in a per-commit history.
+
+    ``index`` is the first commit at the new level (step) or the first commit
+    of the ramp (drift); ``end_index`` equals ``index`` for a step and is the
+    last commit of the ramp for a drift.  ``before`` / ``after`` are levels in
+    the input's units and ``ratio`` = after / before.
+    """
+
+    index: int
+    kind: ChangeKind
+    before: float
+    after: float
+    ratio: float
+    end_index: int
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A variant that wins on ``winning_chip`` and loses on ``losing_chip``."""
+
+    kernel: Hashable
+    shape: Hashable
+    variant: Hashable
+    winning_chip: Hashable
+    losing_chip: Hashable
+    win_evidence: VariantVerdict
+    lose_evidence: VariantVerdict
+
+
+@dataclass(frozen=True)
+class TuningChange:
+    """The best variant for ``key`` changed from ``before`` to ``after``."""
+
+    key: Hashable
+    before: str
+    after: str
+
+
+# ---------------------------------------------------------------------------
+# 1. Median confidence interval
+# ---------------------------------------------------------------------------
+
+
+def _finite(samples: Samples) -> npt.NDArray[np.float64]:
+    values = np.asarray(samples, dtype=np.float64).ravel()
+    return values[np.isfinite(values)]
+
+
+def _positive_finite(samples: Samples) -> npt.NDArray[np.float64]:
+    values = _finite(samples)
+    return values[values > 0]
+
+
+def median_ci(samples: Samples, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Return ``(median, lo, hi)``: an order-statistic CI of the median.
+
+    n = 0 -> all nan; n < 3 -> nan bounds; when ``confidence`` is not
+    attainable with n samples (n <= 5 at 95 %) -> ``(median, min, max)``.
+    """
+    values = np.sort(_finite(samples))
+    n = values.size
+    if n == 0:
+        return (math.nan, math.nan, math.nan)
+    median = float(np.median(values))
+    if n < 3:
+        return (median, math.nan, math.nan)
+    tail = (1.0 - confidence) / 2.0
+    below = np.arange(n // 2 + 1)  # candidate l - 1
+    tail_probability = stats.binom.cdf(below, n, 0.5)
+    admissible = below[tail_probability <= tail + 1e-12]
+    if admissible.size == 0:
+        return (median, float(values[0]), float(values[-1]))
+    lower_rank = int(admissible[-1]) + 1  # l, 1-based
+    return (median, float(values[lower_rank - 1]), float(values[n - lower_rank]))
+
+
+# ---------------------------------------------------------------------------
+# 2. One series: base vs head
+# ---------------------------------------------------------------------------
+
+
+def _mann_whitney_p(base: npt.NDArray[np.float64], head: npt.NDArray[np.float64]) -> float:
+    pooled = np.concatenate([base, head])
+    has_ties = np.unique(pooled).size < pooled.size
+    if np.ptp(pooled) == 0:
+        return 1.0
+    small = max(base.size, head.size) <= _EXACT_MWU_MAX_N
+    method = "exact" if small and not has_ties else "asymptotic"
+    p = float(stats.mannwhitneyu(head, base, alternative="two-sided", method=method).pvalue)
+    return p if math.isfinite(p) else 1.0
+
+
+def _bootstrap_log_ratio_ci(
+    base: npt.NDArray[np.float64],
+    head: npt.NDArray[np.float64],
+    *,
+    alpha: float,
+    n_boot: int,
+    seed: int,
+) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    base_medians = np.median(base[rng.integers(0, base.size, size=(n_boot, base.size))], axis=1)
+    head_medians = np.median(head[rng.integers(0, head.size, size=(n_boot, head.size))], axis=1)
+    log_ratios = np.log(head_medians) - np.log(base_medians)
+    low, high = np.quantile(log_ratios, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return float(low), float(high)
+
+
+def _safe_exp(value: float) -> float:
+    with np.errstate(over="ignore"):
+        return float(np.exp(value))
+
+
+def _log_spread(*groups: npt.NDArray[np.float64]) -> float:
+    """Robust pooled spread of log samples: 1.4826 x MAD about each group's median."""
+    residuals = [np.log(g) - np.median(np.log(g)) for g in groups if g.size >= 2]
+    if not residuals:
+        return math.nan
+    return float(_MAD_TO_SIGMA * np.median(np.abs(np.concatenate(residuals))))
+
+
+def _clamp_more(count: float) -> int:
+    if not math.isfinite(count):
+        return MAX_MORE_SAMPLES
+    return int(min(MAX_MORE_SAMPLES, max(1, math.ceil(count))))
+
+
+def _more_samples_for_too_few(
+    base: npt.NDArray[np.float64],
+    head: npt.NDArray[np.float64],
+    *,
+    min_effect: float,
+    alpha: float,
+    min_samples: int,
+) -> int:
+    have = min(base.size, head.size)
+    shortfall = min_samples - have
+    sigma = _log_spread(base, head)
+    if not math.isfinite(sigma) or sigma <= 0:
+        return _clamp_more(shortfall)
+    z = stats.norm.ppf(1.0 - alpha / 2.0)
+    needed_per_side = math.pi * (z * sigma / math.log1p(min_effect)) ** 2
+    return _clamp_more(max(shortfall, needed_per_side - have))
+
+
+def _more_samples_to_clear_band(
+    ratio: float, ci_low: float, ci_high: float, n_base: int, n_head: int, min_effect: float
+) -> int:
+    log_ratio = math.log(ratio)
+    half_width = max(log_ratio - math.log(ci_low), math.log(ci_high) - log_ratio)
+    edges = (math.log1p(min_effect), math.log1p(-min_effect))
+    distance = min(abs(log_ratio - edge) for edge in edges)
+    if distance <= 0:
+        return MAX_MORE_SAMPLES
+    effective_n = 2.0 / (1.0 / n_base + 1.0 / n_head)
+    needed_per_side = effective_n * (half_width / distance) ** 2
+    return _clamp_more(needed_per_side - min(n_base, n_head))
+
+
+def _decide(
+    ratio: float,
+    ci_low: float,
+    ci_high: float,
+    p_adjusted: float,
+    n_base: int,
+    n_head: int,
+    *,
+    min_effect: float,
+    alpha: float,
+) -> tuple[Verdict, int]:
+    """Rules 2-6 of the module docstring (rule 1 is applied by the caller)."""
+    significant = p_adjusted < alpha
+    if significant and ci_low > 1.0 + min_effect:
+        return "regressed", 0
+    if significant and ci_high < 1.0 - min_effect:
+        return "improved", 0
+    if 1.0 - min_effect <= ci_low and ci_high <= 1.0 + min_effect:
+        return "unchanged", 0
+    if not significant:
+        return "unchanged", 0
+    return "inconclusive", _more_samples_to_clear_band(ratio, ci_low, ci_high, n_base, n_head, min_effect)
+
+
+def compare_samples(
+    base: Samples,
+    head: Samples,
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+) -> Comparison:
+    """Compare head with base timings of one series (seconds; lower is better).
+
+    Non-finite and non-positive samples are dropped.  ``p_adjusted`` equals
+    ``p_value`` (a family of one); use ``compare_grid`` for many series.
+    """
+    base_values = _positive_finite(base)
+    head_values = _positive_finite(head)
+    n_base, n_head = int(base_values.size), int(head_values.size)
+    ratio = math.nan
+    if n_base and n_head:
+        ratio = _safe_exp(math.log(np.median(head_values)) - math.log(np.median(base_values)))
+
+    if min(n_base, n_head) < min_samples:
+        more = _more_samples_for_too_few(
+            base_values, head_values, min_effect=min_effect, alpha=alpha, min_samples=min_samples
+        )
+        return Comparison("inconclusive", ratio, math.nan, math.nan, math.nan, math.nan, n_base, n_head, more)
+
+    p_value = _mann_whitney_p(base_values, head_values)
+    log_low, log_high = _bootstrap_log_ratio_ci(base_values, head_values, alpha=alpha, n_boot=n_boot, seed=seed)
+    ci_low, ci_high = _safe_exp(log_low), _safe_exp(log_high)
+    verdict, more = _decide(ratio, ci_low, ci_high, p_value, n_base, n_head, min_effect=min_effect, alpha=alpha)
+    return Comparison(verdict, ratio, ci_low, ci_high, p_value, p_value, n_base, n_head, more)
+
+
+# ---------------------------------------------------------------------------
+# 3. Many series: Benjamini-Hochberg
+# ---------------------------------------------------------------------------
+
+
+def _is_tested(comparison: Comparison) -> bool:
+    return comparison.verdict != "broken" and math.isfinite(comparison.p_value)
+
+
+def apply_fdr(
+    comparisons: Mapping[K, Comparison],
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+) -> dict[K, Comparison]:
+    """Benjamini-Hochberg-adjust the p-values of tested series and re-decide.
+
+    Untested series (too few samples, ``broken``) are returned unchanged and
+    do not count towards the family size.
+    """
+    tested = [key for key, comparison in comparisons.items() if _is_tested(comparison)]
+    adjusted: dict[K, float] = {}
+    if tested:
+        raw = np.array([comparisons[key].p_value for key in tested])
+        adjusted = dict(zip(tested, stats.false_discovery_control(raw, method="bh").tolist(), strict=True))
+    result: dict[K, Comparison] = {}
+    for key, comparison in comparisons.items():
+        if key not in adjusted:
+            result[key] = comparison
+            continue
+        p_adjusted = float(adjusted[key])
+        verdict, more = _decide(
+            comparison.ratio,
+            comparison.ci_low,
+            comparison.ci_high,
+            p_adjusted,
+            comparison.n_base,
+            comparison.n_head,
+            min_effect=min_effect,
+            alpha=alpha,
+        )
+        result[key] = dataclasses.replace(
+            comparison, verdict=verdict, p_adjusted=p_adjusted, more_samples_needed=more
+        )
+    return result
+
+
+def compare_grid(
+    pairs: Mapping[K, tuple[Samples, Samples]],
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+    broken: Collection[K] = (),
+) -> dict[K, Comparison]:
+    """``compare_samples`` on every ``key -> (base, head)``, then BH across the grid.
+
+    Every series uses the same ``seed``, so a series' interval does not depend
+    on which other series share the grid.  Keys in ``broken`` get verdict
+    ``broken`` and stay out of the BH family.
+    """
+    raw = {
+        key: compare_samples(
+            base, head, min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed, min_samples=min_samples
+        )
+        for key, (base, head) in pairs.items()
+    }
+    gated = {key: gate(comparison, key in broken) for key, comparison in raw.items()}
+    return apply_fdr(gated, min_effect=min_effect, alpha=alpha)
+
+
+# ---------------------------------------------------------------------------
+# 4. Change points along a history
+# ---------------------------------------------------------------------------
+
+
+def _robust_noise(values: npt.NDArray[np.float64]) -> float:
+    if values.size < 3:
+        return _NOISE_FLOOR
+    differences = np.diff(values)
+    mad = np.median(np.abs(differences - np.median(differences)))
+    return max(_NOISE_FLOOR, float(_MAD_TO_SIGMA * mad / math.sqrt(2.0)))
+
+
+def _winsorise(values: npt.NDArray[np.float64], sigma: float) -> npt.NDArray[np.float64]:
+    running_median = ndimage.median_filter(values, size=_WINSOR_WIDTH, mode="nearest")
+    limit = _WINSOR_CLIP * sigma
+    return running_median + np.clip(values - running_median, -limit, limit)
+
+
+class _SegmentCosts:
+    """O(1) SSE of constant and linear fits on ``values[start:stop]`` via prefix sums."""
+
+    def __init__(self, values: npt.NDArray[np.float64]) -> None:
+        index = np.arange(values.size, dtype=np.float64)
+
+        def prefix(column: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            return np.concatenate([[0.0], np.cumsum(column)])
+
+        self._x = prefix(values)
+        self._xx = prefix(values * values)
+        self._i = prefix(index)
+        self._ii = prefix(index * index)
+        self._ix = prefix(index * values)
+
+    def constant_and_linear(
+        self, starts: npt.NDArray[np.intp], stop: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        count = (stop - starts).astype(np.float64)
+        sx = self._x[stop] - self._x[starts]
+        sxx = self._xx[stop] - self._xx[starts]
+        si = self._i[stop] - self._i[starts]
+        sii = self._ii[stop] - self._ii[starts]
+        six = self._ix[stop] - self._ix[starts]
+        constant = np.maximum(sxx - sx * sx / count, 0.0)
+        centred_ii = sii - si * si / count
+        centred_ix = six - si * sx / count
+        with np.errstate(divide="ignore", invalid="ignore"):
+            explained = np.where(centred_ii > 0, centred_ix * centred_ix / centred_ii, 0.0)
+        linear = np.maximum(constant - explained, 0.0)
+        return constant, linear
+
+
+@dataclass(frozen=True)
+class _Segment:
+    start: int
+    stop: int  # exclusive
+    linear: bool
+
+
+def _optimal_segments(
+    values: npt.NDArray[np.float64],
+    *,
+    segment_penalty: float,
+    slope_penalty: float,
+    min_segment: int,
+    min_drift_length: int,
+) -> list[_Segment]:
+    """Exact penalised piecewise constant/linear least-squares fit (optimal partitioning)."""
+    n = values.size
+    costs = _SegmentCosts(values - np.median(values))
+    best = np.full(n + 1, np.inf)
+    best[0] = -segment_penalty
+    previous = np.zeros(n + 1, dtype=np.intp)
+    is_linear = np.zeros(n + 1, dtype=bool)
+    for stop in range(min_segment, n + 1):
+        starts = np.arange(0, stop - min_segment + 1)
+        starts = starts[np.isfinite(best[starts])]
+        constant, linear = costs.constant_and_linear(starts, stop)
+        linear = np.where(stop - starts >= min_drift_length, linear + slope_penalty, np.inf)
+        use_linear = linear < constant
+        total = best[starts] + np.minimum(constant, linear) + segment_penalty
+        choice = int(np.argmin(total))
+        best[stop] = total[choice]
+        previous[stop] = starts[choice]
+        is_linear[stop] = use_linear[choice]
+    segments: list[_Segment] = []
+    stop = n
+    while stop > 0:
+        start = int(previous[stop])
+        segments.append(_Segment(start, stop, bool(is_linear[stop])))
+        stop = start
+    return segments[::-1]
+
+
+@dataclass(frozen=True)
+class _SegmentLevels:
+    start_level: float  # log
+    end_level: float  # log
+    drifting: bool
+
+
+def _segment_levels(values: npt.NDArray[np.float64], *, min_effect: float, alpha: float) -> _SegmentLevels:
+    flat = _SegmentLevels(float(np.median(values)), float(np.median(values)), False)
+    if values.size < 3 or np.ptp(values) == 0:
+        return flat
+    index = np.arange(values.size, dtype=np.float64)
+    trend_p = float(stats.kendalltau(index, values).pvalue)
+    slope, intercept, _, _ = stats.theilslopes(values, index)
+    start, end = float(intercept), float(intercept + slope * index[-1])
+    material = abs(math.expm1(end - start)) > min_effect
+    if math.isfinite(trend_p) and trend_p < alpha and material:
+        return _SegmentLevels(start, end, True)
+    return flat
+
+
+def _valid_history(medians: Sequence[float]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
+    values = np.asarray(medians, dtype=np.float64).ravel()
+    valid = np.flatnonzero(np.isfinite(values) & (values > 0))
+    return np.log(values[valid]), valid
+
+
+def detect_change_points(
+    medians: Sequence[float],
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    penalty: float = 3.0,
+    min_segment: int = 3,
+    min_drift_length: int = 8,
+) -> list[ChangePoint]:
+    """Steps and drifts in a per-commit history (commit order; lower is better).
+
+    See section 4 of the module docstring for the model and defaults.
+    """
+    log_values, positions = _valid_history(medians)
+    n = log_values.size
+    if n < 2 * min_segment:
+        return []
+    sigma = _robust_noise(log_values)
+    scale = penalty * sigma * sigma * math.log(n)
+    segments = _optimal_segments(
+        _winsorise(log_values, sigma),
+        segment_penalty=2.0 * scale,
+        slope_penalty=scale,
+        min_segment=min_segment,
+        min_drift_length=min_drift_length,
+    )
+    levels = [
+        _segment_levels(log_values[s.start : s.stop], min_effect=min_effect, alpha=alpha)
+        if s.linear
+        else _segment_levels_flat(log_values[s.start : s.stop])
+        for s in segments
+    ]
+    found: list[ChangePoint] = []
+    for position, (segment, level) in enumerate(zip(segments, levels, strict=True)):
+        if position > 0:
+            jump_from = levels[position - 1].end_level
+            if abs(math.expm1(level.start_level - jump_from)) > min_effect:
+                found.append(_change_point("step", positions[segment.start], positions[segment.start],
+                                           jump_from, level.start_level))
+        if level.drifting:
+            found.append(_change_point("drift", positions[segment.start], positions[segment.stop - 1],
+                                       level.start_level, level.end_level))
+    return found
+
+
+def _segment_levels_flat(values: npt.NDArray[np.float64]) -> _SegmentLevels:
+    level = float(np.median(values))
+    return _SegmentLevels(level, level, False)
+
+
+def _change_point(kind: ChangeKind, index: int, end_index: int, log_before: float, log_after: float) -> ChangePoint:
+    before, after = _safe_exp(log_before), _safe_exp(log_after)
+    return ChangePoint(int(index), kind, before, after, _safe_exp(log_after - log_before), int(end_index))
+
+
+# ---------------------------------------------------------------------------
+# 5. Variants
+# ---------------------------------------------------------------------------
+
+
+def _as_variant_verdict(comparison: Comparison) -> VariantVerdict:
+    return VariantVerdict(
+        outcome=_VERDICT_TO_OUTCOME[comparison.verdict],
+        ratio=comparison.ratio,
+        ci_low=comparison.ci_low,
+        ci_high=comparison.ci_high,
+        p_value=comparison.p_value,
+        p_adjusted=comparison.p_adjusted,
+        n_default=comparison.n_base,
+        n_variant=comparison.n_head,
+        more_samples_needed=comparison.more_samples_needed,
+    )
+
+
+def variant_verdict(
+    default_samples: Samples,
+    variant_samples: Samples,
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+) -> VariantVerdict:
+    """Variant vs default on one chip: ``win`` means the variant is faster."""
+    comparison = compare_samples(
+        default_samples,
+        variant_samples,
+        min_effect=min_effect,
+        alpha=alpha,
+        n_boot=n_boot,
+        seed=seed,
+        min_samples=min_samples,
+    )
+    return _as_variant_verdict(comparison)
+
+
+def variant_verdict_grid(
+    cells: Mapping[K, tuple[Samples, Samples]],
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+    broken: Collection[K] = (),
+) -> dict[K, VariantVerdict]:
+    """``variant_verdict`` on every ``key -> (default, variant)`` with BH across all keys."""
+    comparisons = compare_grid(
+        cells, min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed, min_samples=min_samples, broken=broken
+    )
+    return {key: _as_variant_verdict(comparison) for key, comparison in comparisons.items()}
+
+
+def _chip_order(chip: Hashable) -> str:
+    return str(chip)
+
+
+def find_divergent(
+    cells: Mapping[tuple[Hashable, Hashable, Hashable], Mapping[Hashable, VariantVerdict]],
+) -> list[Divergence]:
+    """Variants that win on one chip and lose on another, one record per (winner, loser) chip pair."""
+    divergences: list[Divergence] = []
+    for (kernel, shape, variant), per_chip in cells.items():
+        winners = sorted((c for c, v in per_chip.items() if v.outcome == "win"), key=_chip_order)
+        losers = sorted((c for c, v in per_chip.items() if v.outcome == "lose"), key=_chip_order)
+        divergences.extend(
+            Divergence(kernel, shape, variant, win_chip, lose_chip, per_chip[win_chip], per_chip[lose_chip])
+            for win_chip in winners
+            for lose_chip in losers
+        )
+    return divergences
+
+
+def best_variant(verdicts: Mapping[str, VariantVerdict], default: str = "default") -> str:
+    """The winning variant with the smallest ratio (then ``ci_high``, then name), else ``default``."""
+    winners = [(v.ratio, v.ci_high, name) for name, v in verdicts.items() if v.outcome == "win"]
+    return min(winners)[2] if winners else default
+
+
+def best_variants(
+    cells: Mapping[tuple[Hashable, Hashable, str], Mapping[Hashable, VariantVerdict]],
+    default: str = "default",
+) -> dict[tuple[Hashable, Hashable, Hashable], str]:
+    """``best_variant`` for every (kernel, shape, chip) of a ``find_divergent``-shaped grid."""
+    per_key: dict[tuple[Hashable, Hashable, Hashable], dict[str, VariantVerdict]] = {}
+    for (kernel, shape, variant), per_chip in cells.items():
+        for chip, verdict in per_chip.items():
+            per_key.setdefault((kernel, shape, chip), {})[variant] = verdict
+    return {key: best_variant(verdicts, default) for key, verdicts in per_key.items()}
+
+
+def tuning_drift(best_before: Mapping[K, str], best_after: Mapping[K, str]) -> list[TuningChange]:
+    """Keys present in both mappings whose best variant changed (in ``best_after`` order).
+
+    Keys present on one side only are coverage changes, not tuning drift, and
+    are not reported.
+    """
+    return [
+        TuningChange(key, best_before[key], after)
+        for key, after in best_after.items()
+        if key in best_before and best_before[key] != after
+    ]
+
+
+# ---------------------------------------------------------------------------
+# 6. Correctness gating
+# ---------------------------------------------------------------------------
+
+_Gated = TypeVar("_Gated", Comparison, VariantVerdict)
+
+
+def gate(result: _Gated, correctness_failed: bool) -> _Gated:
+    """``result`` with verdict / outcome ``broken`` if the correctness job failed, else unchanged."""
+    if not correctness_failed:
+        return result
+    if isinstance(result, Comparison):
+        return dataclasses.replace(result, verdict="broken", more_samples_needed=0)
+    return dataclasses.replace(result, outcome="broken", more_samples_needed=0)
+
+
+def _unused(_: Iterable[object]) -> None:  # pragma: no cover - keeps Iterable import meaningful for type users
+    return None

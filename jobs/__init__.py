@@ -1,0 +1,1 @@
+"""Spec: the built-in job suites, declared as data (TOML)."""

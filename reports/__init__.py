@@ -1,0 +1,1 @@
+"""Render: static HTML reports (Jinja2, autoescaped) from plain data; no network needed to view them."""
