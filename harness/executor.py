@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Protocol
 
@@ -94,8 +94,9 @@ class LocalExecutor:
         self._serial(calibration, on_result)
         if self.parallel > 1 and len(correctness) > 1:
             with ThreadPoolExecutor(self.parallel) as pool:
-                for job, result in zip(correctness, pool.map(self._run, correctness), strict=True):
-                    on_result(job, result)
+                futures = {pool.submit(self._run, job): job for job in correctness}
+                for future in as_completed(futures):
+                    on_result(futures[future], future.result())
         else:
             self._serial(correctness, on_result)
         self._serial([j for j in timed if j.kind == "benchmark"], on_result)

@@ -250,7 +250,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -737,24 +737,70 @@ def _optimal_segments(
 
 
 @dataclass(frozen=True)
-class _SegmentLevels:
-    start_level: float  # log
-    end_level: float  # log
+class _FittedSegment:
+    """Least-squares fit of one segment in log units: ``intercept + slope * (i - start)``."""
+
+    start: int
+    stop: int  # exclusive
     drifting: bool
+    intercept: float
+    slope: float
+
+    def level_at(self, index: int) -> float:
+        return self.intercept + self.slope * (index - self.start)
+
+    @property
+    def start_level(self) -> float:
+        return self.level_at(self.start)
+
+    @property
+    def end_level(self) -> float:
+        return self.level_at(self.stop - 1)
+
+    def sse(self, values: npt.NDArray[np.float64]) -> float:
+        index = np.arange(self.start, self.stop)
+        residuals = values[self.start : self.stop] - (self.intercept + self.slope * (index - self.start))
+        return float(residuals @ residuals)
 
 
-def _segment_levels(values: npt.NDArray[np.float64], *, min_effect: float, alpha: float) -> _SegmentLevels:
-    flat = _SegmentLevels(float(np.median(values)), float(np.median(values)), False)
-    if values.size < 3 or np.ptp(values) == 0:
-        return flat
-    index = np.arange(values.size, dtype=np.float64)
-    trend_p = float(stats.kendalltau(index, values).pvalue)
-    slope, intercept, _, _ = stats.theilslopes(values, index)
-    start, end = float(intercept), float(intercept + slope * index[-1])
-    material = abs(math.expm1(end - start)) > min_effect
+def _fit_segment(
+    values: npt.NDArray[np.float64], segment: _Segment, *, min_effect: float, alpha: float
+) -> _FittedSegment:
+    """A ramp is kept only if Mann-Kendall says it trends and its total change is material."""
+    chunk = values[segment.start : segment.stop]
+    plateau = _FittedSegment(segment.start, segment.stop, False, float(np.mean(chunk)), 0.0)
+    if not segment.linear or chunk.size < 3 or np.ptp(chunk) == 0:
+        return plateau
+    index = np.arange(chunk.size, dtype=np.float64)
+    trend_p = float(stats.kendalltau(index, chunk).pvalue)
+    slope, intercept = np.polyfit(index, chunk, 1)
+    material = abs(math.expm1(slope * index[-1])) > min_effect
     if math.isfinite(trend_p) and trend_p < alpha and material:
-        return _SegmentLevels(start, end, True)
-    return flat
+        return _FittedSegment(segment.start, segment.stop, True, float(intercept), float(slope))
+    return plateau
+
+
+def _jump_is_supported(
+    values: npt.NDArray[np.float64], left: _FittedSegment, right: _FittedSegment, threshold: float
+) -> bool:
+    """Does a jump at the boundary reduce the SSE by more than one parameter's penalty?
+
+    The alternative fits both segments with one continuous curve (a plateau,
+    or a plateau/ramp hinged half-way between the last left and the first
+    right commit), which has exactly one parameter fewer.
+    """
+    union = values[left.start : right.stop]
+    offset = np.arange(left.start, right.stop) - (right.start - 0.5)
+    columns = [np.ones_like(offset)]
+    if left.drifting:
+        columns.append(np.minimum(offset, 0.0))
+    if right.drifting:
+        columns.append(np.maximum(offset, 0.0))
+    design = np.column_stack(columns)
+    coefficients = np.linalg.lstsq(design, union, rcond=None)[0]
+    residuals = union - design @ coefficients
+    continuous_sse = float(residuals @ residuals)
+    return continuous_sse - (left.sse(values) + right.sse(values)) > threshold
 
 
 def _valid_history(medians: Sequence[float]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
@@ -774,6 +820,7 @@ def detect_change_points(
 ) -> list[ChangePoint]:
     """Steps and drifts in a per-commit history (commit order; lower is better).
 
+    Entries that are nan, infinite or <= 0 are treated as missing commits.
     See section 4 of the module docstring for the model and defaults.
     """
     log_values, positions = _valid_history(medians)
@@ -781,36 +828,27 @@ def detect_change_points(
     if n < 2 * min_segment:
         return []
     sigma = _robust_noise(log_values)
-    scale = penalty * sigma * sigma * math.log(n)
+    per_parameter = penalty * sigma * sigma * math.log(n)
+    cleaned = _winsorise(log_values, sigma)
     segments = _optimal_segments(
-        _winsorise(log_values, sigma),
-        segment_penalty=2.0 * scale,
-        slope_penalty=scale,
+        cleaned,
+        segment_penalty=2.0 * per_parameter,
+        slope_penalty=per_parameter,
         min_segment=min_segment,
         min_drift_length=min_drift_length,
     )
-    levels = [
-        _segment_levels(log_values[s.start : s.stop], min_effect=min_effect, alpha=alpha)
-        if s.linear
-        else _segment_levels_flat(log_values[s.start : s.stop])
-        for s in segments
-    ]
+    fitted = [_fit_segment(cleaned, s, min_effect=min_effect, alpha=alpha) for s in segments]
     found: list[ChangePoint] = []
-    for position, (segment, level) in enumerate(zip(segments, levels, strict=True)):
-        if position > 0:
-            jump_from = levels[position - 1].end_level
-            if abs(math.expm1(level.start_level - jump_from)) > min_effect:
-                found.append(_change_point("step", positions[segment.start], positions[segment.start],
-                                           jump_from, level.start_level))
-        if level.drifting:
-            found.append(_change_point("drift", positions[segment.start], positions[segment.stop - 1],
-                                       level.start_level, level.end_level))
+    for left, right in zip([None, *fitted[:-1]], fitted, strict=True):
+        if left is not None:
+            jump = right.start_level - left.end_level
+            if abs(math.expm1(jump)) > min_effect and _jump_is_supported(cleaned, left, right, per_parameter):
+                index = positions[right.start]
+                found.append(_change_point("step", index, index, left.end_level, right.start_level))
+        if right.drifting:
+            start, end = positions[right.start], positions[right.stop - 1]
+            found.append(_change_point("drift", start, end, right.start_level, right.end_level))
     return found
-
-
-def _segment_levels_flat(values: npt.NDArray[np.float64]) -> _SegmentLevels:
-    level = float(np.median(values))
-    return _SegmentLevels(level, level, False)
 
 
 def _change_point(kind: ChangeKind, index: int, end_index: int, log_before: float, log_after: float) -> ChangePoint:
@@ -942,7 +980,3 @@ def gate(result: _Gated, correctness_failed: bool) -> _Gated:
     if isinstance(result, Comparison):
         return dataclasses.replace(result, verdict="broken", more_samples_needed=0)
     return dataclasses.replace(result, outcome="broken", more_samples_needed=0)
-
-
-def _unused(_: Iterable[object]) -> None:  # pragma: no cover - keeps Iterable import meaningful for type users
-    return None

@@ -121,6 +121,8 @@ class Suite(_Strict):
     def grid_shapes(self, bench: BenchmarkSpec, chip_class: str) -> list[dict[str, int]]:
         """The grid for one chip class expanded into shape dicts (empty when the class has no grid)."""
         axes = bench.grid.get(chip_class, {})
+        if not axes:
+            return []
         names = list(axes)
         return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(axes[n] for n in names))]
 

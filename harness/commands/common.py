@@ -1,0 +1,21 @@
+"""Shared CLI pieces: the Typer app, the console and the common options."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Correctness and speed of MLX kernels, per commit and per chip.")
+console = Console(stderr=True)
+state = {"debug": False}
+
+DbOption = Annotated[str | None, typer.Option("--db", help="Database URL. Default: $HARNESS_DB, else "
+                                                           "sqlite:///harness-out/results.db (in the current folder).")]
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+    state["debug"] = debug

@@ -1,0 +1,67 @@
+"""Shared fixtures: a safe Ray environment, temporary SQLite and PostgreSQL databases, the tiny suites."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+# Nothing leaves the machine; loopback-only clusters never hang on macOS-style cluster checks.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+PLUGINS = TESTS / "plugins"
+PG_ADMIN_URL = os.environ.get("HARNESS_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def _pg_admin():
+    from sqlalchemy import create_engine
+
+    return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The PostgreSQL server's admin URL; fails (not skips) when it is unreachable, as CI always has one."""
+    from sqlalchemy import text
+
+    engine = _pg_admin()
+    with engine.connect() as conn:
+        conn.execute(text("select 1"))
+    engine.dispose()
+    return PG_ADMIN_URL
+
+
+@pytest.fixture
+def pg_url(pg_server: str):
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    name = f"harness_test_{uuid.uuid4().hex[:12]}"
+    engine = _pg_admin()
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(pg_server).set(database=name).render_as_string(hide_password=False)
+    yield url
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'results.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path: Path) -> str:
+    """Every storage test runs against both backends."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return request.getfixturevalue("pg_url")
