@@ -7,8 +7,9 @@ harness: kernels are the subject under test.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,9 @@ class Variant:
     """One implementation of a kernel with fixed tuning parameters.
 
     ``fn(**inputs)`` returns an ``mx.array``; ``requires()`` returns the reason the
-    variant cannot run on this machine (e.g. "CUDA not available"), or None.
+    variant cannot run on this machine (e.g. "CUDA not available"), or None. A source
+    kernel (``mx.fast.cuda_kernel`` / ``metal_kernel``) is just another variant with a
+    ``backend`` and a ``requires``.
     """
 
     name: str
@@ -34,6 +37,13 @@ class Variant:
     params: Mapping[str, Any] = field(default_factory=dict)
     backend: str = "mlx"
     requires: Callable[[], str | None] = always_available
+    dtypes: tuple[str, ...] = ()  # the dtypes it implements; empty means every dtype of the kernel
+
+    def unsupported(self, dtype: str) -> str | None:
+        """Why this variant cannot run ``dtype`` here (a skip reason), or None."""
+        if self.dtypes and dtype not in self.dtypes:
+            return f"variant {self.name} implements {', '.join(self.dtypes)} only"
+        return self.requires()
 
 
 @dataclass(frozen=True)

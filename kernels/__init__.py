@@ -1,0 +1,20 @@
+"""Built-in kernels under test; importing this package registers them all."""
+
+import importlib
+
+from kernels.base import REGISTRY, CheckResult, Kernel, Variant, register
+
+BUILTIN_MODULES = (
+    "kernels.flash_prefill",
+    "kernels.flash_cuda",
+    "kernels.calibration",
+    "kernels.quant_decode",
+    "kernels.q8_0",
+    "kernels.compressed_kv",
+    "kernels.swiglu",
+)
+
+for _module in BUILTIN_MODULES:
+    importlib.import_module(_module)
+
+__all__ = ["REGISTRY", "CheckResult", "Kernel", "Variant", "register"]
