@@ -52,8 +52,18 @@ def worker_env(tree: str | None = None) -> dict[str, str]:
 
 
 def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.executable) -> JobResult:
-    """Run one job in a fresh process (its own process group); crash and hang become results, not exceptions."""
+    """Run one job in a fresh process (its own process group); crash and hang become results, not exceptions.
+
+    A job whose variant cannot run here (wrong backend, unsupported dtype) is skipped without a
+    process when the code under test is this process's own (``tree`` None): nothing is measured.
+    """
     start = time.perf_counter()
+    if tree is None:
+        from harness.worker import skip_reason
+
+        reason = skip_reason(job)
+        if reason:
+            return JobResult(job.key, "skipped", reason, duration_s=time.perf_counter() - start)
     with tempfile.TemporaryDirectory(prefix="harness-job-") as scratch:
         job_path, result_path, log_path = (Path(scratch) / n for n in ("job.json", "result.json", "output.log"))
         job_path.write_text(job.to_json())

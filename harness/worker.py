@@ -31,6 +31,16 @@ def _load_kernel(job: Job):
     return kernel, kernel.variants[job.variant]
 
 
+def skip_reason(job: Job) -> str | None:
+    """Why the job's variant cannot run on this machine, or None (also None if it cannot be loaded:
+    the job process then reports that failure properly)."""
+    try:
+        _, variant = _load_kernel(job)
+    except Exception:  # noqa: BLE001 - reported by the job process itself
+        return None
+    return variant.unsupported(job.dtype)
+
+
 def _correctness(job: Job, kernel, variant) -> JobResult:
     check = kernel.checks[job.check]
     outcome = check(kernel, variant, job.shape, job.dtype)
@@ -53,7 +63,7 @@ def run_job(job: Job) -> JobResult:
     start = time.perf_counter()
     try:
         kernel, variant = _load_kernel(job)
-        reason = variant.requires()
+        reason = variant.unsupported(job.dtype)
         if reason:
             result = JobResult(job.key, "skipped", reason)
         elif job.kind == "correctness":

@@ -28,6 +28,7 @@ HEAD_DIMS = (32, 64, 128)
 STATIC_SMEM_LIMIT = 48 * 1024
 
 HEADER = """
+#define FLASH_NEG_INF (-__int_as_float(0x7f800000))
 #include <mma.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -95,7 +96,7 @@ SOURCE = """
     const int my_row = warp * 16 + lane / 2;
     const int my_row_global = q0 + my_row;
     const int half = lane % 2;
-    float m_run = (-inf), l_run = 0.0f;
+    float m_run = FLASH_NEG_INF, l_run = 0.0f;
     float* s_row = s_s + my_row * BKP;
 
     for (int chunk = 0; chunk < n_chunks; ++chunk) {
@@ -128,18 +129,18 @@ SOURCE = """
         }
         // Online softmax on this lane's half row (masked: causal with tail alignment, and padding keys).
         float p[BK / 2];
-        float m_loc = (-inf);
+        float m_loc = FLASH_NEG_INF;
         for (int c = 0; c < BK / 2; ++c) {
             int col = half * (BK / 2) + c;
             int key = k0 + col;
             bool ok = key < S_kv && key <= my_row_global + q_align;
-            float sv = ok ? s_row[col] * scale_log2 : (-inf);
+            float sv = ok ? s_row[col] * scale_log2 : FLASH_NEG_INF;
             p[c] = sv;
             m_loc = fmaxf(m_loc, sv);
         }
         m_loc = fmaxf(m_loc, __shfl_xor_sync(0xffffffff, m_loc, 1));
         const float m_new = fmaxf(m_run, m_loc);
-        const float m_safe = m_new == (-inf) ? 0.0f : m_new;
+        const float m_safe = m_new == FLASH_NEG_INF ? 0.0f : m_new;
         float sum = 0.0f;
         for (int c = 0; c < BK / 2; ++c) {
             p[c] = exp2f(p[c] - m_safe);
