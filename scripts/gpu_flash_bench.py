@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--skip-mlx", action="store_true", help="time only SDPA and the CUDA source variants")
     args = parser.parse_args()
 
     import mlx.core as mx
@@ -105,7 +106,7 @@ def main() -> None:
             for name, variant in kernel.variants.items():
                 if variant.unsupported(args.dtype):
                     continue
-                if name.startswith("flash_") and S > 2048:
+                if name.startswith("flash_") and (S > 2048 or args.skip_mlx):
                     continue  # the op-by-op MLX variants are timed at S <= 2048 only (launch-bound there)
                 try:
                     med, spread = median_of(lambda variant=variant: variant.fn(**inputs))
