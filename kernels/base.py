@@ -87,6 +87,7 @@ class Kernel:
     dtypes: tuple[str, ...] = ("float32", "float16")
 
     def __post_init__(self) -> None:
+        self.tolerance = Tolerances(self.tolerance)
         self.checks.setdefault("reference", check_against_reference)
         if self.default_variant not in self.variants:
             raise ValueError(f"kernel {self.name}: default variant {self.default_variant!r} is not a variant")
@@ -95,6 +96,28 @@ class Kernel:
         if variant.name in self.variants:
             raise ValueError(f"kernel {self.name}: variant {variant.name!r} already registered")
         self.variants[variant.name] = variant
+
+
+def matmul_runs_in_tf32() -> bool:
+    """MLX's CUDA backend computes float32 matmuls in TF32 (a 10-bit mantissa, as float16 has).
+
+    Measured on the H200 (MLX 0.32.4): float32 flash attention was 1.3e-3 from the float64
+    reference where the CPU gives 1.3e-6, with every variant, SDPA included.
+    """
+    import mlx.core as mx
+
+    return hasattr(mx, "cuda") and mx.cuda.is_available() and mx.default_device() == mx.gpu
+
+
+class Tolerances(dict):
+    """Per-dtype tolerances; on a backend whose float32 matmuls run in TF32, float32 gets the
+    float16 bound (same mantissa), so a kernel is judged by the precision the chip computes in."""
+
+    def __getitem__(self, dtype: str) -> float:
+        value = super().__getitem__(dtype)
+        if dtype == "float32" and "float16" in self and matmul_runs_in_tf32():
+            return max(value, super().__getitem__("float16"))
+        return value
 
 
 REGISTRY: dict[str, Kernel] = {}
