@@ -106,7 +106,7 @@ def matmul_runs_in_tf32() -> bool:
     """
     import mlx.core as mx
 
-    return hasattr(mx, "cuda") and mx.cuda.is_available() and mx.default_device() == mx.gpu
+    return hasattr(mx, "cuda") and mx.cuda.is_available() and mx.default_device().type == mx.gpu
 
 
 class Tolerances(dict):
