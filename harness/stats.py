@@ -64,23 +64,33 @@ confidence interval at all, so the bounds are ``nan``.  n = 0 gives three
 *Effect size.*  :math:`\hat r = \mathrm{median}(head) / \mathrm{median}(base)`.
 
 *Interval.*  Percentile bootstrap of :math:`\hat r`: both samples are
-resampled with replacement ``n_boot`` times (vectorised: one
-``(n_boot, n)`` index matrix per side, one ``np.median(axis=1)``), and the
-:math:`\alpha/2` and :math:`1-\alpha/2` quantiles of the resampled log ratio
-give ``[ci_low, ci_high]``.  Percentile rather than BCa: the BCa acceleration
-is estimated by a jackknife, and the jackknife of a median is degenerate
-(it takes at most two values), which makes BCa erratic at n ~ 10.  The
-interval is marginal (not widened for multiplicity); multiplicity is handled
-by the adjusted p-value, which the decision also requires.
+resampled with replacement ``n_boot`` times and the :math:`\alpha/2` and
+:math:`1-\alpha/2` quantiles of the resampled log ratio give
+``[ci_low, ci_high]``.  Vectorised without sorting any resample: a
+resample's median is the order statistic at which the running count of
+draws per order statistic reaches rank :math:`\lceil n/2 \rceil` (average
+with rank :math:`n/2+1` for even n).  Those positions depend only on the
+random draws, so every series with the same :math:`(n_b, n_h)` is
+bootstrapped in one array operation from ``default_rng(seed)``: a series'
+interval depends on its own data and ``seed`` only (common random numbers
+across series; 500 series take ~0.2 s including the rank tests).  Percentile
+rather than BCa: the BCa acceleration is estimated by a jackknife, and the
+jackknife of a median is degenerate (it takes at most two values), which
+makes BCa erratic at n ~ 10.  Measured coverage of the nominal 95 %
+interval on lognormal nulls (CV 2 %, 2000 series each): 97.8 % at n = 5,
+96.5 % at n = 10, 97.3 % at n = 20 per side -- slightly conservative.
+The interval is marginal (not widened for multiplicity); multiplicity is
+handled by the adjusted p-value, which the decision also requires.
 
 *Test.*  Two-sided Mann-Whitney U (``scipy.stats.mannwhitneyu``) of head
-against base.  It is rank-based, so a single 10x outlier changes it by at
-most one rank.  The *exact* null distribution is used whenever there are no
+against base, one vectorised call per batch of equal sizes.  It is
+rank-based, so a single 10x outlier changes it by at most one rank.  The
+*exact* null distribution is used whenever there are no
 ties and both sides have at most ``_EXACT_MWU_MAX_N`` = 100 samples, else the
 tie-corrected normal approximation.  Exactness matters under multiplicity:
 with 10 + 10 samples the smallest attainable p-value is
 :math:`2/\binom{20}{10} \approx 1.1\cdot10^{-5}` exactly, but only
-:math:`\approx 1.6\cdot10^{-4}` under the normal approximation -- too large to
+:math:`\approx 1.8\cdot10^{-4}` under the normal approximation -- too large to
 survive Benjamini-Hochberg across a grid of 500 series (needs
 :math:`p \le 0.05/500 = 10^{-4}` for a lone change).
 
@@ -95,7 +105,7 @@ series it equals the raw one; :math:`m` = ``min_effect``), first match wins:
    -> ``unchanged`` (equivalence shown: any change is immaterial, whether
    or not it is statistically detectable);
 5. :math:`p \ge \alpha` -> ``unchanged`` (no evidence of any change; the
-   interval may still be wide -- widen it with more samples if it matters);
+   interval may still be wide -- narrow it with more samples if it matters);
 6. otherwise -> ``inconclusive``: the change is significant but its interval
    straddles an edge of the band :math:`[1-m, 1+m]`, so we cannot yet say
    whether it is material.
@@ -122,24 +132,27 @@ capped at ``MAX_MORE_SAMPLES`` = 1000, meaning "not resolvable in practice"):
   With observed log half-width :math:`h` and log distance :math:`d` from
   :math:`\hat r` to the nearest band edge, the interval clears that edge at
   :math:`N = n_{eff}\,(h/d)^2` per side, :math:`n_{eff} = 2/(1/n_b + 1/n_h)`.
+  This takes the observed ratio at face value; since only significant
+  changes land here, the observed effect tends to be inflated (winner's
+  curse) and the count is a lower bound, not a guarantee.
 
 *Defaults and why.*
 
-* ``min_effect = 0.02``: a well-pinned GPU kernel benchmark has run-to-run
-  noise of about 1-2 % CV, so 2 % is the smallest slowdown that is both
+* ``min_effect = 0.02``: a well-pinned GPU kernel benchmark typically has
+  run-to-run noise of 1-2 % CV, so 2 % is the smallest slowdown that is both
   worth a human's attention and resolvable with ~10-15 samples per side.
 * ``alpha = 0.05``: the conventional FDR level; with BH it means at most
   ~5 % of the flagged series are expected to be false alarms.
 * ``n_boot = 2000``: Monte-Carlo error of a 2.5 % quantile position is
   :math:`\sqrt{0.025\cdot0.975/2000} \approx 0.35` percentage points,
-  well below the sampling error at n ~ 10; it costs ~0.2 ms per series.
+  well below the sampling error at n ~ 10; it costs well under 1 ms per series.
 * ``min_samples = 5``: with 3 + 3 samples the smallest exact two-sided
   Mann-Whitney p-value is 0.10, with 4 + 4 it is 0.029, with 5 + 5 it is
   0.0079 -- the first size at which a change can survive even a small BH
   family; below 5, the bootstrap median takes only a handful of values.
 
-3. Many series at once (``compare_grid``, ``apply_fdr``)
---------------------------------------------------------
+3. Many series at once (``compare_grid``, ``apply_fdr``, ``compare_each``)
+--------------------------------------------------------------------------
 
 One commit produces hundreds of series, so testing each at :math:`\alpha`
 would raise ~:math:`\alpha` x (number of series) false alarms.  We control
@@ -153,10 +166,17 @@ the false discovery rate with Benjamini-Hochberg
 over the :math:`M` series that were actually tested (enough samples, not
 ``broken``).  The decision rule of section 2 then runs with
 :math:`p^{adj}`.  BH is valid for independent or positively dependent
-p-values (PRDS), which covers series sharing a runner.  Because verdicts
-need both :math:`p^{adj} < \alpha` and an interval beyond the band, the rate
-of false ``regressed`` / ``improved`` verdicts on a null grid is far below
-:math:`\alpha` in practice.
+(PRDS) p-values -- the plausible case for series sharing a runner, where a
+noisy machine pushes them the same way; arbitrary dependence would need
+Benjamini-Yekutieli.  Because verdicts need both :math:`p^{adj} < \alpha`
+and an interval beyond the band, false ``regressed`` / ``improved`` verdicts
+on null grids are far below :math:`\alpha` in practice (1 in 2000 null
+series in ``scripts/validate_stats.py``).  The price is power for a lone
+change: it must reach :math:`p \lesssim \alpha / M`, which is why the exact
+Mann-Whitney distribution matters (section 2) and why noisy series need
+more than 10 samples.  ``compare_each`` gives the unadjusted, batched
+comparisons, for composing a family by hand with ``apply_fdr``;
+``compare_grid`` is ``apply_fdr`` of the gated ``compare_each``.
 
 4. Change points along a history (``detect_change_points``)
 -----------------------------------------------------------
@@ -171,52 +191,86 @@ an additive shift and the noise is homoscedastic.  Model:
    \text{ i.i.d.}
 
 with :math:`\mu` piecewise *constant or linear*: each segment is either a
-plateau (a *step* separates plateaus) or a ramp (a *drift*).  The fit
-minimises
+plateau or a ramp.  A *step* is a jump between segments, a *drift* is a
+ramp.  The fit minimises
 
 .. math::
 
    \sum_{\text{segments } S} \Bigl[\mathrm{SSE}(S) + \beta
-   + [S \text{ linear}]\,\beta_{slope}\Bigr],
-   \qquad \beta = 2c\,\sigma^2\log n,\ \beta_{slope} = c\,\sigma^2\log n,
+   + [S \text{ is a ramp}]\,\beta_{slope}\Bigr],
+   \qquad \beta = 2c\,\tilde\sigma^2\log n,\ \beta_{slope} = c\,\tilde\sigma^2\log n,
+   \qquad \tilde\sigma^2 = \hat\sigma^2\,(1 + 3/\sqrt n),
 
-exactly, by optimal-partitioning dynamic programming: :math:`F(t) = \min_s
-F(s) + C(s, t) + \beta`.  Segment costs come in O(1) from prefix sums of
-:math:`1, i, i^2, x, x^2, ix` (the linear SSE is the constant SSE minus
-:math:`S_{ix}^2 / S_{ii}` in centred sums), so the whole fit is
-:math:`O(n^2)` time and :math:`O(n)` memory, vectorised over :math:`s`
-(~0.1 s for n = 1000).  The penalty is BIC-shaped -- a new segment adds two
-parameters (location, level), a slope one more -- scaled by ``penalty``
-= c.  With c = 1 (plain BIC) a flat, Gaussian, 200-commit history still
-grows a spurious segment in roughly one run in five; the default c = 3
-brings that to well under 1 % (see the tests), while a step of
-:math:`5\sigma` is still found.  The noise level is estimated robustly from
-first differences, :math:`\hat\sigma = 1.4826\,\mathrm{MAD}(\Delta x) /
-\sqrt 2` (a few steps are outliers of :math:`\Delta x`; a drift only shifts
-its median, which the MAD removes), floored at ``1e-4`` so an exactly
-constant history does not get a zero penalty.
+exactly, by optimal-partitioning dynamic programming, :math:`F(t) = \min_s
+F(s) + \min(C_{flat}(s, t),\ C_{ramp}(s, t) + \beta_{slope}) + \beta`.
+Segment costs come in O(1) from prefix sums of :math:`1, i, i^2, x, x^2,
+ix` (the ramp SSE is the plateau SSE minus :math:`S_{ix}^2 / S_{ii}` in
+centred sums), so the fit is :math:`O(n^2)` time and :math:`O(n)` memory,
+vectorised over :math:`s` (~0.15 s for n = 1000).  The penalty is
+BIC-shaped -- a new segment adds two parameters (location and level), a
+slope one more, each worth :math:`\sigma^2\log n` of SSE -- scaled by
+``penalty`` = c; :math:`\hat\sigma` and the :math:`1 + 3/\sqrt n` are
+explained below.  Calibration on
+flat Gaussian histories, counting any reported change with ``min_effect``
+= 0: c = 1 (plain BIC) gives a spurious change in 6.8 %, 6.5 %, 4.3 % of
+15-, 30-, 50-commit histories; c = 2 in 1.8 %, 0.8 %, 0.5 %; the default
+c = 3 in 0.9 % at n = 15 and in none of 1000 runs at n = 30 and 50 (nor
+of 300 at n = 200, 60 at n = 1000).  Power at c = 3: a step of 4 sigma
+(exactly one step, at the right commit) is found in 79 % of 30-commit and
+99 % of 100-commit histories, one of 5 sigma in 95 % and 100 %.
+
+The noise level is estimated robustly from first differences:
+:math:`\hat\sigma^2 = \overline{d^2}_{80\%} / (2\kappa)`, where
+:math:`\overline{d^2}_{80\%}` is the mean square of the 80 % of differences
+closest to their median and :math:`\kappa = 1 - 2q\varphi(q)/0.8` (q =
+:math:`\Phi^{-1}(0.9)`) makes it consistent for normal noise.  A step or an
+outlier only produces one or two large differences, which the trimming
+drops; a drift only shifts the median of the differences, which the
+centring removes.  Trimming is more efficient than a MAD (5 % quantile of
+:math:`\hat\sigma/\sigma` at n = 30: 0.71 vs 0.64), but with few commits
+:math:`\hat\sigma^2` is still uncertain (standard error about
+:math:`1.6\,\sigma^2/\sqrt n`), and an underestimate is what causes
+spurious segments; so the penalty uses :math:`\tilde\sigma^2 =
+\hat\sigma^2 (1 + 3/\sqrt n)`, about two standard errors above the
+estimate.  Floor:
+:math:`\hat\sigma \ge 10^{-4}`, so an exactly constant history does not get
+a zero penalty.
 
 Robustness: an l2 cost would let one outlier commit buy its own segment.
 Before fitting, each point is winsorised towards a running median of width
 5: :math:`x_i \leftarrow \tilde x_i + \mathrm{clip}(x_i - \tilde x_i,
 \pm 3\hat\sigma)`.  A running median follows steps and ramps without delay,
-so only isolated points are touched.  Segments are at least ``min_segment``
-= 3 commits long (a change that lasts one or two commits is an outlier,
-not a level; the newest commits are judged by ``compare_samples``
-instead), and a ramp at least ``min_drift_length`` = 8 commits (shorter
-ramps are reported as steps, which is what a reader wants).
+so only isolated points (up to two in any five) are touched.  Segments are
+at least ``min_segment`` = 3 commits long (a change that lasts one or two
+commits is an outlier, not a level; the newest commits are judged by
+``compare_samples`` instead), and a ramp at least ``min_drift_length`` = 8
+commits (a Mann-Kendall test needs >= 5 points to reach p < 0.05 at all,
+and a reader wants a short ramp reported as a step).
 
-Reporting.  Each segment gets a start and an end level: the median for a
-plateau; the Theil-Sen line (``scipy.stats.theilslopes``) for a ramp.  A
-ramp is reported as a ``drift`` only if a Mann-Kendall test (Kendall's tau
-of value against index, ``scipy.stats.kendalltau``) has p < ``alpha`` *and*
-the Theil-Sen total change over the ramp exceeds ``min_effect``; otherwise
-it is treated as a plateau.  At each segment boundary the jump from the
-previous end level to the next start level is reported as a ``step`` if it
-exceeds ``min_effect``.  ``ratio`` is always after / before, so > 1 is a
-slowdown.  A 1 %/commit drift over 20 commits (+22 %) is one ``drift``, not
-a staircase of steps: the ramp costs :math:`3c\sigma^2\log n`, a staircase
-costs two parameters per stair plus its residual error.
+Reporting.  Each segment's levels are its least-squares fit on the
+winsorised logs (mean for a plateau, line for a ramp).  A ramp is kept as a
+``drift`` only if a Mann-Kendall test (Kendall's tau of value against
+index, ``scipy.stats.kendalltau``) gives p < ``alpha`` *and* the fitted
+total change over the ramp exceeds ``min_effect``; otherwise it is refitted
+as a plateau.  At each boundary the jump from the left segment's end level
+to the right segment's start level is reported as a ``step`` if it exceeds
+``min_effect`` *and* the jump is needed: the two segments fitted by one
+continuous curve (one plateau, or plateau and ramp joined at a hinge placed
+anywhere within ``min_drift_length`` commits of the boundary) must cost
+more than one parameter's penalty :math:`c\tilde\sigma^2\log n` extra SSE.
+Without that test the noisy ends of a ramp read as small spurious steps.
+``ratio`` is always after / before, so > 1 is a slowdown.  A 1 %/commit
+drift over 20 commits (+22 %) is one ``drift`` -- in all calibration runs
+at 1 % per-commit noise, in ~78 % at 2 % (else a drift and a step, or a
+few steps): a ramp costs :math:`3c\tilde\sigma^2\log n`, a staircase two
+parameters per stair plus its residual.  When the noise is several times
+the per-commit slope the ramp is honestly reported as a few steps.
+
+Limits: the noise is assumed independent from commit to commit.  Positively
+autocorrelated noise (a runner slowly warming, a fleet change) makes
+:math:`\hat\sigma` from differences too small and yields spurious
+segments; clusters of outliers (three in five commits) look like a level.
+The ``min_effect`` filter is the backstop in both cases.
 
 Missing commits (nan, inf, <= 0) are skipped and reported indices refer to
 the original positions.
@@ -233,8 +287,14 @@ another (one record per winning/losing chip pair, carrying both verdicts).
 ``best_variant`` picks, per chip, the winning variant with the smallest
 ratio (ties: smaller ``ci_high``, then name), or the default if none wins:
 a variant is never preferred on a non-significant difference, so the
-chosen best does not flap with noise.  ``tuning_drift`` lists the keys whose
-best variant changed between two commits.
+chosen best does not flap with noise against the default.  Among several
+winners the pick is by point estimate; winners whose intervals overlap are
+not told apart, so the choice between them can flip from commit to commit
+and show up as tuning drift (check the two verdicts' intervals before
+acting on it).  ``best_variants`` applies ``best_variant`` to a whole
+``find_divergent``-shaped grid, keyed by (kernel, shape, chip), and
+``tuning_drift`` lists the keys whose best variant changed between two
+commits (keys present on one side only are coverage changes, not drift).
 
 6. Correctness gating (``gate``)
 --------------------------------
@@ -271,6 +331,7 @@ __all__ = [
     "apply_fdr",
     "best_variant",
     "best_variants",
+    "compare_each",
     "compare_grid",
     "compare_samples",
     "detect_change_points",
@@ -299,8 +360,13 @@ MAX_MORE_SAMPLES = 1000
 _EXACT_MWU_MAX_N = 100
 _MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD of a normal sample -> its standard deviation
 _NOISE_FLOOR = 1e-4  # log units (0.01 %): no timing history is more precise than this
-_WINSOR_WIDTH = 5
-_WINSOR_CLIP = 3.0
+_WINSOR_WIDTH = 5  # running-median window used to winsorise a history
+_WINSOR_CLIP = 3.0  # ... and the clip, in noise sigmas
+_TRIM_KEEP = 0.8  # fraction of first differences kept by the noise estimate
+_TRIM_QUANTILE = float(stats.norm.ppf(0.5 + _TRIM_KEEP / 2.0))
+# E[Z^2 | |Z| <= q] for standard normal Z: makes the trimmed mean square consistent for sigma^2
+_TRIMMED_VARIANCE_FACTOR = 1.0 - 2.0 * _TRIM_QUANTILE * float(stats.norm.pdf(_TRIM_QUANTILE)) / _TRIM_KEEP
+_SMALL_SAMPLE_INFLATION = 3.0  # penalty x (1 + 3/sqrt(n)): ~2 standard errors of sigma-hat^2 above it
 
 _VERDICT_TO_OUTCOME: dict[Verdict, VariantOutcome] = {
     "regressed": "lose",
@@ -404,6 +470,16 @@ def _positive_finite(samples: Samples) -> npt.NDArray[np.float64]:
     return values[values > 0]
 
 
+def _midpoint(lower: npt.NDArray[np.float64], upper: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """(lower + upper) / 2 without overflow for values near the float maximum."""
+    return lower + 0.5 * (upper - lower)
+
+
+def _sorted_median(ordered: npt.NDArray[np.float64]) -> float:
+    n = ordered.size
+    return float(_midpoint(ordered[(n - 1) // 2], ordered[n // 2]))
+
+
 def median_ci(samples: Samples, confidence: float = 0.95) -> tuple[float, float, float]:
     """Return ``(median, lo, hi)``: an order-statistic CI of the median.
 
@@ -414,7 +490,7 @@ def median_ci(samples: Samples, confidence: float = 0.95) -> tuple[float, float,
     n = values.size
     if n == 0:
         return (math.nan, math.nan, math.nan)
-    median = float(np.median(values))
+    median = _sorted_median(values)
     if n < 3:
         return (median, math.nan, math.nan)
     tail = (1.0 - confidence) / 2.0
@@ -432,36 +508,78 @@ def median_ci(samples: Samples, confidence: float = 0.95) -> tuple[float, float,
 # ---------------------------------------------------------------------------
 
 
-def _mann_whitney_p(base: npt.NDArray[np.float64], head: npt.NDArray[np.float64]) -> float:
-    pooled = np.concatenate([base, head])
-    has_ties = np.unique(pooled).size < pooled.size
-    if np.ptp(pooled) == 0:
-        return 1.0
-    small = max(base.size, head.size) <= _EXACT_MWU_MAX_N
-    method = "exact" if small and not has_ties else "asymptotic"
-    p = float(stats.mannwhitneyu(head, base, alternative="two-sided", method=method).pvalue)
-    return p if math.isfinite(p) else 1.0
+def _mann_whitney_pvalues(
+    base_rows: npt.NDArray[np.float64], head_rows: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """Two-sided Mann-Whitney p-value per row (rows: series of equal sizes).
+
+    Exact null distribution for rows without ties and <= 100 samples per
+    side, tie-corrected normal approximation otherwise, p = 1 when all values
+    are equal; one vectorised scipy call per method.
+    """
+    pooled = np.sort(np.concatenate([base_rows, head_rows], axis=1), axis=1)
+    constant = pooled[:, -1] == pooled[:, 0]
+    has_ties = (np.diff(pooled, axis=1) == 0).any(axis=1)
+    small = max(base_rows.shape[1], head_rows.shape[1]) <= _EXACT_MWU_MAX_N
+    exact = ~constant & ~has_ties & small
+    p_values = np.ones(len(base_rows))
+    for method, rows in (("exact", exact), ("asymptotic", ~constant & ~exact)):
+        if rows.any():
+            result = stats.mannwhitneyu(
+                head_rows[rows], base_rows[rows], alternative="two-sided", method=method, axis=1
+            )
+            p_values[rows] = np.asarray(result.pvalue, dtype=np.float64)
+    return np.where(np.isfinite(p_values), p_values, 1.0)
+
+
+def _bootstrap_median_ranks(
+    n: int, rng: np.random.Generator, n_boot: int
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Order-statistic positions of the median of ``n_boot`` resamples of size n.
+
+    A resample is summarised by how often it draws each order statistic; its
+    median is the order statistic at which the running count first reaches
+    rank (n+1)//2 (and n//2+1, averaged, for even n).  The positions depend
+    only on the draws, so one set serves every series with n samples:
+    O(n_boot * n), no per-row sort.
+    """
+    draws = rng.integers(0, n, size=(n_boot, n))
+    row_offsets = (np.arange(n_boot) * n)[:, None]
+    counts = np.bincount((draws + row_offsets).ravel(), minlength=n_boot * n).reshape(n_boot, n)
+    running = np.cumsum(counts, axis=1)
+    lower = (running < (n + 1) // 2).sum(axis=1)
+    upper = (running < n // 2 + 1).sum(axis=1)
+    return lower, upper
 
 
 def _bootstrap_log_ratio_ci(
-    base: npt.NDArray[np.float64],
-    head: npt.NDArray[np.float64],
+    base_sorted: npt.NDArray[np.float64],
+    head_sorted: npt.NDArray[np.float64],
     *,
     alpha: float,
     n_boot: int,
     seed: int,
-) -> tuple[float, float]:
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Percentile CI of log(median head / median base) per row (rows: series of equal sizes)."""
     rng = np.random.default_rng(seed)
-    base_medians = np.median(base[rng.integers(0, base.size, size=(n_boot, base.size))], axis=1)
-    head_medians = np.median(head[rng.integers(0, head.size, size=(n_boot, head.size))], axis=1)
+    head_lower, head_upper = _bootstrap_median_ranks(head_sorted.shape[1], rng, n_boot)
+    base_lower, base_upper = _bootstrap_median_ranks(base_sorted.shape[1], rng, n_boot)
+    head_medians = _midpoint(head_sorted[:, head_lower], head_sorted[:, head_upper])
+    base_medians = _midpoint(base_sorted[:, base_lower], base_sorted[:, base_upper])
     log_ratios = np.log(head_medians) - np.log(base_medians)
-    low, high = np.quantile(log_ratios, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return float(low), float(high)
+    low, high = np.quantile(log_ratios, [alpha / 2.0, 1.0 - alpha / 2.0], axis=1)
+    return low, high
 
 
 def _safe_exp(value: float) -> float:
     with np.errstate(over="ignore"):
         return float(np.exp(value))
+
+
+def _relative_change(log_change: float) -> float:
+    """exp(log_change) - 1, saturating to inf instead of raising on absurd inputs."""
+    with np.errstate(over="ignore"):
+        return float(np.expm1(log_change))
 
 
 def _log_spread(*groups: npt.NDArray[np.float64]) -> float:
@@ -492,21 +610,29 @@ def _more_samples_for_too_few(
     if not math.isfinite(sigma) or sigma <= 0:
         return _clamp_more(shortfall)
     z = stats.norm.ppf(1.0 - alpha / 2.0)
-    needed_per_side = math.pi * (z * sigma / math.log1p(min_effect)) ** 2
-    return _clamp_more(max(shortfall, needed_per_side - have))
+    target = math.log1p(min_effect)
+    with np.errstate(over="ignore"):
+        needed_per_side = np.pi * np.square(z * sigma / target) if target > 0 else math.inf
+    return _clamp_more(max(shortfall, float(needed_per_side) - have))
+
+
+def _safe_log(value: float) -> float:
+    """log that maps 0 (an underflowed ratio) to -inf instead of raising."""
+    return math.log(value) if value > 0 else -math.inf
 
 
 def _more_samples_to_clear_band(
     ratio: float, ci_low: float, ci_high: float, n_base: int, n_head: int, min_effect: float
 ) -> int:
-    log_ratio = math.log(ratio)
-    half_width = max(log_ratio - math.log(ci_low), math.log(ci_high) - log_ratio)
-    edges = (math.log1p(min_effect), math.log1p(-min_effect))
+    log_ratio = _safe_log(ratio)
+    half_width = max(log_ratio - _safe_log(ci_low), _safe_log(ci_high) - log_ratio)
+    edges = (math.log1p(min_effect), math.log1p(-min_effect) if min_effect < 1 else -math.inf)
     distance = min(abs(log_ratio - edge) for edge in edges)
-    if distance <= 0:
+    if not distance > 0:
         return MAX_MORE_SAMPLES
     effective_n = 2.0 / (1.0 / n_base + 1.0 / n_head)
-    needed_per_side = effective_n * (half_width / distance) ** 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        needed_per_side = float(effective_n * np.square(np.float64(half_width) / distance))
     return _clamp_more(needed_per_side - min(n_base, n_head))
 
 
@@ -534,6 +660,80 @@ def _decide(
     return "inconclusive", _more_samples_to_clear_band(ratio, ci_low, ci_high, n_base, n_head, min_effect)
 
 
+def _too_few_samples(
+    base: npt.NDArray[np.float64],
+    head: npt.NDArray[np.float64],
+    *,
+    min_effect: float,
+    alpha: float,
+    min_samples: int,
+) -> Comparison:
+    ratio = _median_ratio(base, head) if base.size and head.size else math.nan
+    more = _more_samples_for_too_few(base, head, min_effect=min_effect, alpha=alpha, min_samples=min_samples)
+    return Comparison("inconclusive", ratio, math.nan, math.nan, math.nan, math.nan, base.size, head.size, more)
+
+
+def _median_ratio(base: npt.NDArray[np.float64], head: npt.NDArray[np.float64]) -> float:
+    return _safe_exp(math.log(_sorted_median(np.sort(head))) - math.log(_sorted_median(np.sort(base))))
+
+
+def _compare_equal_sizes(
+    base_rows: npt.NDArray[np.float64],
+    head_rows: npt.NDArray[np.float64],
+    *,
+    min_effect: float,
+    alpha: float,
+    n_boot: int,
+    seed: int,
+) -> list[Comparison]:
+    """Test and bootstrap every row at once; rows are series with the same (n_base, n_head)."""
+    base_sorted, head_sorted = np.sort(base_rows, axis=1), np.sort(head_rows, axis=1)
+    n_base, n_head = base_sorted.shape[1], head_sorted.shape[1]
+    p_values = _mann_whitney_pvalues(base_sorted, head_sorted)
+    log_low, log_high = _bootstrap_log_ratio_ci(base_sorted, head_sorted, alpha=alpha, n_boot=n_boot, seed=seed)
+    comparisons = []
+    for row, p_value in enumerate(p_values.tolist()):
+        ratio = _median_ratio(base_sorted[row], head_sorted[row])
+        ci_low, ci_high = _safe_exp(log_low[row]), _safe_exp(log_high[row])
+        verdict, more = _decide(ratio, ci_low, ci_high, p_value, n_base, n_head, min_effect=min_effect, alpha=alpha)
+        comparisons.append(Comparison(verdict, ratio, ci_low, ci_high, p_value, p_value, n_base, n_head, more))
+    return comparisons
+
+
+def _compare_many(
+    pairs: Sequence[tuple[Samples, Samples]],
+    *,
+    min_effect: float,
+    alpha: float,
+    n_boot: int,
+    seed: int,
+    min_samples: int,
+) -> list[Comparison]:
+    """Unadjusted comparisons (``p_adjusted == p_value``), batched by sample sizes.
+
+    Every series draws its bootstrap resamples from ``default_rng(seed)``, so
+    a series' interval depends only on its own data and ``seed``, never on
+    which other series share the batch.
+    """
+    cleaned = [(_positive_finite(base), _positive_finite(head)) for base, head in pairs]
+    results: list[Comparison | None] = [None] * len(cleaned)
+    by_sizes: dict[tuple[int, int], list[int]] = {}
+    for position, (base, head) in enumerate(cleaned):
+        if min(base.size, head.size) < min_samples:
+            results[position] = _too_few_samples(
+                base, head, min_effect=min_effect, alpha=alpha, min_samples=min_samples
+            )
+        else:
+            by_sizes.setdefault((base.size, head.size), []).append(position)
+    for positions in by_sizes.values():
+        base_rows = np.stack([cleaned[p][0] for p in positions])
+        head_rows = np.stack([cleaned[p][1] for p in positions])
+        batch = _compare_equal_sizes(base_rows, head_rows, min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed)
+        for position, comparison in zip(positions, batch, strict=True):
+            results[position] = comparison
+    return [comparison for comparison in results if comparison is not None]
+
+
 def compare_samples(
     base: Samples,
     head: Samples,
@@ -549,24 +749,10 @@ def compare_samples(
     Non-finite and non-positive samples are dropped.  ``p_adjusted`` equals
     ``p_value`` (a family of one); use ``compare_grid`` for many series.
     """
-    base_values = _positive_finite(base)
-    head_values = _positive_finite(head)
-    n_base, n_head = int(base_values.size), int(head_values.size)
-    ratio = math.nan
-    if n_base and n_head:
-        ratio = _safe_exp(math.log(np.median(head_values)) - math.log(np.median(base_values)))
-
-    if min(n_base, n_head) < min_samples:
-        more = _more_samples_for_too_few(
-            base_values, head_values, min_effect=min_effect, alpha=alpha, min_samples=min_samples
-        )
-        return Comparison("inconclusive", ratio, math.nan, math.nan, math.nan, math.nan, n_base, n_head, more)
-
-    p_value = _mann_whitney_p(base_values, head_values)
-    log_low, log_high = _bootstrap_log_ratio_ci(base_values, head_values, alpha=alpha, n_boot=n_boot, seed=seed)
-    ci_low, ci_high = _safe_exp(log_low), _safe_exp(log_high)
-    verdict, more = _decide(ratio, ci_low, ci_high, p_value, n_base, n_head, min_effect=min_effect, alpha=alpha)
-    return Comparison(verdict, ratio, ci_low, ci_high, p_value, p_value, n_base, n_head, more)
+    (comparison,) = _compare_many(
+        [(base, head)], min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed, min_samples=min_samples
+    )
+    return comparison
 
 
 # ---------------------------------------------------------------------------
@@ -584,10 +770,11 @@ def apply_fdr(
     min_effect: float = DEFAULT_MIN_EFFECT,
     alpha: float = DEFAULT_ALPHA,
 ) -> dict[K, Comparison]:
-    """Benjamini-Hochberg-adjust the p-values of tested series and re-decide.
+    """Benjamini-Hochberg-adjust the raw p-values of tested series and re-decide.
 
-    Untested series (too few samples, ``broken``) are returned unchanged and
-    do not count towards the family size.
+    Only ``p_value`` (raw) is read, so applying it twice gives the same
+    result.  Untested series (too few samples, ``broken``) are returned
+    unchanged and do not count towards the family size.
     """
     tested = [key for key, comparison in comparisons.items() if _is_tested(comparison)]
     adjusted: dict[K, float] = {}
@@ -595,25 +782,43 @@ def apply_fdr(
         raw = np.array([comparisons[key].p_value for key in tested])
         adjusted = dict(zip(tested, stats.false_discovery_control(raw, method="bh").tolist(), strict=True))
     result: dict[K, Comparison] = {}
-    for key, comparison in comparisons.items():
+    for key, c in comparisons.items():
         if key not in adjusted:
-            result[key] = comparison
+            result[key] = c
             continue
-        p_adjusted = float(adjusted[key])
+        p_adjusted = adjusted[key]
         verdict, more = _decide(
-            comparison.ratio,
-            comparison.ci_low,
-            comparison.ci_high,
-            p_adjusted,
-            comparison.n_base,
-            comparison.n_head,
-            min_effect=min_effect,
-            alpha=alpha,
+            c.ratio, c.ci_low, c.ci_high, p_adjusted, c.n_base, c.n_head, min_effect=min_effect, alpha=alpha
         )
-        result[key] = dataclasses.replace(
-            comparison, verdict=verdict, p_adjusted=p_adjusted, more_samples_needed=more
-        )
+        result[key] = Comparison(verdict, c.ratio, c.ci_low, c.ci_high, c.p_value, p_adjusted, c.n_base, c.n_head, more)
     return result
+
+
+def compare_each(
+    pairs: Mapping[K, tuple[Samples, Samples]],
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+) -> dict[K, Comparison]:
+    """``compare_samples`` on every ``key -> (base, head)``, batched, *without* multiplicity control.
+
+    Each result equals ``compare_samples`` on that pair (a family of one).
+    Meant for composing families by hand with ``apply_fdr``; for one commit's
+    grid use ``compare_grid``.
+    """
+    keys = list(pairs)
+    measured = _compare_many(
+        [pairs[key] for key in keys],
+        min_effect=min_effect,
+        alpha=alpha,
+        n_boot=n_boot,
+        seed=seed,
+        min_samples=min_samples,
+    )
+    return dict(zip(keys, measured, strict=True))
 
 
 def compare_grid(
@@ -632,12 +837,7 @@ def compare_grid(
     on which other series share the grid.  Keys in ``broken`` get verdict
     ``broken`` and stay out of the BH family.
     """
-    raw = {
-        key: compare_samples(
-            base, head, min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed, min_samples=min_samples
-        )
-        for key, (base, head) in pairs.items()
-    }
+    raw = compare_each(pairs, min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed, min_samples=min_samples)
     gated = {key: gate(comparison, key in broken) for key, comparison in raw.items()}
     return apply_fdr(gated, min_effect=min_effect, alpha=alpha)
 
@@ -648,11 +848,14 @@ def compare_grid(
 
 
 def _robust_noise(values: npt.NDArray[np.float64]) -> float:
-    if values.size < 3:
-        return _NOISE_FLOOR
+    """Noise sigma from first differences: trimmed RMS about their median, / sqrt(2)."""
     differences = np.diff(values)
-    mad = np.median(np.abs(differences - np.median(differences)))
-    return max(_NOISE_FLOOR, float(_MAD_TO_SIGMA * mad / math.sqrt(2.0)))
+    if differences.size < 2:
+        return _NOISE_FLOOR
+    deviations = np.sort(np.abs(differences - np.median(differences)))
+    kept = deviations[: max(2, int(_TRIM_KEEP * deviations.size))]
+    variance_of_differences = float(np.mean(kept * kept)) / _TRIMMED_VARIANCE_FACTOR
+    return max(_NOISE_FLOOR, math.sqrt(variance_of_differences / 2.0))
 
 
 def _winsorise(values: npt.NDArray[np.float64], sigma: float) -> npt.NDArray[np.float64]:
@@ -774,33 +977,52 @@ def _fit_segment(
     index = np.arange(chunk.size, dtype=np.float64)
     trend_p = float(stats.kendalltau(index, chunk).pvalue)
     slope, intercept = np.polyfit(index, chunk, 1)
-    material = abs(math.expm1(slope * index[-1])) > min_effect
+    material = abs(_relative_change(slope * index[-1])) > min_effect
     if math.isfinite(trend_p) and trend_p < alpha and material:
         return _FittedSegment(segment.start, segment.stop, True, float(intercept), float(slope))
     return plateau
 
 
-def _jump_is_supported(
-    values: npt.NDArray[np.float64], left: _FittedSegment, right: _FittedSegment, threshold: float
-) -> bool:
-    """Does a jump at the boundary reduce the SSE by more than one parameter's penalty?
-
-    The alternative fits both segments with one continuous curve (a plateau,
-    or a plateau/ramp hinged half-way between the last left and the first
-    right commit), which has exactly one parameter fewer.
-    """
-    union = values[left.start : right.stop]
-    offset = np.arange(left.start, right.stop) - (right.start - 0.5)
+def _continuous_sse(
+    union: npt.NDArray[np.float64], offset: npt.NDArray[np.float64], left_ramp: bool, right_ramp: bool
+) -> float:
     columns = [np.ones_like(offset)]
-    if left.drifting:
+    if left_ramp:
         columns.append(np.minimum(offset, 0.0))
-    if right.drifting:
+    if right_ramp:
         columns.append(np.maximum(offset, 0.0))
     design = np.column_stack(columns)
     coefficients = np.linalg.lstsq(design, union, rcond=None)[0]
     residuals = union - design @ coefficients
-    continuous_sse = float(residuals @ residuals)
-    return continuous_sse - (left.sse(values) + right.sse(values)) > threshold
+    return float(residuals @ residuals)
+
+
+def _jump_is_supported(
+    values: npt.NDArray[np.float64],
+    left: _FittedSegment,
+    right: _FittedSegment,
+    *,
+    threshold: float,
+    hinge_search: int,
+) -> bool:
+    """Does a jump at the boundary reduce the SSE by more than one parameter's penalty?
+
+    The alternative fits both segments with one continuous curve -- a single
+    plateau, or a plateau/ramp hinged within ``hinge_search`` commits of the
+    boundary (the fit chose the boundary for a discontinuous model, so the
+    continuous one gets to choose its hinge too) -- with one parameter fewer.
+    """
+    union = values[left.start : right.stop]
+    index = np.arange(left.start, right.stop, dtype=np.float64)
+    separate_sse = left.sse(values) + right.sse(values)
+    if not (left.drifting or right.drifting):
+        hinges = [right.start - 0.5]
+    else:
+        lowest = max(left.start + 1, right.start - hinge_search)
+        highest = min(right.stop - 1, right.start + hinge_search)
+        hinges = [h - 0.5 for h in range(lowest, highest + 1)]
+    best_continuous = min(_continuous_sse(union, index - hinge, left.drifting, right.drifting) for hinge in hinges)
+    return best_continuous - separate_sse > threshold
 
 
 def _valid_history(medians: Sequence[float]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
@@ -828,7 +1050,7 @@ def detect_change_points(
     if n < 2 * min_segment:
         return []
     sigma = _robust_noise(log_values)
-    per_parameter = penalty * sigma * sigma * math.log(n)
+    per_parameter = penalty * sigma * sigma * (1.0 + _SMALL_SAMPLE_INFLATION / math.sqrt(n)) * math.log(n)
     cleaned = _winsorise(log_values, sigma)
     segments = _optimal_segments(
         cleaned,
@@ -842,7 +1064,8 @@ def detect_change_points(
     for left, right in zip([None, *fitted[:-1]], fitted, strict=True):
         if left is not None:
             jump = right.start_level - left.end_level
-            if abs(math.expm1(jump)) > min_effect and _jump_is_supported(cleaned, left, right, per_parameter):
+            supported = _jump_is_supported(cleaned, left, right, threshold=per_parameter, hinge_search=min_drift_length)
+            if abs(_relative_change(jump)) > min_effect and supported:
                 index = positions[right.start]
                 found.append(_change_point("step", index, index, left.end_level, right.start_level))
         if right.drifting:
