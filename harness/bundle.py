@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import tomllib
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,7 +27,7 @@ from sqlalchemy.pool import NullPool
 
 from harness.errors import HarnessError
 from harness.models import Chip, Commit, JobRecord, Machine, Run, Sample
-from harness.store import Store, mask_url
+from harness.store import Store, mask_url, sample_writer
 
 FORMAT = "mlx-harness-bundle"
 VERSION = 1
@@ -505,7 +505,7 @@ class _Importer:
         self.jobs: list[dict[str, Any]] = []
         self.samples: list[tuple[list[float], list[int] | None]] = []
         self.buffered = 0
-        self.write_samples = _sample_writer(session)
+        self.write_samples = sample_writer(session)
 
     def _check(self, record: dict[str, Any]) -> dict[str, Any]:
         kind = record["type"]
@@ -619,32 +619,6 @@ class _Importer:
         self.summary.jobs_added += len(self.jobs)
         self.summary.samples_added += len(rows)
         self.jobs, self.samples, self.buffered = [], [], 0
-
-
-def _sample_writer(session: Session) -> Callable[[list[tuple[int, int, float]]], None]:
-    """The fastest bulk insert of (job_id, idx, seconds) rows the database offers, inside the session's transaction.
-
-    PostgreSQL (psycopg 3): COPY FROM STDIN in text format, the rows formatted at once (float repr is exact and
-    PostgreSQL reads inf/nan). SQLite: executemany of plain tuples (no per-row parameter processing).
-    Anything else: a Core executemany insert.
-    """
-    connection = session.connection()
-    dialect = connection.dialect
-    table = dialect.identifier_preparer.format_table(Sample.__table__)
-    if dialect.name == "postgresql" and dialect.driver == "psycopg":
-        driver_connection = connection.connection.driver_connection
-
-        def copy(rows: list[tuple[int, int, float]]) -> None:
-            with driver_connection.cursor() as cursor, \
-                    cursor.copy(f"COPY {table} (job_id, idx, seconds) FROM STDIN") as stream:
-                stream.write("".join([f"{job}\t{idx}\t{seconds!r}\n" for job, idx, seconds in rows]))
-
-        return copy
-    if dialect.name == "sqlite":
-        return lambda rows: connection.exec_driver_sql(
-            f"INSERT INTO {table} (job_id, idx, seconds) VALUES (?, ?, ?)", rows)
-    return lambda rows: connection.execute(insert(Sample.__table__),
-                                           [{"job_id": j, "idx": i, "seconds": s} for j, i, s in rows])
 
 
 def import_bundle(store: Store, path: str | Path, attempts: int = 3) -> ImportSummary:

@@ -12,6 +12,7 @@ series are visible.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,8 +100,6 @@ def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, fl
 
     With fewer than 3 samples there is no useful interval: the bounds are min and max.
     """
-    from scipy import stats  # imported here: job processes never pay for scipy
-
     values = np.sort(np.asarray(samples, dtype=float))
     n = values.size
     if n == 0:
@@ -108,11 +107,18 @@ def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, fl
     median = float(np.median(values))
     if n < 3:
         return median, float(values[0]), float(values[-1])
+    lo_rank, hi_rank = _ci_ranks(n, confidence)
+    return median, float(values[lo_rank]), float(values[hi_rank])
+
+
+@functools.lru_cache(maxsize=1024)
+def _ci_ranks(n: int, confidence: float) -> tuple[int, int]:
+    """0-based order-statistic ranks bracketing the median (cached: the store summarises every job)."""
+    from scipy import stats  # imported here: job processes never pay for scipy
+
     lo_rank = int(stats.binom.ppf((1 - confidence) / 2, n, 0.5))
     hi_rank = int(stats.binom.isf((1 - confidence) / 2, n, 0.5))
-    lo_rank = max(lo_rank - 1, 0)
-    hi_rank = min(hi_rank, n - 1)
-    return median, float(values[lo_rank]), float(values[hi_rank])
+    return max(lo_rank - 1, 0), min(hi_rank, n - 1)
 
 
 def summarize(samples: list[float]) -> Summary:
