@@ -11,7 +11,7 @@ import typer
 from harness.commands.common import app, console, state
 from harness.errors import HarnessError
 
-COMMANDS = ("run", "chips", "report")
+COMMANDS = ("run", "chips", "report", "compare", "variants", "bundle", "cluster", "node", "submit", "spool")
 
 for _name in COMMANDS:
     importlib.import_module(f"harness.commands.{_name}")
@@ -25,7 +25,7 @@ def main() -> None:
     except HarnessError as exc:
         if state["debug"]:
             raise
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Protocol
 
-from harness.plan import Job
+from harness.plan import PHASES, Job
 from harness.result import JobResult
 
 OnResult = Callable[[Job, JobResult], None]
@@ -43,11 +43,22 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def worker_env(tree: str | None = None) -> dict[str, str]:
-    """Environment of a job process: the tree under test first on the import path."""
+HARNESS_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def worker_env(tree: str | None = None, venv: str | None = None) -> dict[str, str]:
+    """Environment of a job process: the tree under test first on the import path (then ``tree/src`` if it
+    exists, then the inherited PYTHONPATH, then the harness's source root, so ``harness.worker`` and the
+    pytest plugin import from another repository's tree too); ``venv``: that environment activated."""
     env = dict(os.environ)
     if tree:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
+        src = os.path.join(tree, "src")
+        paths = (tree, src if os.path.isdir(src) else "", env.get("PYTHONPATH", ""), HARNESS_ROOT)
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    if venv:
+        from harness.envs import activated
+
+        env = activated(env, venv)
     return env
 
 
@@ -56,21 +67,37 @@ def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.execu
 
     A job whose variant cannot run here (wrong backend, unsupported dtype) is skipped without a
     process when the code under test is this process's own (``tree`` None): nothing is measured.
+    A job of a suite with ``[install]`` runs with the python of the install key's environment, installed
+    here first if needed (harness/envs.py); the ``install`` job only does that.
     """
     start = time.perf_counter()
-    if tree is None:
+    if tree is None and job.kind not in ("install", "pytest") and not job.is_function:
         from harness.worker import skip_reason
 
         reason = skip_reason(job)
         if reason:
             return JobResult(job.key, "skipped", reason, duration_s=time.perf_counter() - start)
+    venv = None
+    if job.install:
+        from harness import envs
+
+        try:
+            environment = envs.ensure(job.install, tree or os.getcwd())
+        except Exception as exc:  # noqa: BLE001 - an unwritable cache or the like: this job's result, not a crash
+            return JobResult(job.key, "crashed", f"cannot prepare the environment: {type(exc).__name__}: {exc}",
+                             duration_s=time.perf_counter() - start)
+        if job.kind == "install" or not environment.ok:
+            result = envs.install_result(job.key, environment)
+            result.duration_s = time.perf_counter() - start
+            return result
+        python, venv = str(environment.python), str(environment.path)
     with tempfile.TemporaryDirectory(prefix="harness-job-") as scratch:
         job_path, result_path, log_path = (Path(scratch) / n for n in ("job.json", "result.json", "output.log"))
         job_path.write_text(job.to_json())
         with open(log_path, "wb") as log:
             proc = subprocess.Popen([python, "-m", "harness.worker", str(job_path), str(result_path)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=tree or None, env=worker_env(tree), start_new_session=True)
+                                    cwd=tree or None, env=worker_env(tree, venv), start_new_session=True)
             try:
                 code = proc.wait(timeout=job.timeout_s)
             except subprocess.TimeoutExpired:
@@ -98,18 +125,18 @@ class LocalExecutor:
         return run_in_subprocess(job, self.tree)
 
     def execute(self, jobs: list[Job], on_result: OnResult) -> None:
-        timed = [j for j in jobs if j.kind != "correctness"]
-        correctness = [j for j in jobs if j.kind == "correctness"]
-        calibration = [j for j in timed if j.kind == "calibration"]
-        self._serial(calibration, on_result)
-        if self.parallel > 1 and len(correctness) > 1:
-            with ThreadPoolExecutor(self.parallel) as pool:
-                futures = {pool.submit(self._run, job): job for job in correctness}
-                for future in as_completed(futures):
-                    on_result(futures[future], future.result())
-        else:
-            self._serial(correctness, on_result)
-        self._serial([j for j in timed if j.kind == "benchmark"], on_result)
+        """The kinds in :data:`harness.plan.PHASES` order (any other kind last, timed): timed kinds one at a
+        time, the others ``parallel`` at once."""
+        extra = [(kind, True) for kind in dict.fromkeys(j.kind for j in jobs) if kind not in dict(PHASES)]
+        for kind, timed in [*PHASES, *extra]:
+            phase = [j for j in jobs if j.kind == kind]
+            if not timed and self.parallel > 1 and len(phase) > 1:
+                with ThreadPoolExecutor(self.parallel) as pool:
+                    futures = {pool.submit(self._run, job): job for job in phase}
+                    for future in as_completed(futures):
+                        on_result(futures[future], future.result())
+            else:
+                self._serial(phase, on_result)
 
     def _serial(self, jobs: Iterable[Job], on_result: OnResult) -> None:
         for job in jobs:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import re
+import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -12,13 +17,22 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "mlx-harness"))
+FULL_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
-def _git(repo: str | Path, *args: str, check: bool = True) -> str:
+def cache_dir() -> Path:
+    """The per-machine cache (clones, worktrees, cluster state): ``$HARNESS_CACHE`` read at call time."""
+    env = os.environ.get("HARNESS_CACHE")
+    return Path(env) if env else CACHE_DIR
+
+
+def _git(repo: str | Path, *args: str, check: bool = True, timeout: float = 120) -> str:
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
         raise HarnessError("git is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"git {' '.join(args)} in {repo} took longer than {timeout:g} s") from None
     if check and done.returncode != 0:
         raise HarnessError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip().splitlines()[-1:]}")
     return done.stdout.strip()
@@ -62,6 +76,11 @@ def resolve(repo: str | Path, rev: str = "HEAD") -> CommitInfo:
                       "" if branch == "HEAD" else branch, origin(repo))
 
 
+def remote_url(repo: str | Path, name: str = "origin") -> str:
+    """The URL of remote ``name`` ("" when there is none)."""
+    return _git(repo, "remote", "get-url", name, check=False)
+
+
 def origin(repo: str | Path) -> str:
     """A name for the repository: its origin URL if any, else its folder name."""
     url = _git(repo, "remote", "get-url", "origin", check=False)
@@ -80,7 +99,7 @@ def toplevel(path: str | Path) -> Path:
 def worktree(repo: str | Path, sha: str) -> Path:
     """A clean, detached worktree of exactly ``sha`` (created once, reused, verified every time)."""
     key = hashlib.sha1(str(Path(repo).resolve()).encode()).hexdigest()[:10]
-    path = CACHE_DIR / "worktrees" / f"{key}-{sha[:12]}"
+    path = cache_dir() / "worktrees" / f"{key}-{sha[:12]}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         _git(repo, "worktree", "prune", check=False)
@@ -96,3 +115,68 @@ def verify_tree(path: str | Path, sha: str) -> None:
         raise HarnessError(f"tree {path} is at {head[:12]}, not the requested {sha[:12]}")
     if is_dirty(path):
         raise HarnessError(f"tree {path} has local changes; refusing to run a dirty tree as {sha[:12]}")
+
+
+# --- a repository reached by URL (cluster nodes) ------------------------------------------------------------
+
+
+def is_local_path(repo: str) -> bool:
+    """A path on this machine rather than a URL (``https://``, ``ssh://``, ``file://``, ``git@host:path``)."""
+    if "://" in repo:
+        return False
+    return not re.match(r"^[\w.-]+@[\w.-]+:", repo)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock shared by every process on this machine (several Ray workers may check out at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _has_commit(repo: Path, rev: str) -> str:
+    return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+
+
+def mirror_path(url: str) -> Path:
+    """Where this machine keeps its bare clone of ``url`` (one per URL, shared by every run)."""
+    return cache_dir() / "repos" / hashlib.sha1(url.encode()).hexdigest()[:16]
+
+
+def fetch(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
+    """Make sure the per-machine bare clone of ``url`` has ``rev``; return (clone, full sha). Locked per clone."""
+    if is_local_path(url):
+        url = str(Path(url).expanduser().resolve())
+    mirror = mirror_path(url)
+    with _locked(mirror.with_suffix(".lock")):
+        if not (mirror / "HEAD").exists():
+            shutil.rmtree(mirror, ignore_errors=True)  # what an interrupted clone left behind
+            mirror.parent.mkdir(parents=True, exist_ok=True)
+            _git(mirror.parent, "clone", "--bare", "--quiet", url, str(mirror), timeout=timeout)
+        if FULL_SHA.match(rev):  # a full sha never changes meaning: fetch it only when missing
+            sha = _has_commit(mirror, rev)
+            if not sha:
+                _git(mirror, "fetch", "--quiet", url, rev, check=False, timeout=timeout)
+                sha = _has_commit(mirror, rev)
+        else:  # a branch, tag or short sha: the remote's refs may have moved since the last fetch
+            sha = ""
+        if not sha:
+            _git(mirror, "fetch", "--quiet", "--force", "--prune", url, "+refs/heads/*:refs/heads/*",
+                 "+refs/tags/*:refs/tags/*", check=False, timeout=timeout)
+            sha = _has_commit(mirror, rev)
+        if not sha:
+            raise HarnessError(f"commit {rev!r} is not in {url} (or this machine cannot fetch it)")
+    return mirror, sha
+
+
+def checkout(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
+    """A verified, clean worktree of exactly ``rev`` from ``url``: clone once per machine, a worktree per commit."""
+    mirror, sha = fetch(url, rev, timeout)
+    with _locked(mirror.with_suffix(".lock")):
+        tree = worktree(mirror, sha)
+    return tree, sha

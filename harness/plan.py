@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the job processes import this module; keep pydantic out of them
     from harness.suite import BenchmarkSpec, CorrectnessSpec, Suite
 
-JobKind = Literal["correctness", "benchmark", "calibration"]
+JobKind = Literal["install", "calibration", "correctness", "pytest", "benchmark"]
+
+# The order executors run the kinds in, and whether a kind is timed (runs alone) or may share the machine.
+# "install" prepares a repository suite's environment (once per install key) before anything else.
+PHASES: tuple[tuple[str, bool], ...] = (("install", True), ("calibration", True), ("correctness", False),
+                                        ("pytest", False), ("benchmark", True))
 
 
 @dataclass(frozen=True)
@@ -30,10 +36,17 @@ class Job:
     timing: dict[str, Any] = field(default_factory=dict)
     plugins: tuple[str, ...] = ()
     plugin_dir: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)  # a repository job: its pytest selection or function target
+    install: dict[str, Any] = field(default_factory=dict)  # the suite's [install] (empty: the harness's python)
 
     @property
     def shape_key(self) -> str:
         return shape_label(self.shape)
+
+    @property
+    def is_function(self) -> bool:
+        """A benchmark of a repository's function (harness/bench.py) rather than of a registered kernel."""
+        return bool(self.spec.get("target"))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -54,6 +67,17 @@ def job_key(kind: str, kernel: str, variant: str, shape: dict[str, int], dtype: 
     if check:
         parts.append(check)
     return "/".join(parts)
+
+
+KEY_CHARS = 400  # the job key column's width
+
+
+def per_test_key(selection: str, nodeid: str) -> str:
+    """A pytest test's stable key, ``test/<selection>/<nodeid>`` (a long one keeps a digest of the whole)."""
+    key = f"test/{selection}/{nodeid}"
+    if len(key) <= KEY_CHARS:
+        return key
+    return f"{key[:KEY_CHARS - 17]}#{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
 
 def key_digest(key: str) -> str:
@@ -102,7 +126,47 @@ def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]
                     jobs.append(Job(job_key("benchmark", spec.kernel, variant, shape, dtype), "benchmark",
                                     spec.name, spec.kernel, variant, shape, dtype,
                                     timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing, **common))
+    jobs += _plan_repo_sections(suite, chip_class, common)
     return _dedupe(jobs)
+
+
+INSTALL_KEY = "install"
+PYTEST_GRACE_S = 60.0  # the job process outlives pytest's own timeout by this much, to report partial results
+
+
+def install_spec(suite: Suite) -> dict[str, Any]:
+    """The job-side form of [install]; ``nonce`` identifies this plan, so a failed install is retried by the next
+    run but not by every job of this one."""
+    if suite.install is None:
+        return {}
+    return {**suite.install.model_dump(), "nonce": uuid.uuid4().hex}
+
+
+def _plan_repo_sections(suite: Suite, chip_class: str, common: dict[str, Any]) -> list[Job]:
+    """The install job, pytest selections and benchmark functions of a repository suite."""
+    from harness.suite import TimingSpec
+
+    install = install_spec(suite)
+    jobs: list[Job] = []
+    if install:
+        jobs.append(Job(INSTALL_KEY, "install", "install", "install", "default", {}, "",
+                        timeout_s=install["timeout_s"] + PYTEST_GRACE_S, install=install, **common))
+    for spec in suite.pytest:
+        if chip_class not in spec.chips:
+            continue
+        selection = {"selection": spec.name, "paths": spec.paths, "k": spec.k, "m": spec.m, "args": spec.args,
+                     "workers": spec.workers, "timeout_s": spec.timeout_s}
+        jobs.append(Job(f"pytest/{spec.name}", "pytest", spec.name, spec.name, "default", {}, "",
+                        timeout_s=spec.timeout_s + PYTEST_GRACE_S, spec=selection, install=install, **common))
+    for spec in suite.function:
+        timing = TimingSpec(**{**suite.timing.model_dump(), **spec.timing}).model_dump()
+        for dtype in spec.dtypes or [""]:
+            for shape in suite.function_shapes(spec, chip_class):
+                jobs.append(Job(job_key("benchmark", spec.target, "default", shape, dtype or "-"), "benchmark",
+                                spec.label, spec.target, "default", shape, dtype,
+                                timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing,
+                                spec={"target": spec.target}, install=install, **common))
+    return jobs
 
 
 def _dedupe(jobs: list[Job]) -> list[Job]:

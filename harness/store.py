@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,7 +13,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy import Engine, create_engine, event, insert, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from harness.chip import ChipIdentity
 from harness.errors import HarnessError
 from harness.models import Chip, Commit, JobRecord, Machine, Run, Sample, utcnow
-from harness.plan import Job
+from harness.plan import Job, per_test_key
 from harness.result import JobResult
 from harness.timing import summarize
 
@@ -51,7 +51,7 @@ def _sqlite_pragmas(engine: Engine) -> None:
         dbapi_connection.isolation_level = None  # let us emit BEGIN ourselves
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(os.environ.get('HARNESS_SQLITE_BUSY_MS', '30000'))}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
@@ -124,7 +124,12 @@ def open_store(url: str | None = None) -> Store:
         engine.dispose()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise HarnessError(f"cannot open database {mask_url(url)}: {reason}") from None
-    return Store(engine, url)
+    opened = Store(engine, url)
+    from harness import spool  # results spooled while this database was unreachable are written first
+
+    if spool.folder(url).is_dir():
+        spool.drain(opened)
+    return opened
 
 
 # --- writing -------------------------------------------------------------------------------------------------
@@ -167,12 +172,21 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
                run_id: str | None = None) -> str:
     """Insert a new run row (a new id each time: running the same commit again never overwrites)."""
     run_id = run_id or uuid.uuid4().hex
-    with store.session() as session:
-        chip = get_or_create_chip(session, ident)
-        machine = get_or_create_machine(session, chip, facts)
-        commit_row = get_or_create_commit(session, **commit)
-        session.add(Run(id=run_id, commit_id=commit_row.id, chip_id=chip.id, machine_id=machine.id, suite=suite,
-                        dirty=dirty, executor=executor, planned_jobs=planned_jobs, options=options or {}))
+    for attempt in range(3):
+        try:
+            with store.session() as session:
+                chip = get_or_create_chip(session, ident)
+                machine = get_or_create_machine(session, chip, facts)
+                commit_row = get_or_create_commit(session, **commit)
+                session.add(Run(id=run_id, commit_id=commit_row.id, chip_id=chip.id, machine_id=machine.id,
+                                suite=suite, dirty=dirty, executor=executor, planned_jobs=planned_jobs,
+                                options=options or {}))
+            return run_id
+        except IntegrityError:
+            # Another writer (a cluster driver's other chip, another run) created the same chip, machine or
+            # commit between our look-up and our insert (PostgreSQL READ COMMITTED): the retry finds it.
+            if attempt == 2:
+                raise
     return run_id
 
 
@@ -224,12 +238,50 @@ def record_result(store: Store, run_id: str, job: Job, result: JobResult,
                 session.add(record)
                 session.flush()
                 if result.samples:
-                    session.execute(Sample.__table__.insert(),
-                                    [{"job_id": record.id, "idx": i, "seconds": s}
-                                     for i, s in enumerate(result.samples)])
+                    sample_writer(session)([(record.id, i, s) for i, s in enumerate(result.samples)])
+                session.add_all(_test_records(run_id, job, result))  # a pytest job's tests, in the same transaction
         except IntegrityError:
             return False  # a concurrent writer stored it first
     return True
+
+
+def _test_records(run_id: str, job: Job, result: JobResult) -> list[JobRecord]:
+    """One row per test of a pytest job: kind "test", key test/<selection>/<nodeid>, status its outcome."""
+    records: dict[str, JobRecord] = {}
+    for test in result.tests:
+        key = per_test_key(job.name, str(test["nodeid"]))
+        records.setdefault(key, JobRecord(
+            run_id=run_id, key=key, kind="test", name=str(test["nodeid"])[:255], kernel=job.kernel,
+            variant=job.variant, dtype=job.dtype, shape={}, shape_key="", check_name="", status=test["outcome"],
+            detail=str(test.get("detail", ""))[:4000], output_tail=str(test.get("longrepr", ""))[-4000:],
+            duration_s=float(test.get("duration_s") or 0.0), node=result.node, attempts=result.attempts))
+    return list(records.values())
+
+
+def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float]]], None]:
+    """The fastest bulk insert of (job_id, idx, seconds) rows the database offers, inside the session's transaction.
+
+    PostgreSQL (psycopg 3): COPY FROM STDIN in text format, the rows formatted at once (float repr is exact and
+    PostgreSQL reads inf/nan). SQLite: executemany of plain tuples (no per-row parameter processing).
+    Anything else: a Core executemany insert.
+    """
+    connection = session.connection()
+    dialect = connection.dialect
+    table = dialect.identifier_preparer.format_table(Sample.__table__)
+    if dialect.name == "postgresql" and dialect.driver == "psycopg":
+        driver_connection = connection.connection.driver_connection
+
+        def copy(rows: list[tuple[int, int, float]]) -> None:
+            with driver_connection.cursor() as cursor, \
+                    cursor.copy(f"COPY {table} (job_id, idx, seconds) FROM STDIN") as stream:
+                stream.write("".join([f"{job}\t{idx}\t{seconds!r}\n" for job, idx, seconds in rows]))
+
+        return copy
+    if dialect.name == "sqlite":
+        return lambda rows: connection.exec_driver_sql(
+            f"INSERT INTO {table} (job_id, idx, seconds) VALUES (?, ?, ?)", rows)
+    return lambda rows: connection.execute(insert(Sample.__table__),
+                                           [{"job_id": j, "idx": i, "seconds": s} for j, i, s in rows])
 
 
 def set_peaks(store: Store, run_id: str, peak_flops: float | None, peak_bytes_per_s: float | None) -> None:

@@ -34,6 +34,8 @@ def _load_kernel(job: Job):
 def skip_reason(job: Job) -> str | None:
     """Why the job's variant cannot run on this machine, or None (also None if it cannot be loaded:
     the job process then reports that failure properly)."""
+    if job.kind in ("install", "pytest") or job.is_function:
+        return None  # a repository's job: it decides in its own process (harness/repo_jobs.py)
     try:
         _, variant = _load_kernel(job)
     except Exception:  # noqa: BLE001 - reported by the job process itself
@@ -62,6 +64,12 @@ def run_job(job: Job) -> JobResult:
     """Run one job in this process; a Python exception from the kernel is a failure, not a crash."""
     start = time.perf_counter()
     try:
+        if job.kind == "pytest" or job.is_function:
+            from harness import repo_jobs
+
+            result = repo_jobs.run_pytest(job) if job.kind == "pytest" else repo_jobs.run_function(job)
+            result.duration_s = time.perf_counter() - start
+            return result
         kernel, variant = _load_kernel(job)
         reason = variant.unsupported(job.dtype)
         if reason:

@@ -109,7 +109,7 @@ def main() -> None:
                 if name.startswith("flash_") and (S > 2048 or args.skip_mlx):
                     continue  # the op-by-op MLX variants are timed at S <= 2048 only (launch-bound there)
                 try:
-                    med, spread = median_of(lambda variant=variant: variant.fn(**inputs))
+                    med, spread = median_of(lambda variant=variant, inputs=inputs: variant.fn(**inputs))
                 except Exception as exc:  # noqa: BLE001
                     rows.append({"D": D, "S": S, "variant": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
                     continue
