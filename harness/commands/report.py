@@ -14,14 +14,20 @@ from harness.commands.common import DbOption, app, console
 def report(
     db: DbOption = None,
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("harness-out/report"),
+    change_points: Annotated[bool, typer.Option(
+        "--change-points/--no-change-points",
+        help="Search every history for change points (O(commits²) per series: the slow part on long histories)."),
+    ] = True,
+    last: Annotated[int | None, typer.Option(
+        min=2, help="Histories and regressions cover each chip's last N commits only (default: all).")] = None,
 ) -> None:
-    """Re-render the HTML report from a database."""
+    """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions."""
     from harness.report import build_report
     from harness.store import open_store
 
     store = open_store(db)
     try:
-        index = build_report(store, out)
+        index = build_report(store, out, change_points=change_points, last=last)
     finally:
         store.close()
     console.print(f"report: {index.resolve()}")
