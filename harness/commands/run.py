@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +27,8 @@ def run(
                                            "harness.toml at its root runs that suite from a clean checkout "
                                            "(docs/external-repos.md).")] = ".",
     chip_label: Annotated[str | None, typer.Option(help="Override the detected chip key.")] = None,
-    parallel: Annotated[int, typer.Option(help="Correctness jobs run at once (benchmarks always run alone).")] = 1,
+    parallel: Annotated[int, typer.Option(help="Correctness jobs run at once (benchmarks and calibration always "
+                                               "run alone). Default: the number of CPU cores.")] = 0,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip rendering the HTML report.")] = False,
     executor: Annotated[str, typer.Option(help="local (this machine) or ray (every chip of a Ray cluster: one "
                                                "run per chip, from a clean checkout of the commit on each node; "
@@ -45,6 +47,7 @@ def run(
 
     if executor not in ("local", "ray"):
         raise HarnessError(f"--executor must be local or ray, not {executor!r}")
+    parallel = parallel or os.cpu_count() or 1
     request = RunRequest(suite=suite, db_url=db, commit=commit, repo=repo, chip_label=chip_label, parallel=parallel,
                          executor=executor, address=address, max_attempts=max_attempts,
                          chips=tuple(c for c in (chips or "").split(",") if c), resume=resume)
