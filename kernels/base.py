@@ -17,6 +17,25 @@ Shape = dict[str, int]
 Inputs = dict[str, Any]
 
 
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def mlx_core():
+    """``mlx.core``, imported on first use (planning and validation never load MLX)."""
+    import mlx.core as mx
+
+    return mx
+
+
+def mx_dtype(dtype: str):
+    """The MLX dtype named ``dtype``; ValueError naming the accepted ones otherwise."""
+    mx = mlx_core()
+    try:
+        return {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}[dtype]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {dtype!r}; expected one of {FLOAT_DTYPES}") from None
+
+
 def always_available() -> str | None:
     """A variant that runs everywhere MLX runs."""
     return None

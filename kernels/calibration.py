@@ -7,24 +7,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.base import CheckResult, Inputs, Kernel, Shape, Variant, register, to_numpy
+from kernels.base import CheckResult, Inputs, Kernel, Shape, Variant, mlx_core, mx_dtype, register, to_numpy
 
 DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def _mx():
-    import mlx.core as mx
-
-    return mx
-
-
-def _mx_dtype(dtype: str):
-    mx = _mx()
-    try:
-        return {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}[dtype]
-    except KeyError:
-        raise ValueError(f"unsupported dtype {dtype!r}; expected one of {DTYPES}") from None
+_mx = mlx_core
+_mx_dtype = mx_dtype
 
 
 def _normalize_n(kernel_name: str, shape: Mapping[str, int]) -> Shape:

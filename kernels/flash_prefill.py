@@ -16,6 +16,8 @@ from kernels.base import (
     Shape,
     Variant,
     max_abs_error,
+    mlx_core,
+    mx_dtype,
     register,
     run_variant,
     to_numpy,
@@ -48,18 +50,8 @@ TOLERANCE = {"float32": 2e-5, "float16": 5e-3, "bfloat16": 3e-2}
 LARGE_Q = 100.0
 
 
-def _mx():
-    import mlx.core as mx
-
-    return mx
-
-
-def _mx_dtype(dtype: str):
-    mx = _mx()
-    try:
-        return {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}[dtype]
-    except KeyError:
-        raise ValueError(f"unsupported dtype {dtype!r}; expected one of {DTYPES}") from None
+_mx = mlx_core
+_mx_dtype = mx_dtype
 
 
 # --------------------------------------------------------------------------- shapes
