@@ -11,7 +11,7 @@ import typer
 from harness.commands.common import app, console, state
 from harness.errors import HarnessError
 
-COMMANDS = ("run", "chips", "report", "compare", "variants", "bundle", "cluster", "node", "submit", "spool")
+COMMANDS = ("run", "chips", "report", "compare", "variants", "bundle", "bisect", "cluster", "node", "submit", "spool")
 
 for _name in COMMANDS:
     importlib.import_module(f"harness.commands.{_name}")
