@@ -73,18 +73,18 @@ class SeriesKey(NamedTuple):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe copy: dataclasses and named tuples become dicts, datetimes ISO strings, nan/inf None."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if hasattr(value, "to_dict"):
             return value.to_dict()
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple) and hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
+        return {k: json_safe(v) for k, v in value._asdict().items()}
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, float | np.floating):
@@ -98,7 +98,7 @@ class _Plain:
     """``to_dict()`` for the frozen records below: every field, JSON-serialisable."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {f.name: json_safe(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -876,7 +876,7 @@ def _chip_regressions(store: Store, session: Session, chip: str, *, include_dirt
     for nb, nh in np.unique(sizes[tested], axis=0).tolist():
         where = np.flatnonzero(tested & (n_base == nb) & (n_head == nh))
         # The very test stats.compare_each runs, on the same sorted rows: a cheap screen before the bootstrap.
-        p_values[where] = stats._mann_whitney_pvalues(data.cell_rows(base_cell[where], nb),
+        p_values[where] = stats.mann_whitney_pvalues(data.cell_rows(base_cell[where], nb),
                                                       data.cell_rows(head_cell[where], nh))
     tested_pairs = np.flatnonzero(tested)
     tested_pairs = tested_pairs[np.argsort(head_commit[tested_pairs], kind="stable")]

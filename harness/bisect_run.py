@@ -31,7 +31,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 
 from harness import bisect, git, stats
-from harness.analysis import _plain
+from harness.analysis import json_safe
 from harness.errors import HarnessError
 from harness.models import Chip, Commit, JobRecord, Run, Sample
 from harness.plan import shape_label
@@ -82,7 +82,7 @@ class _Record:
     """``to_dict()``: every field, JSON-serialisable (nan -> None)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return {f.name: json_safe(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -36,29 +36,25 @@ into the next. So:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import signal
 import site
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.proc import exclusive_lock, file_tail, kill_group
 from harness.result import JobResult
 
 OK_MARKER = ".harness-installed"
 FAILED_MARKER = ".harness-install-failed"
 LOG_NAME = "harness-install.log"
 PTH_NAME = "harness-parent.pth"
-TAIL_CHARS = 4000
 
 
 def envs_dir() -> Path:
@@ -108,24 +104,6 @@ class Environment:
     @property
     def python(self) -> Path:
         return self.path / "bin" / "python"
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _tail(path: Path) -> str:
-    try:
-        return path.read_bytes()[-TAIL_CHARS:].decode("utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def _parent_site_dirs() -> list[str]:
@@ -189,14 +167,10 @@ def _run_install(command: str, tree: Path, path: Path, timeout_s: float) -> tupl
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                proc.kill()
-            proc.wait()
+            kill_group(proc)
             return False, f"`{command}` did not finish within {timeout_s:g} s (killed)"
     if code != 0:
-        lines = [line.strip() for line in _tail(log_path).splitlines() if line.strip()]
+        lines = [line.strip() for line in file_tail(log_path).splitlines() if line.strip()]
         last = lines[-1] if lines else "no output"
         return False, f"`{command}` exited with status {code}: {last[:300]}"
     return True, ""
@@ -208,9 +182,9 @@ def ensure(install: dict[str, Any], tree: str | Path) -> Environment:
     key = install_key(install, tree)
     path = envs_dir() / key[:16]
     start = time.perf_counter()
-    with _locked(path.with_name(path.name + ".lock")):
+    with exclusive_lock(path.with_name(path.name + ".lock")):
         if (path / OK_MARKER).exists():
-            return Environment(key, path, True, True, tail=_tail(path / LOG_NAME))
+            return Environment(key, path, True, True, tail=file_tail(path / LOG_NAME))
         failed = path / FAILED_MARKER
         if failed.exists():
             try:
@@ -229,7 +203,7 @@ def ensure(install: dict[str, Any], tree: str | Path) -> Environment:
         else:
             ok, reason = _run_install(install["command"], tree, path, float(install.get("timeout_s", 900)))
         seconds = time.perf_counter() - start
-        tail = _tail(path / LOG_NAME)
+        tail = file_tail(path / LOG_NAME)
         if ok:
             (path / OK_MARKER).write_text(json.dumps({"key": key, "tree": str(tree), "seconds": seconds}))
         else:

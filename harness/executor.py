@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -15,32 +14,16 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.plan import PHASES, Job
+from harness.proc import file_tail, kill_group
 from harness.result import JobResult
 
 OnResult = Callable[[Job, JobResult], None]
-TAIL_CHARS = 4000
 
 
 class Executor(Protocol):
     """Runs jobs and calls ``on_result`` once per job, from any thread, as results arrive."""
 
     def execute(self, jobs: list[Job], on_result: OnResult) -> None: ...
-
-
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-TAIL_CHARS:].decode("utf-8", errors="replace")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
 
 
 HARNESS_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -101,10 +84,10 @@ def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.execu
             try:
                 code = proc.wait(timeout=job.timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
                 return JobResult(job.key, "timeout", f"no result after {job.timeout_s:g} s; process killed",
-                                 duration_s=time.perf_counter() - start, output_tail=_tail(log_path))
-        tail = _tail(log_path)
+                                 duration_s=time.perf_counter() - start, output_tail=file_tail(log_path))
+        tail = file_tail(log_path)
         if result_path.exists():
             result = JobResult.from_dict(json.loads(result_path.read_text()))
             result.output_tail = result.output_tail or tail

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.proc import exclusive_lock
 
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE", Path.home() / ".cache" / "mlx-harness"))
 FULL_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -127,18 +125,6 @@ def is_local_path(repo: str) -> bool:
     return not re.match(r"^[\w.-]+@[\w.-]+:", repo)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock shared by every process on this machine (several Ray workers may check out at once)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _has_commit(repo: Path, rev: str) -> str:
     return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
 
@@ -153,7 +139,7 @@ def fetch(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
     if is_local_path(url):
         url = str(Path(url).expanduser().resolve())
     mirror = mirror_path(url)
-    with _locked(mirror.with_suffix(".lock")):
+    with exclusive_lock(mirror.with_suffix(".lock")):
         if not (mirror / "HEAD").exists():
             shutil.rmtree(mirror, ignore_errors=True)  # what an interrupted clone left behind
             mirror.parent.mkdir(parents=True, exist_ok=True)
@@ -177,6 +163,6 @@ def fetch(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
 def checkout(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
     """A verified, clean worktree of exactly ``rev`` from ``url``: clone once per machine, a worktree per commit."""
     mirror, sha = fetch(url, rev, timeout)
-    with _locked(mirror.with_suffix(".lock")):
+    with exclusive_lock(mirror.with_suffix(".lock")):
         tree = worktree(mirror, sha)
     return tree, sha

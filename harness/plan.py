@@ -80,8 +80,6 @@ def per_test_key(selection: str, nodeid: str) -> str:
     return f"{key[:KEY_CHARS - 17]}#{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
 
-def key_digest(key: str) -> str:
-    return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
 def _variants(spec: CorrectnessSpec | BenchmarkSpec, kernel) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.models import Chip, Commit, JobRecord, Run, Sample
+from harness.models import Chip, JobRecord, Run
 from harness.store import Store
 
 
@@ -84,20 +84,3 @@ def get_run(store: Store, run_id: str) -> RunView | None:
     with store.session() as session:
         run = session.get(Run, run_id)
         return _run_view(session, run, True) if run else None
-
-
-def samples_of(store: Store, run_id: str) -> dict[str, list[float]]:
-    """Raw samples per job key of one run."""
-    with store.session() as session:
-        rows = session.execute(select(JobRecord.key, Sample.seconds).join(Sample, Sample.job_id == JobRecord.id)
-                               .where(JobRecord.run_id == run_id).order_by(JobRecord.key, Sample.idx))
-        out: dict[str, list[float]] = {}
-        for key, seconds in rows:
-            out.setdefault(key, []).append(seconds)
-        return out
-
-
-def commits(store: Store) -> list[dict[str, Any]]:
-    with store.session() as session:
-        return [{"sha": c.sha, "message": c.message, "branch": c.branch}
-                for c in session.scalars(select(Commit).order_by(Commit.id))]

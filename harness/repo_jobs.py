@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.plan import Job
+from harness.proc import file_tail, kill_group
 from harness.result import JobResult, count_label
 from harness.timing import TimingProtocol, measure, measure_mlx
 
-TAIL_CHARS = 4000
 OUT_ENV = "HARNESS_PYTEST_OUT"  # harness/pytest_plugin.py's output file (not imported here: it imports pytest)
 # pytest's exit codes (pytest.ExitCode) that say more than the per-test outcomes do.
 PYTEST_EXIT = {2: "interrupted (collection errors or Ctrl-C)", 3: "internal error", 4: "usage error",
@@ -56,13 +55,6 @@ def read_outcomes(path: Path) -> list[dict[str, Any]]:
     return list(tests.values())
 
 
-def _tail(path: Path) -> str:
-    try:
-        return path.read_bytes()[-TAIL_CHARS:].decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
 def run_pytest(job: Job) -> JobResult:
     """Run the selection in the current folder (the commit's tree); status from the per-test outcomes."""
     spec = job.spec
@@ -78,13 +70,9 @@ def run_pytest(job: Job) -> JobResult:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # pytest and its xdist workers
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                code = proc.wait()
+                code = kill_group(proc)  # pytest and its xdist workers
         tests = read_outcomes(out)
-        tail = _tail(log_path)
+        tail = file_tail(log_path)
     counts = Counter(t["outcome"] for t in tests)
     detail = count_label(counts)
     if timed_out:

@@ -337,6 +337,7 @@ __all__ = [
     "detect_change_points",
     "find_divergent",
     "gate",
+    "mann_whitney_pvalues",
     "median_ci",
     "tuning_drift",
     "variant_verdict",
@@ -508,7 +509,7 @@ def median_ci(samples: Samples, confidence: float = 0.95) -> tuple[float, float,
 # ---------------------------------------------------------------------------
 
 
-def _mann_whitney_pvalues(
+def mann_whitney_pvalues(
     base_rows: npt.NDArray[np.float64], head_rows: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
     """Two-sided Mann-Whitney p-value per row (rows: series of equal sizes).
@@ -689,7 +690,7 @@ def _compare_equal_sizes(
     """Test and bootstrap every row at once; rows are series with the same (n_base, n_head)."""
     base_sorted, head_sorted = np.sort(base_rows, axis=1), np.sort(head_rows, axis=1)
     n_base, n_head = base_sorted.shape[1], head_sorted.shape[1]
-    p_values = _mann_whitney_pvalues(base_sorted, head_sorted)
+    p_values = mann_whitney_pvalues(base_sorted, head_sorted)
     log_low, log_high = _bootstrap_log_ratio_ci(base_sorted, head_sorted, alpha=alpha, n_boot=n_boot, seed=seed)
     comparisons = []
     for row, p_value in enumerate(p_values.tolist()):

@@ -12,7 +12,6 @@ series are visible.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,29 +95,19 @@ class Summary:
 
 
 def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Median and an order-statistic CI: ranks from the Binomial(n, 1/2) quantiles (no normality assumed).
+    """Median and the order-statistic CI of ``harness.stats.median_ci`` (the one the verdicts use).
 
-    With fewer than 3 samples there is no useful interval: the bounds are min and max.
+    Stored with every result, so it never raises for a short run: with fewer than 3 samples there is no
+    useful interval and the bounds are min and max; no samples at all is an error.
     """
     values = np.sort(np.asarray(samples, dtype=float))
-    n = values.size
-    if n == 0:
+    if values.size == 0:
         raise ValueError("no samples")
-    median = float(np.median(values))
-    if n < 3:
-        return median, float(values[0]), float(values[-1])
-    lo_rank, hi_rank = _ci_ranks(n, confidence)
-    return median, float(values[lo_rank]), float(values[hi_rank])
+    if values.size < 3:
+        return float(np.median(values)), float(values[0]), float(values[-1])
+    from harness.stats import median_ci as stats_median_ci  # imported here: job processes never pay for scipy
 
-
-@functools.lru_cache(maxsize=1024)
-def _ci_ranks(n: int, confidence: float) -> tuple[int, int]:
-    """0-based order-statistic ranks bracketing the median (cached: the store summarises every job)."""
-    from scipy import stats  # imported here: job processes never pay for scipy
-
-    lo_rank = int(stats.binom.ppf((1 - confidence) / 2, n, 0.5))
-    hi_rank = int(stats.binom.isf((1 - confidence) / 2, n, 0.5))
-    return max(lo_rank - 1, 0), min(hi_rank, n - 1)
+    return stats_median_ci(values, confidence)
 
 
 def summarize(samples: list[float]) -> Summary:

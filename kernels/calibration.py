@@ -13,10 +13,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-_mx = mlx_core
-_mx_dtype = mx_dtype
-
-
 def _normalize_n(kernel_name: str, shape: Mapping[str, int]) -> Shape:
     raw = dict(shape)
     for key in raw:
@@ -38,14 +34,14 @@ def matmul_normalize_shape(shape: Mapping[str, int]) -> Shape:
 
 
 def matmul_make_inputs(shape: Shape, dtype: str, seed: int) -> Inputs:
-    mx = _mx()
+    mx = mlx_core()
     n = matmul_normalize_shape(shape)["N"]
     ka, kb = mx.random.split(mx.random.key(seed), 2)
     # entries ~ N(0, 1/sqrt(N)) so that (a @ b) entries are ~ N(0, 1) at every N: the
     # absolute tolerance then means the same thing for every size.
     s = float(n) ** -0.25
-    a = (mx.random.normal((n, n), key=ka) * s).astype(_mx_dtype(dtype))
-    b = (mx.random.normal((n, n), key=kb) * s).astype(_mx_dtype(dtype))
+    a = (mx.random.normal((n, n), key=ka) * s).astype(mx_dtype(dtype))
+    b = (mx.random.normal((n, n), key=kb) * s).astype(mx_dtype(dtype))
     mx.eval(a, b)
     return {"a": a, "b": b}
 
@@ -89,9 +85,9 @@ def copy_normalize_shape(shape: Mapping[str, int]) -> Shape:
 
 
 def copy_make_inputs(shape: Shape, dtype: str, seed: int) -> Inputs:
-    mx = _mx()
+    mx = mlx_core()
     n = copy_normalize_shape(shape)["N"]
-    x = mx.random.normal((n,), key=mx.random.key(seed)).astype(_mx_dtype(dtype))
+    x = mx.random.normal((n,), key=mx.random.key(seed)).astype(mx_dtype(dtype))
     mx.eval(x)
     return {"x": x}
 
@@ -114,7 +110,7 @@ def copy(x):
 
 def graph_primitives(out) -> list[str]:
     """Names of the primitives an unevaluated array still has to run (from MLX's DOT export)."""
-    mx = _mx()
+    mx = mlx_core()
     buf = io.StringIO()
     mx.export_to_dot(buf, out)
     return [line.split('label ="', 1)[1].split('"', 1)[0] for line in buf.getvalue().split(";") if 'label ="' in line]

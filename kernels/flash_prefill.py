@@ -50,10 +50,6 @@ TOLERANCE = {"float32": 2e-5, "float16": 5e-3, "bfloat16": 3e-2}
 LARGE_Q = 100.0
 
 
-_mx = mlx_core
-_mx_dtype = mx_dtype
-
-
 # --------------------------------------------------------------------------- shapes
 
 
@@ -106,11 +102,11 @@ def bytes_moved(shape: Mapping[str, int], dtype: str) -> float:
 
 
 def make_inputs(shape: Shape, dtype: str, seed: int) -> Inputs:
-    mx = _mx()
+    mx = mlx_core()
     s = normalize_shape(shape)
     B, H, S_q, S_kv, D = (s[k] for k in SHAPE_KEYS)
     kq, kk, kv = mx.random.split(mx.random.key(seed), 3)
-    dt = _mx_dtype(dtype)
+    dt = mx_dtype(dtype)
     q = mx.random.normal((B, H, S_q, D), key=kq).astype(dt)
     k = mx.random.normal((B, H, S_kv, D), key=kk).astype(dt)
     v = mx.random.normal((B, H, S_kv, D), key=kv).astype(dt)
@@ -141,7 +137,7 @@ def sdpa(q, k, v, scale):
     """MLX's attention (fused kernel on GPU; on CPU MLX 0.32 lowers it to matmul + softmax ops).
     mask="causal" is lower-right (tail) aligned, i.e. q_align = S_kv - S_q, which is what we want:
     checked against the reference for S_q < S_kv (a head-aligned reading would be off by ~0.9)."""
-    mx = _mx()
+    mx = mlx_core()
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
 
 
@@ -229,7 +225,7 @@ def schedule_stats(S_q: int, S_kv: int, BQ: int, BK: int) -> dict[str, int]:
 def _tile_mask(b0: int, n_blocks: int, BQ: int, k0: int, k1: int, S_kv: int, q_align: int, causal: bool):
     """Bool mask (n_blocks - b0, BQ, k1 - k0): may query row r of blocks [b0, n_blocks) attend key j
     in [k0, k1)? (causal with tail alignment, and j < S_kv: padding keys never)."""
-    mx = _mx()
+    mx = mlx_core()
     rows = np.arange(b0 * BQ, n_blocks * BQ)[:, None]
     keys = np.arange(k0, k1)[None, :]
     allowed = np.broadcast_to(keys < S_kv, (rows.shape[0], k1 - k0))
@@ -239,7 +235,7 @@ def _tile_mask(b0: int, n_blocks: int, BQ: int, k0: int, k1: int, S_kv: int, q_a
 
 
 def _flash_attention_impl(q, k, v, scale: float, BQ: int, BK: int, faults: frozenset[str] = frozenset()):
-    mx = _mx()
+    mx = mlx_core()
     B, H, S_q, D = q.shape
     S_kv = k.shape[2]
     if S_q > S_kv:
@@ -330,7 +326,7 @@ def _perturb_positions(S_q: int, S_kv: int) -> list[int]:
 def check_causal_perturb(kernel: Kernel, variant: Variant, shape: Mapping[str, int], dtype: str) -> CheckResult:
     """Perturbing k and v at key j changes no row that cannot see j (bit-identical output) and
     changes every row that can (else the perturbation would prove nothing)."""
-    mx = _mx()
+    mx = mlx_core()
     s = kernel.normalize_shape(shape)
     q_align = s["S_kv"] - s["S_q"]
     inputs = kernel.make_inputs(s, dtype, 0)
@@ -370,7 +366,7 @@ def _masked_shapes(shape: Shape) -> list[Shape]:
 def check_masked_no_nan(kernel: Kernel, variant: Variant, shape: Mapping[str, int], dtype: str) -> CheckResult:
     """Large logits (q * 100) with fully masked tiles: output finite and within a relative bound
     (the dtype tolerance scaled by the logit growth) of the reference."""
-    mx = _mx()
+    mx = mlx_core()
     s = kernel.normalize_shape(shape)
     tol = kernel.tolerance[dtype] * LARGE_Q
     worst = 0.0
