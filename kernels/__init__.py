@@ -7,6 +7,7 @@ from kernels.base import REGISTRY, CheckResult, Kernel, Variant, register
 BUILTIN_MODULES = (
     "kernels.flash_prefill",
     "kernels.flash_cuda",
+    "kernels.flash_cuda_mma",
     "kernels.calibration",
     "kernels.quant_decode",
     "kernels.q8_0",

@@ -5,7 +5,7 @@ median time at the given shapes (causal, B=1, H=32), its TFLOP/s (causal work on
 and its time as a ratio to SDPA's (SDPA time / variant time: 1.0 = as fast as SDPA), plus a correctness
 spot-check of every CUDA variant and the cost of starting one job process.
 
-Usage: python scripts/gpu_flash_bench.py [--out results.json] [--seq 2048 8192] [--dims 64 128]
+Usage: python scripts/gpu_flash_bench.py [--out results.json] [--seq 2048 8192] [--dims 64 128] [--only cuda_mma]
 """
 
 from __future__ import annotations
@@ -49,13 +49,18 @@ def calibrate() -> dict[str, float]:
     return peaks
 
 
-def spot_check() -> dict[str, str]:
+def selected(name: str, only: list[str]) -> bool:
+    """SDPA always (the baseline); other variants when no prefix is given or the name starts with one."""
+    return name == "sdpa" or not only or any(name.startswith(prefix) for prefix in only)
+
+
+def spot_check(only: list[str]) -> dict[str, str]:
     kernel = REGISTRY["flash_prefill"]
     out = {}
     shapes = [{"B": 1, "H": 2, "S_q": 1, "S_kv": 1, "D": 64}, {"B": 2, "H": 2, "S_q": 37, "S_kv": 101, "D": 128},
               {"B": 1, "H": 3, "S_q": 200, "S_kv": 200, "D": 32}]
     for name, variant in kernel.variants.items():
-        if not name.startswith("cuda"):
+        if not name.startswith("cuda") or not selected(name, only):
             continue
         verdicts = []
         for dtype in ("float16", "bfloat16"):
@@ -67,6 +72,7 @@ def spot_check() -> dict[str, str]:
                             verdicts.append(f"{dtype} {shape} {check}: {res.detail[:200]}")
                     except Exception as exc:  # noqa: BLE001 - reported, not raised
                         verdicts.append(f"{dtype} {shape} {check}: {type(exc).__name__}: {str(exc)[:300]}")
+                        break  # e.g. the source does not compile: once is enough
         out[name] = "ok" if not verdicts else " | ".join(verdicts[:3])
     return out
 
@@ -85,13 +91,15 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--skip-mlx", action="store_true", help="time only SDPA and the CUDA source variants")
+    parser.add_argument("--only", nargs="*", default=[], metavar="PREFIX",
+                        help="check and time only the variants whose name starts with a prefix (and SDPA)")
     args = parser.parse_args()
 
     import mlx.core as mx
 
     report: dict = {"chip": detect().to_dict(), "mx_fast_cuda_kernel_doc": (mx.fast.cuda_kernel.__doc__ or "")[:600]}
     report["job_process_s"] = job_process_cost()
-    report["spot_check"] = spot_check()
+    report["spot_check"] = spot_check(args.only)
     print(json.dumps(report["spot_check"], indent=1), flush=True)
     report["peaks"] = calibrate()
     print("peaks", report["peaks"], flush=True)
@@ -104,7 +112,7 @@ def main() -> None:
             flops = kernel.flops(shape)
             base = None
             for name, variant in kernel.variants.items():
-                if variant.unsupported(args.dtype):
+                if variant.unsupported(args.dtype) or not selected(name, args.only):
                     continue
                 if name.startswith("flash_") and (S > 2048 or args.skip_mlx):
                     continue  # the op-by-op MLX variants are timed at S <= 2048 only (launch-bound there)
