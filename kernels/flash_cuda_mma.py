@@ -3,18 +3,21 @@
 The WMMA variants (kernels.flash_cuda) round-trip every score tile through shared memory and load K and V
 into one buffer with no overlap. These variants follow the FlashAttention-2 forward schedule instead:
 
-- Q is staged once through shared memory into registers (``ldmatrix``), as mma A fragments;
-- S = Q K^T stays in registers (mma accumulators, documented PTX fragment layout of m16n8k16), the online
-  softmax runs on them (row max/sum across the 4 lanes of a row by shuffles, exp2 with the scale folded in,
-  a safe max so a fully masked row never makes exp(-inf - -inf)), and P is repacked in registers as the
-  A operand of O += P V; V is read with ``ldmatrix.trans``;
+- S = Q K^T stays in registers (mma accumulators, the documented PTX fragment layout of m16n8k16); the online
+  softmax runs on them (row max/sum across the 4 lanes of a row by shuffles, ``ex2.approx`` with the scale
+  folded in, a safe max so a fully masked row never makes exp(-inf - -inf)), and P is repacked in registers
+  as the A operand of O += P V; V is read with ``ldmatrix.trans``;
 - K and V have their own buffers, filled with ``cp.async`` (zero-filled past S_kv): V of a chunk loads while
   Q K^T runs, the next chunk's K while the softmax and P V run;
+- shared-memory rows are unpadded and XOR-swizzled by 16-byte chunk, so the 8 rows one ``ldmatrix`` reads
+  hit 8 different bank groups (tests/test_kernels_flash_cuda.py checks the index map);
 - causal block skip (chunks wholly in the future of the block's last row are never loaded), the mask is only
   evaluated on chunks that cross the diagonal or the end of the keys, heaviest query blocks first.
 
-One warp per 16 query rows; BQ rows per block, BK keys per chunk (compile-time). fp16 and bf16 only (the
-tensor-core input types); sm_80 or newer (``mma.sync`` m16n8k16, ``cp.async``, ``ldmatrix``).
+Tiles are compile-time: BQ query rows per block, BK keys per chunk, WM m-tiles of 16 rows per warp. WM=1
+keeps Q in registers; WM=2 (``_r32`` variants, FlashAttention-2's layout for head dim 128) re-reads Q from
+shared memory so each K/V fragment feeds two m-tiles. fp16 and bf16 only (the tensor-core input types);
+sm_80 or newer. Measured on the H200: reports/examples/README.md.
 """
 
 from __future__ import annotations

@@ -88,3 +88,71 @@ def test_bad_shapes_are_refused_before_launch(family, q_shape, kv_shape, BQ, BK,
     q, kv = mx.zeros(q_shape, dtype=mx.float16), mx.zeros(kv_shape, dtype=mx.float16)
     with pytest.raises(ValueError, match=words):
         attention(q, kv, kv, 0.125, BQ, BK)
+
+
+# ----------------------------------------------------------------------------- recorded on the H200
+
+H200_FLASH_BUNDLE = EXAMPLES / "h200-88a6d6f-flash.bundle"
+
+
+@pytest.fixture(scope="module")
+def h200_flash(tmp_path_factory):
+    """The flash slice of the built-in suite as run on the lent H200 at 88a6d6f (reports/examples/README.md)."""
+    from harness.bundle import import_bundle
+    from harness.store import open_store
+
+    db = open_store(f"sqlite:///{tmp_path_factory.mktemp('h200') / 'h200.db'}")
+    import_bundle(db, H200_FLASH_BUNDLE)
+    yield db
+    db.close()
+
+
+def test_every_mma_variant_passed_every_half_precision_correctness_job_on_the_h200(h200_flash):
+    from sqlalchemy import select
+
+    from harness.models import JobRecord
+
+    with h200_flash.session() as session:
+        jobs = session.scalars(select(JobRecord).where(JobRecord.kind == "correctness")).all()
+    names = {v.name for v in flash_cuda_mma.mma_variants()}
+    by_variant: dict[str, dict[str, set]] = {}
+    for job in jobs:
+        by_variant.setdefault(job.variant, {}).setdefault(job.dtype, set()).add(job.status)
+    sdpa_cases = sum(1 for j in jobs if j.variant == "sdpa" and j.dtype == "float16")
+    for name in names:
+        assert by_variant[name]["float16"] == {"passed"}, name
+        assert by_variant[name]["float32"] == {"skipped"}, name  # tensor-core input types only
+        assert sum(1 for j in jobs if j.variant == name and j.dtype == "float16") == sdpa_cases > 0
+
+
+def test_on_the_h200_the_mma_kernels_beat_the_wmma_kernels_at_every_benchmarked_shape(h200_flash):
+    """The figures docs/ and the README quote: variant / SDPA time, from the harness's own variant verdicts."""
+    from harness.analysis import variant_matrix
+
+    matrix = variant_matrix(h200_flash)
+    cells = [c for c in matrix.cells if c.kernel == "flash_prefill" and c.dtype == "float16"]
+    shapes = {c.shape_key for c in cells}
+    assert len(shapes) == 4  # S 2048/8192 x D 64/128
+    for shape in shapes:
+        here = [c for c in cells if c.shape_key == shape]
+        best_mma = min((c for c in here if c.variant.startswith("cuda_mma")), key=lambda c: c.ratio)
+        best_wmma = min((c for c in here if c.variant.startswith("cuda_bq")), key=lambda c: c.ratio)
+        assert best_mma.ci_high < best_wmma.ci_low, (shape, best_mma, best_wmma)
+        assert all(c.outcome == "lose" for c in here)  # SDPA (cuDNN) stays the fastest on this chip
+
+
+def test_the_recorded_runs_suite_is_the_flash_slice_of_the_builtin_suite(tmp_path):
+    """scripts/flash_suite.py (how the bundle above was produced) still yields a valid suite of the flash jobs."""
+    import runpy
+
+    from harness.suite import load_suite
+
+    script = runpy.run_path(str(EXAMPLES.parent.parent / "scripts" / "flash_suite.py"))
+    path = tmp_path / "flash.toml"
+    path.write_text(script["flash_suite"](script["BUILTIN"].read_text()))
+    suite = load_suite(path)
+    assert suite.suite.name == "builtin-flash"
+    assert [c.name for c in suite.correctness] == ["flash-boundaries", "flash-masking"]
+    (grid,) = suite.benchmark
+    assert grid.name == "flash-grid-half" and set(grid.variants) >= {v.name for v in flash_cuda_mma.mma_variants()}
+    assert grid.grid["gpu"]["S"] == [2048, 8192]
