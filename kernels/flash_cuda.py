@@ -34,6 +34,27 @@ HEADER = """
 #include <cuda_bf16.h>
 """
 
+# Both CUDA kernel families: sizes, this block's query rows (heaviest causal blocks first), this thread, and
+# the (batch, head) slices of q, k, v and out. Grid: x = query blocks, y = batch * heads.
+PROLOGUE = """
+    const int S_q = dims[0];
+    const int S_kv = dims[1];
+    const int q_align = S_kv - S_q;
+    const float scale_log2 = scale[0] * 1.4426950408889634f;
+    const int n_qblocks = (S_q + BQ - 1) / BQ;
+    const int qb = n_qblocks - 1 - (int)blockIdx.x;    // heaviest (last) query blocks first
+    const int bh = blockIdx.y;
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int q0 = qb * BQ;
+
+    const T* qg = q + (size_t)bh * S_q * D;
+    const T* kg = k + (size_t)bh * S_kv * D;
+    const T* vg = v + (size_t)bh * S_kv * D;
+    T* og = out + (size_t)bh * S_q * D;
+"""
+
 SOURCE = """
     using namespace nvcuda;
     constexpr int NW = BQ / 16;          // warps per block, 16 query rows each
@@ -55,23 +76,7 @@ SOURCE = """
     T* kv_s = reinterpret_cast<T*>(smem);
     float* s_s = reinterpret_cast<float*>(smem + KV_BYTES);
 
-    const int S_q = dims[0];
-    const int S_kv = dims[1];
-    const int q_align = S_kv - S_q;
-    const float scale_log2 = scale[0] * 1.4426950408889634f;
-    const int n_qblocks = (S_q + BQ - 1) / BQ;
-    const int qb = n_qblocks - 1 - (int)blockIdx.x;    // heaviest (last) query blocks first
-    const int bh = blockIdx.y;
-    const int tid = threadIdx.x;
-    const int warp = tid / 32;
-    const int lane = tid % 32;
-    const int q0 = qb * BQ;
-
-    const T* qg = q + (size_t)bh * S_q * D;
-    const T* kg = k + (size_t)bh * S_kv * D;
-    const T* vg = v + (size_t)bh * S_kv * D;
-    T* og = out + (size_t)bh * S_q * D;
-
+""" + PROLOGUE + """
     // Stage the Q tile (rows past S_q are zeros), then keep it in registers.
     T* q_s = reinterpret_cast<T*>(smem);
     for (int i = tid; i < BQ * (D / 8); i += NT) {
@@ -195,6 +200,16 @@ def smem_bytes(BQ: int, BK: int, D: int) -> int:
     return max(main, BQ * dp * 2) + 2 * BQ * 4
 
 
+def check_launch(who: str, S_q: int, S_kv: int, D: int, smem: int, tiles: str) -> None:
+    """Refuse, before any launch, what the kernels do not handle: the head dim, S_q > S_kv, too much smem."""
+    if D not in HEAD_DIMS:
+        raise ValueError(f"{who}: head dim {D} not in {HEAD_DIMS}")
+    if S_q > S_kv:
+        raise ValueError(f"{who}: S_q={S_q} > S_kv={S_kv}")
+    if smem > STATIC_SMEM_LIMIT:
+        raise ValueError(f"{who}: {tiles} D={D} needs {smem} B of shared memory (static limit {STATIC_SMEM_LIMIT})")
+
+
 def cuda_unavailable() -> str | None:
     import mlx.core as mx
 
@@ -217,12 +232,7 @@ def flash_attention_cuda(q, k, v, scale: float, BQ: int, BK: int):
 
     B, H, S_q, D = q.shape
     S_kv = k.shape[2]
-    if D not in HEAD_DIMS:
-        raise ValueError(f"flash_attention_cuda: head dim {D} not in {HEAD_DIMS}")
-    if S_q > S_kv:
-        raise ValueError(f"flash_attention_cuda: S_q={S_q} > S_kv={S_kv}")
-    if smem_bytes(BQ, BK, D) > STATIC_SMEM_LIMIT:
-        raise ValueError(f"BQ={BQ} BK={BK} D={D} needs {smem_bytes(BQ, BK, D)} B of shared memory")
+    check_launch("flash_attention_cuda", S_q, S_kv, D, smem_bytes(BQ, BK, D), f"BQ={BQ} BK={BK}")
     n_qblocks = -(-S_q // BQ)
     dims = mx.array([S_q, S_kv], dtype=mx.int32)
     (out,) = _kernel()(
@@ -250,13 +260,14 @@ def cuda_variants() -> list[Variant]:
             if smem_bytes(bq, bk, max(HEAD_DIMS)) <= STATIC_SMEM_LIMIT]
 
 
-def register_cuda_variants() -> None:
+def register_variants(variants: list[Variant]) -> None:
+    """Add variants to the flash_prefill kernel (once: a module imported again adds nothing)."""
     from kernels.base import REGISTRY
 
     kernel = REGISTRY["flash_prefill"]
-    for variant in cuda_variants():
+    for variant in variants:
         if variant.name not in kernel.variants:
             kernel.add_variant(variant)
 
 
-register_cuda_variants()
+register_variants(cuda_variants())

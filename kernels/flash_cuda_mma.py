@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 
 from kernels.base import Variant
-from kernels.flash_cuda import HEAD_DIMS, STATIC_SMEM_LIMIT, cuda_unavailable
+from kernels.flash_cuda import HEAD_DIMS, PROLOGUE, STATIC_SMEM_LIMIT, check_launch, cuda_unavailable, register_variants
 
 # (m-tiles per warp, BQ choices, BK choices): one warp per 16 rows with Q in registers, or per 32 rows
 # with Q in shared memory (FlashAttention-2's layout for head dim 128).
@@ -104,28 +104,12 @@ SOURCE = """
     T* v_s = k_s + KV_ELEMS;
     T* q_s = Q_IN_REGS ? k_s : v_s + KV_ELEMS;  // in registers: staged once, in the K/V space
     const T tag = T(0.0f);
-
-    const int S_q = dims[0];
-    const int S_kv = dims[1];
-    const int q_align = S_kv - S_q;
-    const float scale_log2 = scale[0] * 1.4426950408889634f;
-    const int n_qblocks = (S_q + BQ - 1) / BQ;
-    const int qb = n_qblocks - 1 - (int)blockIdx.x;    // heaviest (last) query blocks first
-    const int bh = blockIdx.y;
-    const int tid = threadIdx.x;
-    const int warp = tid / 32;
-    const int lane = tid % 32;
+""" + PROLOGUE + """
     const int g = lane / 4;                 // fragment row (and row + 8)
     const int t = lane % 4;                 // fragment column pair
     const int lm = lane / 8, lr = lane % 8; // ldmatrix: which 8x8 matrix this lane addresses, and its row
-    const int q0 = qb * BQ;
     // Element offset of (row r, column c) in a swizzled tile; c is a multiple of 8 (one 16-byte chunk).
     auto at = [&](int r, int c) -> int { return r * D + ((((c >> 3) ^ ((r / SDIV) % SW))) << 3); };
-
-    const T* qg = q + (size_t)bh * S_q * D;
-    const T* kg = k + (size_t)bh * S_kv * D;
-    const T* vg = v + (size_t)bh * S_kv * D;
-    T* og = out + (size_t)bh * S_q * D;
 
     // Q tile -> smem (rows past S_q are zeros); with WM == 1 -> registers (A fragments per 16-deep k step).
     for (int i = tid; i < BQ * (D / 8); i += NT) {
@@ -323,14 +307,9 @@ def flash_attention_mma(q, k, v, scale: float, BQ: int, BK: int, WM: int = 1):
 
     B, H, S_q, D = q.shape
     S_kv = k.shape[2]
-    if D not in HEAD_DIMS:
-        raise ValueError(f"flash_attention_mma: head dim {D} not in {HEAD_DIMS}")
-    if S_q > S_kv:
-        raise ValueError(f"flash_attention_mma: S_q={S_q} > S_kv={S_kv}")
     if BQ % (16 * WM) or BK % 16:
         raise ValueError(f"flash_attention_mma: BQ={BQ} must be a multiple of {16 * WM} and BK={BK} of 16")
-    if smem_bytes(BQ, BK, D, WM) > STATIC_SMEM_LIMIT:
-        raise ValueError(f"BQ={BQ} BK={BK} WM={WM} D={D} needs {smem_bytes(BQ, BK, D, WM)} B of shared memory")
+    check_launch("flash_attention_mma", S_q, S_kv, D, smem_bytes(BQ, BK, D, WM), f"BQ={BQ} BK={BK} WM={WM}")
     dims = mx.array([S_q, S_kv], dtype=mx.int32)
     threads = BQ // (16 * WM) * 32
     (out,) = _kernel()(
@@ -359,13 +338,4 @@ def mma_variants() -> list[Variant]:
             if smem_bytes(bq, bk, max(HEAD_DIMS), wm) <= STATIC_SMEM_LIMIT]
 
 
-def register_mma_variants() -> None:
-    from kernels.base import REGISTRY
-
-    kernel = REGISTRY["flash_prefill"]
-    for variant in mma_variants():
-        if variant.name not in kernel.variants:
-            kernel.add_variant(variant)
-
-
-register_mma_variants()
+register_variants(mma_variants())
