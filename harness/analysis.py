@@ -512,9 +512,8 @@ def _matrix_runs(store: Store, commit: str | None) -> tuple[dict[str, tuple[str,
 
 def _cell(key: tuple[str, str, str, str, str], default: str, verdict: stats.VariantVerdict) -> VariantCell:
     kernel, dtype, shape_key, variant, chip = key
-    return VariantCell(kernel, variant, dtype, shape_key, chip, default, verdict.outcome, verdict.ratio,
-                       verdict.ci_low, verdict.ci_high, verdict.p_value, verdict.p_adjusted, verdict.n_default,
-                       verdict.n_variant, verdict.more_samples_needed)
+    return VariantCell(kernel=kernel, variant=variant, dtype=dtype, shape_key=shape_key, chip=chip,
+                       default_variant=default, **dataclasses.asdict(verdict))
 
 
 def variant_matrix(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,8 +63,7 @@ class Recorder:
     def __init__(self, path: str):
         self.path = path
         self.pending: dict[str, dict[str, Any]] = {}
-        with open(self.path, "a", encoding="utf-8"):
-            pass  # the file exists even when nothing is collected
+        Path(self.path).touch()  # the file exists even when nothing is collected
 
     def _write(self, entry: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as handle:

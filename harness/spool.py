@@ -14,6 +14,7 @@ drains its spool first (``store.open_store``); ``harness spool flush`` and ``har
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -99,52 +100,44 @@ class DrainOutcome:
 
 def drain(store: Store) -> DrainOutcome:
     """Write this database's spooled results (then finished-run markers); stops at the first unreachable error."""
-    from harness import store as store_mod
-    from harness.plan import Job
-    from harness.result import JobResult
-
     outcome = DrainOutcome()
     base = folder(store.url)
     if not base.is_dir():
         return outcome
-    for run_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-        entries = sorted(p for p in run_dir.glob("*.json") if p.name != FINISH)
-        for entry in entries:
-            try:
-                data = json.loads(entry.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                continue  # another drainer wrote and removed it
-            try:
-                store_mod.record_result(store, data["run_id"], Job.from_dict(data["job"]),
-                                        JobResult.from_dict(data["result"]))
-            except Exception as exc:
-                if is_unreachable(exc):
-                    outcome.remaining = pending(store.url)
-                    return outcome
-                raise
-            entry.unlink(missing_ok=True)
-            outcome.written += 1
-        finish = run_dir / FINISH
-        if finish.exists() and not any(p.name != FINISH for p in run_dir.glob("*.json")):
-            try:
-                status = json.loads(finish.read_text(encoding="utf-8"))["status"]
-                store_mod.finalize_roofline(store, run_dir.name)
-                store_mod.finish_run(store, run_dir.name, status)
-            except FileNotFoundError:
-                pass
-            except Exception as exc:
-                if is_unreachable(exc):
-                    outcome.remaining = pending(store.url)
-                    return outcome
-                raise
-            finish.unlink(missing_ok=True)
-            outcome.runs_finished += 1
-        try:
-            run_dir.rmdir()
-        except OSError:
-            pass  # not empty: a run still spooling
+    try:
+        for run_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+            _drain_run(store, run_dir, outcome)
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
     outcome.remaining = pending(store.url)
     return outcome
+
+
+def _drain_run(store: Store, run_dir: Path, outcome: DrainOutcome) -> None:
+    """One run's spooled results, then its finish marker once no result is left; the folder goes when empty."""
+    from harness import store as store_mod
+    from harness.plan import Job
+    from harness.result import JobResult
+
+    for entry in sorted(p for p in run_dir.glob("*.json") if p.name != FINISH):
+        try:
+            data = json.loads(entry.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue  # another drainer wrote and removed it
+        store_mod.record_result(store, data["run_id"], Job.from_dict(data["job"]), JobResult.from_dict(data["result"]))
+        entry.unlink(missing_ok=True)
+        outcome.written += 1
+    finish = run_dir / FINISH
+    if finish.exists() and not any(p.name != FINISH for p in run_dir.glob("*.json")):
+        with contextlib.suppress(FileNotFoundError):  # gone: another drainer finished the run
+            status = json.loads(finish.read_text(encoding="utf-8"))["status"]
+            store_mod.finalize_roofline(store, run_dir.name)
+            store_mod.finish_run(store, run_dir.name, status)
+        finish.unlink(missing_ok=True)
+        outcome.runs_finished += 1
+    with contextlib.suppress(OSError):  # not empty: a run still spooling
+        run_dir.rmdir()
 
 
 def drain_with_retry(store: Store, budget_s: float, first_delay_s: float = 0.5) -> DrainOutcome:

@@ -15,19 +15,17 @@ import random
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
 
 from harness import store  # noqa: E402
 from harness.bundle import export_bundle, import_bundle, read_header  # noqa: E402
 from harness.chip import ChipIdentity  # noqa: E402
 from harness.plan import Job, job_key  # noqa: E402
 from harness.result import JobResult  # noqa: E402
+from tests.pg_support import scratch_database  # noqa: E402
 
 CHIP = ChipIdentity(key="bench-chip", backend="cuda", device_name="NVIDIA H200", architecture="sm90",
                     memory_bytes=141 << 30, os="Linux", mlx_version="0.32.0", device_info={"name": "H200"})
@@ -81,39 +79,30 @@ def main() -> None:
                                                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
     args = parser.parse_args()
 
-    admin = create_engine(args.pg_admin, isolation_level="AUTOCOMMIT")
-    scratch = f"harness_bench_{uuid.uuid4().hex[:10]}"
-    with tempfile.TemporaryDirectory() as tmp, admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{scratch}"'))
-        try:
-            src = store.open_store(f"sqlite:///{tmp}/src.db")
-            start = time.perf_counter()
-            rows = fill(src, args.samples, args.runs, args.per_job)
-            print(f"filled SQLite source: {rows:,} job+sample rows in {time.perf_counter() - start:.1f} s")
-            n = read_samples = 0
-            bundle = Path(tmp) / "sqlite.bundle"
-            summary = timed("export  SQLite -> bundle", rows, args.samples, lambda: export_bundle(src, bundle))
-            n, read_samples = summary.jobs + summary.samples, summary.samples
-            print(f"  bundle: {summary.bytes / 2**20:.1f} MiB, {summary.runs} runs, {summary.jobs:,} jobs, "
-                  f"{summary.samples:,} samples")
-            dst = store.open_store(f"sqlite:///{tmp}/dst.db")
-            timed("import  bundle -> SQLite", n, read_samples, lambda: import_bundle(dst, bundle))
-            pg_url = make_url(args.pg_admin).set(database=scratch).render_as_string(hide_password=False)
-            pg = store.open_store(pg_url)
-            result = timed("import  bundle -> PostgreSQL", n, read_samples, lambda: import_bundle(pg, bundle))
-            assert result.samples_added == read_samples, result
-            again = Path(tmp) / "pg.bundle"
-            timed("export  PostgreSQL -> bundle", n, read_samples, lambda: export_bundle(pg, again))
-            same = read_header(bundle)["sha256"] == read_header(again)["sha256"]
-            print(f"payloads identical after SQLite -> PostgreSQL -> bundle: {same}")
-            timed("re-import (all skipped), PG", n, read_samples, lambda: import_bundle(pg, bundle))
-            for handle in (src, dst, pg):
-                handle.close()
-            if not same:
-                sys.exit(1)
-        finally:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)'))
-    admin.dispose()
+    with tempfile.TemporaryDirectory() as tmp, scratch_database(args.pg_admin, "harness_bench") as pg_url:
+        src = store.open_store(f"sqlite:///{tmp}/src.db")
+        start = time.perf_counter()
+        rows = fill(src, args.samples, args.runs, args.per_job)
+        print(f"filled SQLite source: {rows:,} job+sample rows in {time.perf_counter() - start:.1f} s")
+        bundle = Path(tmp) / "sqlite.bundle"
+        summary = timed("export  SQLite -> bundle", rows, args.samples, lambda: export_bundle(src, bundle))
+        n, read_samples = summary.jobs + summary.samples, summary.samples
+        print(f"  bundle: {summary.bytes / 2**20:.1f} MiB, {summary.runs} runs, {summary.jobs:,} jobs, "
+              f"{summary.samples:,} samples")
+        dst = store.open_store(f"sqlite:///{tmp}/dst.db")
+        timed("import  bundle -> SQLite", n, read_samples, lambda: import_bundle(dst, bundle))
+        pg = store.open_store(pg_url)
+        result = timed("import  bundle -> PostgreSQL", n, read_samples, lambda: import_bundle(pg, bundle))
+        assert result.samples_added == read_samples, result
+        again = Path(tmp) / "pg.bundle"
+        timed("export  PostgreSQL -> bundle", n, read_samples, lambda: export_bundle(pg, again))
+        same = read_header(bundle)["sha256"] == read_header(again)["sha256"]
+        print(f"payloads identical after SQLite -> PostgreSQL -> bundle: {same}")
+        timed("re-import (all skipped), PG", n, read_samples, lambda: import_bundle(pg, bundle))
+        for handle in (src, dst, pg):
+            handle.close()
+        if not same:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -14,18 +14,16 @@ import random
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
 
 from harness import store  # noqa: E402
 from harness.chip import ChipIdentity  # noqa: E402
 from harness.plan import Job, job_key  # noqa: E402
 from harness.result import JobResult  # noqa: E402
+from tests.pg_support import scratch_database  # noqa: E402
 
 CHIP = ChipIdentity(key="bench-chip", backend="cpu", device_name="bench", architecture="x86_64")
 
@@ -59,18 +57,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         seconds = ingest(f"sqlite:///{tmp}/ingest.db", args.jobs, args.samples)
         print(f"SQLite:     {total:,} samples in {seconds:.2f} s = {total / seconds:,.0f} samples/s (target 50,000)")
-    name = f"harness_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        url = make_url(args.pg).set(database=name).render_as_string(hide_password=False)
+    with scratch_database(args.pg, "harness_bench") as url:
         seconds = ingest(url, args.jobs, args.samples)
         print(f"PostgreSQL: {total:,} samples in {seconds:.2f} s = {total / seconds:,.0f} samples/s (target 20,000)")
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import resource
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,10 +24,10 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from sqlalchemy import create_engine, func, select, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
 
 from scripts.bench_ray_overhead import make_jobs  # noqa: E402
+from tests.pg_support import scratch_database  # noqa: E402
 from tests.ray_support import restore_env, set_env, start_cluster  # noqa: E402
 
 CHIP = "load"
@@ -39,7 +38,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
+    with scratch_database(args.pg, "harness_load") as url:
+        measure(args.jobs, url)
 
+
+def measure(n_jobs: int, db_url: str) -> None:
+    """Run n_jobs no-op jobs through a fresh 3-node cluster into db_url and print the figures."""
     import ray
 
     from harness import store
@@ -48,17 +52,13 @@ def main() -> None:
     from harness.ray_executor import RayExecutor
     from harness.runner import run_planned
 
-    name = f"harness_load_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
     tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
     previous = set_env(tmp)
     cluster = start_cluster([CHIP] * 3)
-    db = store.open_store(make_url(args.pg).set(database=name).render_as_string(hide_password=False))
+    db = store.open_store(db_url)
     try:
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
-        jobs = make_jobs(args.jobs)
+        jobs = make_jobs(n_jobs)
         ident = ChipIdentity(key=CHIP, backend="cpu", device_name="load", architecture="x86_64")
         start = time.perf_counter()
         outcome = run_planned(db, jobs, RayExecutor(CHIP), ident=ident, facts={"hostname": "load-bench"},
@@ -69,19 +69,16 @@ def main() -> None:
             stored = session.scalar(select(func.count()).select_from(JobRecord).where(mine))
             distinct = session.scalar(select(func.count(func.distinct(JobRecord.key))).where(mine))
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"{args.jobs} jobs on 3 nodes into PostgreSQL: {elapsed:.1f} s, {args.jobs / elapsed:.1f} jobs/s, "
-              f"{elapsed / args.jobs * 1e3:.0f} ms/job wall")
+        print(f"{n_jobs} jobs on 3 nodes into PostgreSQL: {elapsed:.1f} s, {n_jobs / elapsed:.1f} jobs/s, "
+              f"{elapsed / n_jobs * 1e3:.0f} ms/job wall")
         print(f"stored rows {stored}, distinct keys {distinct}, statuses {dict(outcome.counts)}: "
-              f"{'every job recorded exactly once' if stored == distinct == args.jobs else 'MISMATCH'}")
+              f"{'every job recorded exactly once' if stored == distinct == n_jobs else 'MISMATCH'}")
         print(f"driver peak RSS {peak_mib:.0f} MiB")
     finally:
         db.close()
         ray.shutdown()
         cluster.shutdown()
         restore_env(previous)
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

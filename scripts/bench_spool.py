@@ -14,13 +14,13 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import create_engine, func, select, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
+
+from tests.pg_support import scratch_database  # noqa: E402
 
 
 def recover(url: str, n_jobs: int, per_job: int) -> tuple[float, int]:
@@ -61,19 +61,10 @@ def main() -> None:
         seconds, stored = recover(f"sqlite:///{tmp}/spool.db", args.jobs, args.samples)
         print(f"SQLite:     {stored}/{args.jobs} spooled results written in {seconds:.2f} s "
               f"({args.jobs / seconds:,.0f} results/s)")
-        name = f"harness_spool_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        try:
-            url = make_url(args.pg).set(database=name).render_as_string(hide_password=False)
+        with scratch_database(args.pg, "harness_spool") as url:
             seconds, stored = recover(url, args.jobs, args.samples)
             print(f"PostgreSQL: {stored}/{args.jobs} spooled results written in {seconds:.2f} s "
                   f"({args.jobs / seconds:,.0f} results/s)")
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
 
 
 if __name__ == "__main__":

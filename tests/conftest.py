@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,9 @@ PG_ADMIN_URL = os.environ.get("HARNESS_TEST_PG", "postgresql+psycopg://postgres@
 
 
 def _pg_admin():
-    from sqlalchemy import create_engine
+    from tests.pg_support import admin_engine
 
-    return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    return admin_engine(PG_ADMIN_URL)
 
 
 @pytest.fixture(scope="session")
@@ -40,18 +39,10 @@ def pg_server() -> str:
 @pytest.fixture
 def pg_url(pg_server: str):
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    from sqlalchemy import text
-    from sqlalchemy.engine import make_url
+    from tests.pg_support import scratch_database
 
-    name = f"harness_test_{uuid.uuid4().hex[:12]}"
-    engine = _pg_admin()
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(pg_server).set(database=name).render_as_string(hide_password=False)
-    yield url
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
+    with scratch_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture

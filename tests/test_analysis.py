@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import uuid
 
 import numpy as np
 import pytest
@@ -12,6 +12,7 @@ from harness import analysis, stats, store
 from harness.analysis import SeriesKey
 from harness.errors import HarnessError
 from tests.analysis_support import add_run, checks, grid_results, sha_of
+from tests.pg_support import scratch_database
 
 SLOW_SERIES = ("swiglu", "fused_gateup", 1)
 SLOW_KEY = SeriesKey("swiglu", "fused_gateup", "float32", "B=1,D=32,H=1,S=128", "chip-a")
@@ -27,30 +28,15 @@ def db(db_url):
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def history_store(request, tmp_path_factory):
     """One history database per backend, shared (read-only) by the history and regression tests."""
-    if request.param == "sqlite":
-        url, drop = f"sqlite:///{tmp_path_factory.mktemp('history') / 'results.db'}", None
-    else:
-        from sqlalchemy import text
-        from sqlalchemy.engine import make_url
-
-        from tests.conftest import _pg_admin
-
-        name = f"harness_test_{uuid.uuid4().hex[:12]}"
-        admin = _pg_admin()
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        url = make_url(request.getfixturevalue("pg_server")).set(database=name).render_as_string(hide_password=False)
-
-        def drop():
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
-    handle = store.open_store(url)
-    history_db(handle)
-    yield handle
-    handle.close()
-    if drop is not None:
-        drop()
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('history') / 'results.db'}"
+        else:
+            url = stack.enter_context(scratch_database(request.getfixturevalue("pg_server")))
+        handle = store.open_store(url)
+        history_db(handle)
+        yield handle
+        handle.close()
 
 
 def two_commits(db, head_factors=None, head_statuses=None, seed=1):

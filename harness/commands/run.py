@@ -94,14 +94,7 @@ def run(
                       f"{(bandwidth or 0) / 1e9:.1f} GB/s copy")
     console.print(f"database: {store.mask_url(db_url)}")
     if not no_report and not outcome.spooled:
-        from harness.report import build_report  # imported only when used: it loads the statistics stack
-
-        db_store = store.open_store(db_url)
-        try:
-            index = build_report(db_store, report)
-        finally:
-            db_store.close()
-        console.print(f"report: {index.resolve()}")
+        _render_report(db_url, report)
     bad = sum(counts[s] for s in BAD_STATUSES)
     if outcome.spooled:
         console.print(f"{outcome.spooled} results spooled to {outcome.spool_dir}: the database was unreachable; "
@@ -110,11 +103,23 @@ def run(
     raise typer.Exit(1 if bad else 0)
 
 
+def _render_report(db_url: str, folder: Path) -> None:
+    """Render the HTML report from the database and say where it is."""
+    from harness import store
+    from harness.report import build_report  # imported only when used: it loads the statistics stack
+
+    db_store = store.open_store(db_url)
+    try:
+        index = build_report(db_store, folder)
+    finally:
+        db_store.close()
+    console.print(f"report: {index.resolve()}")
+
+
 def _run_on_cluster(request, report: Path | None) -> None:
     """`harness run --executor ray`: the cluster driver, in this process (CI uses `harness submit`)."""
     from harness import store
     from harness.driver import print_progress, run_on_cluster
-    from harness.report import build_report
 
     outcome = run_on_cluster(request, progress=print_progress, log=lambda line: console.print(line, highlight=False))
     for run in outcome.runs:
@@ -129,10 +134,5 @@ def _run_on_cluster(request, report: Path | None) -> None:
     db_url = request.db_url or store.default_db_url()
     console.print(f"database: {store.mask_url(db_url)}")
     if report is not None:
-        db_store = store.open_store(db_url)
-        try:
-            index = build_report(db_store, report)
-        finally:
-            db_store.close()
-        console.print(f"report: {index.resolve()}")
+        _render_report(db_url, report)
     raise typer.Exit(outcome.exit_code)
