@@ -16,7 +16,7 @@ A plain, undecorated function returning the callable works too (then the job has
 no roofline fraction). ``flops`` and ``bytes`` are numbers or callables given the same keyword arguments as
 the function (the grid point, plus ``dtype`` when the suite lists ``dtypes``).
 
-The harness times the callable with the suite's timing protocol (harness/timing.py): if one call returns an
+The harness times the callable with the suite's timing protocol (harness/execute/timing.py): if one call returns an
 ``mx.array`` (or a list / tuple / dict of them), each timed call is ``mx.eval(fn())`` between
 ``mx.synchronize()`` calls (``measure_mlx``); otherwise the callable is timed as it is, with a no-op sync (it
 must finish its work before returning: numpy does). A benchmark that cannot run here raises

@@ -8,7 +8,7 @@ Pages (all in one folder, relative links only, CSS inlined, no script, nothing f
 - ``history-<kernel>--<chip>.html``: per-series history plots (inline SVG) and the commit table;
 - ``regressions.html``: new correctness failures, then confirmed regressions, with their evidence.
 
-Inputs are the plain records of ``harness.query`` (chips, runs with jobs) and ``harness.analysis``
+Inputs are the plain records of ``harness.record.query`` (chips, runs with jobs) and ``harness.analysis.grid``
 (``VariantMatrix``, ``SeriesHistory``, ``RegressionEvidence``); records are read by attribute, so any object
 with the same fields renders. Templates autoescape everything; the only ``Markup`` is the SVG built by
 ``reports.svg``, which escapes every text it embeds (hover texts built here are escaped before being marked safe).

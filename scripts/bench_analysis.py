@@ -1,4 +1,4 @@
-"""Time harness.analysis on a large synthetic SQLite history (commits x chips x series x samples).
+"""Time harness.analysis.grid on a large synthetic SQLite history (commits x chips x series x samples).
 
     python scripts/bench_analysis.py --commits 1000 --chips 4 --series 200 --samples 10 --db /tmp/big.db
 
@@ -19,7 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import analysis, store  # noqa: E402
+from harness.analysis import grid as analysis  # noqa: E402
+from harness.record import store
 
 
 def build(path: Path, commits: int, chips: int, series: int, samples: int, seed: int = 0) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.bisect import Measured, PerfProber, max_rounds_needed, search  # noqa: E402
+from harness.bisect.search import Measured, PerfProber, max_rounds_needed, search  # noqa: E402
 
 
 def simulate(n: int, culprit: int, *, step: float, cv: float, samples: int, probes: int, max_runs: int,

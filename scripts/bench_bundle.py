@@ -20,12 +20,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from harness import store  # noqa: E402
-from harness.bundle import export_bundle, import_bundle, read_header  # noqa: E402
-from harness.chip import ChipIdentity  # noqa: E402
-from harness.plan import Job, job_key  # noqa: E402
-from harness.result import JobResult  # noqa: E402
-from tests.pg_support import scratch_database  # noqa: E402
+from harness.core.chip import ChipIdentity  # noqa: E402
+from harness.core.job import (  # noqa: E402
+    Job,
+    JobResult,  # noqa: E402
+    job_key,
+)
+from harness.record import store  # noqa: E402
+from harness.record.bundle import export_bundle, import_bundle, read_header  # noqa: E402
+from testkit.pg import scratch_database  # noqa: E402
 
 CHIP = ChipIdentity(key="bench-chip", backend="cuda", device_name="NVIDIA H200", architecture="sm90",
                     memory_bytes=141 << 30, os="Linux", mlx_version="0.32.0", device_info={"name": "H200"})

@@ -19,11 +19,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from harness import store  # noqa: E402
-from harness.chip import ChipIdentity  # noqa: E402
-from harness.plan import Job, job_key  # noqa: E402
-from harness.result import JobResult  # noqa: E402
-from tests.pg_support import scratch_database  # noqa: E402
+from harness.core.chip import ChipIdentity  # noqa: E402
+from harness.core.job import (  # noqa: E402
+    Job,
+    JobResult,  # noqa: E402
+    job_key,
+)
+from harness.record import store  # noqa: E402
+from testkit.pg import scratch_database  # noqa: E402
 
 CHIP = ChipIdentity(key="bench-chip", backend="cpu", device_name="bench", architecture="x86_64")
 

@@ -27,8 +27,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from sqlalchemy import func, select  # noqa: E402
 
 from scripts.bench_ray_overhead import make_jobs  # noqa: E402
-from tests.pg_support import scratch_database  # noqa: E402
-from tests.ray_support import restore_env, set_env, start_cluster  # noqa: E402
+from testkit.pg import scratch_database  # noqa: E402
+from testkit.ray import restore_env, set_env, start_cluster  # noqa: E402
 
 CHIP = "load"
 
@@ -46,11 +46,11 @@ def measure(n_jobs: int, db_url: str) -> None:
     """Run n_jobs no-op jobs through a fresh 3-node cluster into db_url and print the figures."""
     import ray
 
-    from harness import store
-    from harness.chip import ChipIdentity
-    from harness.models import JobRecord
-    from harness.ray_executor import RayExecutor
-    from harness.runner import run_planned
+    from harness.core.chip import ChipIdentity
+    from harness.execute.ray_executor import RayExecutor
+    from harness.pipeline.run import run_planned
+    from harness.record import store
+    from harness.record.models import JobRecord
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
     previous = set_env(tmp)

@@ -8,7 +8,7 @@ loopback nodes labelled chip=bench, one job per node at a time (each task takes 
 
 - ``bare-inproc``:   a bare Ray task that does nothing (no job process at all);
 - ``bare-subproc``:  a bare Ray task that spawns the same job process the harness spawns
-                     (``python -m harness.worker job.json result.json``) and reads its result;
+                     (``python -m harness.execute.worker job.json result.json``) and reads its result;
 - ``harness``:       RayExecutor.execute (label check, dispatch loop, run_in_subprocess with its timeout);
 - ``harness+git``:   the same, each job from a verified clean worktree of a commit (the production path:
                      per-node clone cache, ``git rev-parse`` + ``git status`` before every job).
@@ -37,13 +37,13 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from tests.ray_support import make_remote_repo, restore_env, set_env, start_cluster  # noqa: E402
+from testkit.ray import make_remote_repo, restore_env, set_env, start_cluster  # noqa: E402
 
 CHIP = "bench"
 
 
 def make_jobs(count: int):
-    from harness.plan import Job, job_key
+    from harness.core.job import Job, job_key
 
     jobs = []
     for i in range(count):
@@ -57,7 +57,7 @@ def make_jobs(count: int):
 def bare_tasks():
     import ray
 
-    from harness.ray_executor import CHIP_LABEL, NODE_RESOURCE
+    from harness.execute.ray_executor import CHIP_LABEL, NODE_RESOURCE
 
     options = {"num_cpus": 0, "max_retries": 0, "label_selector": {CHIP_LABEL: CHIP},
                "resources": {NODE_RESOURCE: 1.0}}
@@ -71,7 +71,7 @@ def bare_tasks():
         with tempfile.TemporaryDirectory(prefix="bare-job-") as scratch:
             job_path, result_path = Path(scratch, "job.json"), Path(scratch, "result.json")
             job_path.write_text(job_json)
-            subprocess.run([sys.executable, "-m", "harness.worker", str(job_path), str(result_path)],
+            subprocess.run([sys.executable, "-m", "harness.execute.worker", str(job_path), str(result_path)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=120, check=False)
             return json.loads(result_path.read_text())
 
@@ -90,7 +90,7 @@ def run_bare(task, jobs) -> float:
 
 
 def run_harness(jobs, repo: str | None = None, sha: str | None = None) -> float:
-    from harness.ray_executor import RayExecutor
+    from harness.execute.ray_executor import RayExecutor
 
     statuses = []
     start = time.perf_counter()

@@ -28,10 +28,10 @@ from sqlalchemy import insert
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.models import Chip, Commit, Machine, Run  # noqa: E402
-from harness.plan import job_key, shape_label  # noqa: E402
-from harness.report import load_site, render  # noqa: E402
-from harness.store import open_store  # noqa: E402
+from harness.core.job import job_key, shape_label  # noqa: E402
+from harness.record.models import Chip, Commit, Machine, Run  # noqa: E402
+from harness.record.store import open_store  # noqa: E402
+from harness.render.site import load_site, render  # noqa: E402
 
 CHIPS = [("apple-m4-pro-20c", "metal", "Apple M4 Pro", "applegpu_g16s", 20, 1.0),
          ("apple-m2-max-38c", "metal", "Apple M2 Max", "applegpu_g14s", 38, 1.3),

@@ -3,7 +3,7 @@
     python scripts/bench_spool.py [--jobs 2000] [--samples 10]
 
 Spools N benchmark results (as a run does while its database is unreachable), then drains them with
-harness.spool.drain into a fresh SQLite file and a scratch PostgreSQL database, checks every result was stored
+harness.record.spool.drain into a fresh SQLite file and a scratch PostgreSQL database, checks every result was stored
 exactly once and the spool is empty, and prints the recovery time and results/s.
 """
 
@@ -20,15 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import func, select  # noqa: E402
 
-from tests.pg_support import scratch_database  # noqa: E402
+from testkit.pg import scratch_database  # noqa: E402
 
 
 def recover(url: str, n_jobs: int, per_job: int) -> tuple[float, int]:
-    from harness import spool, store
-    from harness.chip import ChipIdentity
-    from harness.models import JobRecord
-    from harness.plan import Job, job_key
-    from harness.result import JobResult
+    from harness.core.chip import ChipIdentity
+    from harness.core.job import Job, JobResult, job_key
+    from harness.record import spool, store
+    from harness.record.models import JobRecord
 
     db = store.open_store(url)
     run_id = store.create_run(db, ident=ChipIdentity(key="spool-bench", backend="cpu", device_name="b",

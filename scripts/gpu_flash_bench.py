@@ -19,8 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.chip import detect  # noqa: E402
-from harness.timing import TimingProtocol, measure_mlx, summarize  # noqa: E402
+from harness.core.chip import detect  # noqa: E402
+from harness.core.summary import summarize
+from harness.execute.timing import TimingProtocol, measure_mlx  # noqa: E402
 from kernels import REGISTRY  # noqa: E402
 
 PROTOCOL = TimingProtocol(warmup_s=0.5, warmup_calls=3, min_sample_s=0.05, samples=10)
@@ -79,8 +80,8 @@ def spot_check(only: list[str]) -> dict[str, str]:
 
 def job_process_cost() -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import harness.worker, kernels, mlx.core as mx; mx.eval(mx.ones(4) + 1)"],
-                   check=True, cwd=Path(__file__).resolve().parent.parent)
+    code = "import harness.execute.worker, kernels, mlx.core as mx; mx.eval(mx.ones(4) + 1)"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
     return time.perf_counter() - start
 
 

@@ -1,4 +1,4 @@
-"""Validate harness.stats against a naive threshold on synthetic timing data (not a test).
+"""Validate harness.core.stats against a naive threshold on synthetic timing data (not a test).
 
 Noise model: lognormal samples, log-sd = CV, 10 samples per side.  Planted
 slowdowns of 3, 5 and 10 % at CV 1, 2 and 5 %, 200 trials per cell.  Recall
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.stats import Comparison, apply_fdr, compare_each, compare_grid  # noqa: E402
+from harness.core.stats import Comparison, apply_fdr, compare_each, compare_grid  # noqa: E402
 
 SAMPLES_PER_SIDE = 10
 TRIALS = 200

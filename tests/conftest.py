@@ -7,21 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from testkit.pg import PG_ADMIN_URL, pg_admin, scratch_database
+
 # Nothing leaves the machine; loopback-only clusters never hang on macOS-style cluster checks.
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
-PLUGINS = TESTS / "plugins"
-PG_ADMIN_URL = os.environ.get("HARNESS_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-
-
-def _pg_admin():
-    from tests.pg_support import admin_engine
-
-    return admin_engine(PG_ADMIN_URL)
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +21,7 @@ def pg_server() -> str:
     """The PostgreSQL server's admin URL; fails (not skips) when it is unreachable, as CI always has one."""
     from sqlalchemy import text
 
-    engine = _pg_admin()
+    engine = pg_admin()
     with engine.connect() as conn:
         conn.execute(text("select 1"))
     engine.dispose()
@@ -39,8 +31,6 @@ def pg_server() -> str:
 @pytest.fixture
 def pg_url(pg_server: str):
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    from tests.pg_support import scratch_database
-
     with scratch_database(pg_server) as url:
         yield url
 

@@ -1,0 +1,128 @@
+"""`harness bisect`: the commit that made a kernel slower (noise-aware) or wrong, skipping broken commits."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from harness.cli.common import DbOption, app, console
+from harness.cli.tables import check_thresholds, interval, print_json, ratio, stdout_console
+
+HELP = "\n\n".join((
+    "Find the first commit between --good and --bad that made a kernel slower (--mode perf) or wrong "
+    "(--mode correctness) on one chip.",
+    "Every probe is a run of the commit's suite, stored like any other (the history pages show it); commits "
+    "already run on the chip are read from the database instead of run again. Perf mode first checks that the "
+    "bad commit is slower than the good one (Mann-Whitney test and bootstrap interval of the median ratio, as "
+    "`harness compare`), then classifies each probe as good-like or bad-like with the same test, running it again "
+    "while it is inconclusive (--max-runs runs at most, samples pooled). Commits that do not install, cannot be "
+    "run, crash, or (perf) fail correctness of the kernel are skipped like `git bisect skip`; when skips hide the "
+    "culprit, the range it lies in is named.",
+    "With --executor ray, the probes of a round (default: one per live node of the chip) run at once: P probes "
+    "cut the range into P+1 parts, so about log_(P+1) N rounds. Locally probes run one after another.",
+    "Exit status: 0 one culprit named; 1 skips hide it, --max-rounds stopped the search, or the bad commit is not "
+    "slower (or not failing); 2 a usage error.",
+))
+
+
+@app.command(help=HELP)
+def bisect(
+    good: Annotated[str, typer.Option("--good", help="A commit where the kernel is fast / correct.")],
+    bad: Annotated[str, typer.Option("--bad", help="A later commit where it is slow / wrong.")],
+    kernel: Annotated[str, typer.Option("--kernel", help="Kernel, benchmark function (module:function or its "
+                                                         "suite name), correctness job or pytest selection.")],
+    chip: Annotated[str | None, typer.Option("--chip", help="Chip key. Default (local executor): this machine's; "
+                                                            "required with --executor ray.")] = None,
+    variant: Annotated[str | None, typer.Option("--variant", help="Tuning variant.")] = None,
+    shape: Annotated[str | None, typer.Option("--shape", help="Benchmark shape, e.g. N=256 or B=1,H=4,S=128.")
+                     ] = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="Benchmark dtype.")] = None,
+    check: Annotated[str | None, typer.Option("--check", help="Correctness mode: the check name, or one pytest "
+                                                              "test (node id, or ::test_name).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="perf or correctness.")] = "perf",
+    repo: Annotated[str, typer.Option("--repo", help="Repository under test: a path or a git URL "
+                                                     "(docs/external-repos.md).")] = ".",
+    suite: Annotated[str | None, typer.Option("--suite", help="Suite file (default: the commit's harness.toml, "
+                                                              "else the built-in suite).")] = None,
+    db: DbOption = None,
+    executor: Annotated[str, typer.Option("--executor", help="local or ray.")] = "local",
+    address: Annotated[str | None, typer.Option("--address", help="With --executor ray: HEAD:PORT "
+                                                                  "(default $RAY_ADDRESS).")] = None,
+    format: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    max_rounds: Annotated[int | None, typer.Option("--max-rounds", help="Stop after N rounds.")] = None,
+    probes_per_round: Annotated[int | None, typer.Option("--probes-per-round", help="Commits probed per round "
+                                                         "(default: 1 locally, the chip's live nodes with Ray).")
+                                ] = None,
+    max_runs: Annotated[int, typer.Option("--max-runs", help="Perf: runs of one commit at most while it is "
+                                                             "inconclusive (samples pooled).")] = 3,
+    min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative change that matters.")
+                          ] = 0.02,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of each probe's test.")] = 0.05,
+    gate: Annotated[list[str] | None, typer.Option("--gate", help="Perf: also skip commits where this "
+                                                                  "correctness job or pytest selection fails "
+                                                                  "(repeatable).")] = None,
+    parallel: Annotated[int, typer.Option("--parallel", help="Correctness jobs at once within a probe run.")] = 1,
+    reuse: Annotated[bool, typer.Option("--reuse/--no-reuse", help="Read commits already run on the chip from the "
+                                                                   "database instead of running them.")] = True,
+) -> None:
+    """Bisect (see HELP)."""
+    from harness.bisect.run import BisectRequest, run_bisect
+    from harness.core.errors import HarnessError
+
+    if format not in ("text", "json"):
+        raise HarnessError(f"--format must be text or json, not {format!r}")
+    check_thresholds(min_effect, alpha)
+    request = BisectRequest(good=good, bad=bad, kernel=kernel, mode=mode, chip=chip, variant=variant, shape=shape,
+                            dtype=dtype, check=check, repo=repo, suite=suite, db_url=db, executor=executor,
+                            address=address, parallel=parallel, max_rounds=max_rounds,
+                            probes_per_round=probes_per_round, max_runs=max_runs, min_effect=min_effect,
+                            alpha=alpha, gates=tuple(gate or ()), reuse=reuse)
+    report = run_bisect(request, log=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
+    if format == "json":
+        print_json(report.to_dict())
+    else:
+        _render(report)
+    raise typer.Exit(report.exit_code)
+
+
+def _commit(ref) -> str:
+    return f"{ref.sha[:12]} {ref.subject!r}" if ref is not None else "-"
+
+
+def _render(report) -> None:
+    out = stdout_console()
+    out.print(f"bisect {report.mode} of {report.target} on {report.chip}: good {_commit(report.good)}, bad "
+              f"{_commit(report.bad)} ({report.commits} commits)", markup=False)
+    if report.endpoints is not None:
+        e = report.endpoints
+        out.print(f"endpoints: bad / good = {ratio(e.ratio)} (95% CI {interval(e.ci_low, e.ci_high)}), "
+                  f"{e.verdict}, {e.n_base}/{e.n_head} samples", markup=False)
+    for line in report.history:
+        ratios = f" {ratio(line.ratio_vs_good)}x good" if line.ratio_vs_good is not None and line.state != "skip" \
+            else ""
+        weak = " (weak)" if line.weak else ""
+        reason = f": {line.reason}" if line.reason else ""
+        out.print(f"  round {line.round}: {line.sha[:12]} {line.state}{weak}{ratios}, {line.runs} run(s)"
+                  f"{reason}", markup=False)
+    if report.status == "found":
+        out.print(f"culprit: {_commit(report.culprit)}", markup=False)
+        out.print(f"  last good: {_commit(report.last_good or report.good)}", markup=False)
+        if report.evidence is not None:
+            e = report.evidence
+            out.print(f"  evidence: {ratio(e.ratio)}x the last good commit (95% CI {interval(e.ci_low, e.ci_high)}, "
+                      f"p {e.p_value:.2g}, {e.n_base}/{e.n_head} samples)", markup=False)
+        if report.detail:
+            out.print(f"  evidence: {report.detail}", markup=False)
+    elif report.candidates:
+        out.print(f"culprit hidden: one of {len(report.candidates)} commits:", markup=False)
+        for ref in report.candidates:
+            out.print(f"  {_commit(ref)}", markup=False)
+    for skipped in report.skipped:
+        out.print(f"skipped: {_commit(skipped)}: {skipped.reason}", markup=False)
+    for note in report.notes:
+        out.print(f"note: {note}", markup=False)
+    out.print(f"{report.rounds} round(s) (at most {report.round_bound} without skips at {report.probes_per_round} "
+              f"probe(s) per round), {report.probes} probe(s), {report.runs} run(s) of which {report.reused_runs} "
+              f"reused", markup=False)
+    out.print(("OK: " if report.exit_code == 0 else "NOT FOUND: ") + report.message, markup=False)

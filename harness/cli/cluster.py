@@ -1,0 +1,120 @@
+"""`harness cluster up|down|status`: the Ray head of a harness cluster, started and stopped by this command only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.cli.common import app, console
+from harness.core.errors import HarnessError
+
+cluster_app = typer.Typer(no_args_is_help=True, help="Start or stop the Ray head of a harness cluster.")
+app.add_typer(cluster_app, name="cluster")
+
+RayArgOption = Annotated[list[str] | None, typer.Option("--ray-arg", help="Extra `ray start` argument, repeatable "
+                                                                        "(fixed ports for a firewall, object store "
+                                                                        "size...): --ray-arg=--object-store-memory=1e9"
+                                                      )]
+StateOption = Annotated[Path | None, typer.Option("--state", help="State file (default: one per port under "
+                                                                    "$HARNESS_CACHE/cluster).")]
+
+
+@cluster_app.command("up")
+def up(
+    port: Annotated[int, typer.Option(help="GCS port nodes join (Ray's default 6379 is often Redis's).")] = 6380,
+    dashboard_port: Annotated[int, typer.Option(help="Dashboard / Jobs API port (harness submit).")] = 8265,
+    host: Annotated[str, typer.Option(help="Address to bind. Loopback unless you mean other machines to join "
+                                           "(then use this machine's LAN address and --auth-mode token).")]
+    = "127.0.0.1",
+    auth_mode: Annotated[str | None, typer.Option(help="Ray auth: disabled or token (default $RAY_AUTH_MODE, "
+                                                       "else disabled).")] = None,
+    client_server_port: Annotated[int | None, typer.Option(help="Ray Client server port (Ray default 10001).")]
+    = None,
+    worker: Annotated[bool, typer.Option("--worker", help="The head also runs jobs, labelled with its chip "
+                                                          "(a one-machine cluster, or a head with a GPU).")] = False,
+    chip_label: Annotated[str | None, typer.Option(help="With --worker: chip key (default: detected).")] = None,
+    ray_arg: RayArgOption = None,
+    state: StateOption = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the head to come up.")] = 120,
+) -> None:
+    """Start a Ray head (usage stats off, explicit auth mode) in the background and record it."""
+    from harness.cluster import nodes as cluster
+    from harness.execute.ray_executor import chip_label_value
+
+    if chip_label and not worker:
+        raise HarnessError("--chip-label labels the head's own jobs: add --worker")
+    chip = None
+    if worker:
+        from harness.core.chip import detect
+
+        chip = chip_label_value(chip_label or detect().key)
+    mode = cluster.auth_mode(auth_mode)
+    if not cluster.is_loopback(host) and mode == "disabled":
+        console.print(f"[yellow]warning:[/yellow] the head listens on {host} with Ray auth disabled: anyone who "
+                      "reaches it can run code on every node. Prefer --auth-mode token on shared networks.")
+    head = cluster.start_head(port=port, host=host, dashboard_port=dashboard_port, mode=mode, state=state,
+                              client_port=client_server_port, chip=chip, extra=tuple(ray_arg or ()),
+                              timeout_s=timeout)
+    print(f"Ray head running (pid {head.pid}), auth mode {mode}" + (f", runs jobs as chip={chip}" if chip else ""))
+    print(f"  cluster address: {head.address}")
+    print(f"  Jobs API:        {head.dashboard}")
+    print(f"  session:         {head.session_dir or '?'}")
+    print(f"  log:             {head.log}")
+    if cluster.is_loopback(host):
+        print("Loopback only: no other machine can join (restart with --host <LAN address> for that).")
+    else:
+        print("Join every machine (its chip is detected; --chip-label overrides):")
+        print(f"  harness node join --address {head.address}" + (" --auth-mode token" if mode == "token" else ""))
+    print("Submit a commit from CI:")
+    print(f"  harness submit --address {head.dashboard} --commit SHA --repo URL --wait")
+    print(f"Stop it: harness cluster down --port {port}")
+
+
+@cluster_app.command("down")
+def down(
+    port: Annotated[int | None, typer.Option(help="Port of the head to stop (default: the only one recorded).")]
+    = None,
+    state: StateOption = None,
+) -> None:
+    """Stop the head that `harness cluster up` started (never any other Ray process on this machine)."""
+    from harness.cluster import nodes as cluster
+
+    files = cluster.find_state("head", port, state)
+    if not files:
+        raise HarnessError("no head started by `harness cluster up` is recorded here"
+                           + (f" for port {port}" if port else ""))
+    if len(files) > 1:
+        ports = ", ".join(cluster.Launched.load(f).address.rsplit(":", 1)[-1] for f in files)
+        raise HarnessError(f"several heads are recorded (ports {ports}): pass --port")
+    head = cluster.Launched.load(files[0])
+    what = cluster.stop(head)
+    console.print(f"head {head.address} (pid {head.pid}): {what}")
+
+
+@cluster_app.command("status")
+def status(
+    address: Annotated[str | None, typer.Option(help="Cluster HEAD:PORT (default: the recorded head).")] = None,
+) -> None:
+    """List the chips of the cluster: live nodes per chip label."""
+    import ray
+
+    from harness.cluster import nodes as cluster
+    from harness.cluster.driver import connect
+    from harness.execute.ray_executor import live_chips
+
+    if address is None:
+        files = cluster.find_state("head")
+        if len(files) != 1:
+            raise HarnessError("pass --address HEAD:PORT")
+        address = cluster.Launched.load(files[0]).address
+    connect(address)
+    try:
+        chips = live_chips()
+    finally:
+        ray.shutdown()
+    if not chips:
+        print("no chip-labelled nodes: join one with `harness node join`")
+    for key, nodes in sorted(chips.items()):
+        print(f"{key}: {len(nodes)} node(s) {' '.join(n[:12] for n in nodes)}")

@@ -1,0 +1,43 @@
+"""The `harness` command line: registers one module per verb and turns user errors into one line."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from harness.cli.common import app, console, state
+from harness.core.errors import HarnessError
+
+COMMANDS = ("run", "chips", "report", "compare", "variants", "bundle", "bisect", "cluster", "node", "submit", "spool")
+
+for _name in COMMANDS:
+    importlib.import_module(f"harness.cli.{_name}")
+
+def main() -> None:
+    """Entry point: user errors are one line on stderr (exit 2), tracebacks only with --debug."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        code = app(standalone_mode=False)  # click returns the exit code of typer.Exit here
+        sys.exit(code if isinstance(code, int) else 0)
+    except HarnessError as exc:
+        if state["debug"]:
+            raise
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        raise

@@ -1,0 +1,33 @@
+"""`harness report`: re-render the HTML report from a database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.cli.common import DbOption, app, console
+
+
+@app.command()
+def report(
+    db: DbOption = None,
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("harness-out/report"),
+    change_points: Annotated[bool, typer.Option(
+        "--change-points/--no-change-points",
+        help="Search every history for change points (O(commits²) per series: the slow part on long histories)."),
+    ] = True,
+    last: Annotated[int | None, typer.Option(
+        min=2, help="Histories and regressions cover each chip's last N commits only (default: all).")] = None,
+) -> None:
+    """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions."""
+    from harness.record.store import open_store
+    from harness.render.site import build_report
+
+    store = open_store(db)
+    try:
+        index = build_report(store, out, change_points=change_points, last=last)
+    finally:
+        store.close()
+    console.print(f"report: {index.resolve()}")

@@ -1,0 +1,138 @@
+"""`harness run`: run a suite on this machine's chip, record, report."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.cli.common import DbOption, app, console
+from harness.core.errors import HarnessError
+from harness.core.status import BAD_STATUSES, count_label
+
+
+@app.command()
+def run(
+    suite: Annotated[str | None, typer.Option(help="Suite file (TOML). Default: the built-in suite "
+                                                   "jobs/builtin.toml.")] = None,
+    db: DbOption = None,
+    report: Annotated[Path, typer.Option(help="Folder for the HTML report.")] = Path("harness-out/report"),
+    commit: Annotated[str | None, typer.Option(help="Commit to run. Default: HEAD of the repository under test "
+                                                    "(uncommitted changes are recorded as a dirty flag); another "
+                                                    "commit runs from a clean git worktree.")] = None,
+    repo: Annotated[str, typer.Option(help="Repository under test: a path or a git URL. A commit with "
+                                           "harness.toml at its root runs that suite from a clean checkout "
+                                           "(docs/external-repos.md).")] = ".",
+    chip_label: Annotated[str | None, typer.Option(help="Override the detected chip key.")] = None,
+    parallel: Annotated[int, typer.Option(help="Correctness jobs run at once (benchmarks and calibration always "
+                                               "run alone). Default: the number of CPU cores.")] = 0,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip rendering the HTML report.")] = False,
+    executor: Annotated[str, typer.Option(help="local (this machine) or ray (every chip of a Ray cluster: one "
+                                               "run per chip, from a clean checkout of the commit on each node; "
+                                               "--repo must be a git URL or a path every node sees).")] = "local",
+    address: Annotated[str | None, typer.Option(help="With --executor ray: the cluster's HEAD:PORT "
+                                                     "(default $RAY_ADDRESS).")] = None,
+    chips: Annotated[str | None, typer.Option(help="With --executor ray: comma-separated chip keys "
+                                                   "(default: every chip with a live node).")] = None,
+    max_attempts: Annotated[int, typer.Option(help="With --executor ray: runs of a job whose node dies.")] = 2,
+    resume: Annotated[str | None, typer.Option(help="An interrupted run's id: plan its suite, commit and chip "
+                                                    "again and run only the jobs it has no result for.")] = None,
+) -> None:
+    """Run a suite on this machine's chip, store every result, render the report."""
+    from harness.pipeline.run import RunRequest, execute_run
+    from harness.record import store
+
+    if executor not in ("local", "ray"):
+        raise HarnessError(f"--executor must be local or ray, not {executor!r}")
+    parallel = parallel or os.cpu_count() or 1
+    request = RunRequest(suite=suite, db_url=db, commit=commit, repo=repo, chip_label=chip_label, parallel=parallel,
+                         executor=executor, address=address, max_attempts=max_attempts,
+                         chips=tuple(c for c in (chips or "").split(",") if c), resume=resume)
+    if executor == "ray":
+        if chip_label:
+            raise HarnessError("--chip-label is for local runs; on a cluster each node is labelled when it joins")
+        _run_on_cluster(request, None if no_report else report)
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("planning", total=None)
+
+        def planned(n: int) -> None:
+            bar.update(task, total=n, description="running jobs")
+
+        def progress(job, result, done, total) -> None:
+            bar.update(task, completed=done, description=f"{job.kind[:5]} {job.kernel}/{job.variant}")
+            if result.status in BAD_STATUSES:
+                bar.console.print(f"[red]{result.status}[/red] {job.key}: {result.detail[:200]}", highlight=False)
+            for test in result.tests:  # a pytest job's failing tests, one line each (skips are not failures)
+                if test["outcome"] in BAD_STATUSES:
+                    first = (test.get("detail") or "").splitlines()[:1]
+                    bar.console.print(f"  [red]{test['outcome']}[/red] {test['nodeid']}: {''.join(first)[:200]}",
+                                      highlight=False)
+
+        try:
+            outcome = execute_run(request, progress=progress, on_planned=planned)
+        except HarnessError:
+            bar.remove_task(task)  # a bad commit, repository or suite: just its one-line error
+            raise
+    db_url = db or store.default_db_url()
+    counts = outcome.counts
+    dirty = " (dirty)" if outcome.dirty else ""
+    console.print(f"run {outcome.run_id} on {outcome.chip_key} at {outcome.sha[:12]}{dirty}")
+    console.print(f"jobs: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
+                  f"{counts['crashed']} crashed, {counts['timeout']} timed out, {counts['lost']} lost"
+                  + "".join(f", {counts[s]} {s}" for s in ("error", "xfailed", "xpassed") if counts[s])
+                  + f" (of {outcome.planned})")
+    if outcome.tests:
+        console.print(f"tests: {count_label(outcome.tests)}")
+    flops, bandwidth = outcome.peaks
+    if flops or bandwidth:
+        console.print(f"calibrated peak: {(flops or 0) / 1e9:.1f} GFLOP/s matmul, "
+                      f"{(bandwidth or 0) / 1e9:.1f} GB/s copy")
+    console.print(f"database: {store.mask_url(db_url)}")
+    if not no_report and not outcome.spooled:
+        _render_report(db_url, report)
+    bad = sum(counts[s] for s in BAD_STATUSES)
+    if outcome.spooled:
+        console.print(f"{outcome.spooled} results spooled to {outcome.spool_dir}: the database was unreachable; "
+                      "they will be written on the next harness command", highlight=False, soft_wrap=True)
+        raise typer.Exit(3)
+    raise typer.Exit(1 if bad else 0)
+
+
+def _render_report(db_url: str, folder: Path) -> None:
+    """Render the HTML report from the database and say where it is."""
+    from harness.record import store
+    from harness.render.site import build_report  # imported only when used: it loads the statistics stack
+
+    db_store = store.open_store(db_url)
+    try:
+        index = build_report(db_store, folder)
+    finally:
+        db_store.close()
+    console.print(f"report: {index.resolve()}")
+
+
+def _run_on_cluster(request, report: Path | None) -> None:
+    """`harness run --executor ray`: the cluster driver, in this process (CI uses `harness submit`)."""
+    from harness.cluster.driver import print_progress, run_on_cluster
+    from harness.record import store
+
+    outcome = run_on_cluster(request, progress=print_progress, log=lambda line: console.print(line, highlight=False))
+    for run in outcome.runs:
+        counts = run.counts
+        console.print(f"run {run.run_id} on {run.chip_key} at {run.sha[:12]}: {counts['passed']} passed, "
+                      f"{counts['failed']} failed, {counts['skipped']} skipped, {counts['crashed']} crashed, "
+                      f"{counts['timeout']} timed out, {counts['lost']} lost (of {run.planned})")
+    for chip, why in outcome.errors.items():
+        console.print(f"[red]{chip}: {why}[/red]")
+    if outcome.errors and not outcome.runs:
+        raise HarnessError("; ".join(f"{chip}: {why}" for chip, why in outcome.errors.items()))
+    db_url = request.db_url or store.default_db_url()
+    console.print(f"database: {store.mask_url(db_url)}")
+    if report is not None:
+        _render_report(db_url, report)
+    raise typer.Exit(outcome.exit_code)

@@ -1,0 +1,94 @@
+"""Tables for the analysis verbs (compare, variants): one row model, rendered as a rich table or GitHub markdown."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.core.errors import HarnessError
+
+FORMATS = ("text", "json", "markdown")
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise HarnessError(f"--format must be text, json or markdown, not {fmt!r}")
+    return fmt
+
+
+def check_thresholds(min_effect: float, alpha: float) -> None:
+    if not 0.0 <= min_effect < 1.0:
+        raise HarnessError(f"--min-effect must be in [0, 1), not {min_effect}")
+    if not 0.0 < alpha < 1.0:
+        raise HarnessError(f"--alpha must be in (0, 1), not {alpha}")
+
+
+def stdout_console() -> Console:
+    """Results go to stdout (pipeable); a pipe gets wide lines instead of 80-column wrapping."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
+def seconds(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.3f}"
+
+
+def interval(low: float | None, high: float | None) -> str:
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return "-"
+    return f"{low:.3f}–{high:.3f}"
+
+
+def change(value: float | None) -> str:
+    """Relative change of a time ratio: +10.3 % is slower."""
+    return "-" if value is None or not math.isfinite(value) else f"{100.0 * (value - 1.0):+.1f} %"
+
+
+def pvalue(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.2g}" if value >= 1e-3 else f"{value:.1e}"
+
+
+def markdown_text(text: str) -> str:
+    """One line of GitHub markdown that renders as the literal text (no HTML, no table breaks)."""
+    return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
+
+
+def _markdown_cell(text: str) -> str:
+    return markdown_text(text)[:300]
+
+
+def emit_table(console: Console, fmt: str, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A titled table: rich on a console for ``text``, a GitHub-flavoured table for ``markdown``."""
+    if fmt == "markdown":
+        print(f"\n#### {title}\n")
+        print("| " + " | ".join(headers) + " |")
+        print("|" + "|".join("---" for _ in headers) + "|")
+        for row in rows:
+            print("| " + " | ".join(_markdown_cell(cell) for cell in row) + " |")
+        return
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*[str(cell) for cell in row])
+    console.print(table)

@@ -1,0 +1,108 @@
+"""`harness variants`: each tuning variant vs its kernel's default, per chip; divergent variants first."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from harness.cli.common import DbOption, app
+from harness.cli.tables import (
+    change,
+    check_format,
+    check_thresholds,
+    emit_table,
+    interval,
+    markdown_text,
+    print_json,
+    pvalue,
+    ratio,
+    stdout_console,
+)
+
+CELL_HEADERS = ("outcome", "kernel", "variant", "vs default", "dtype", "shape", "change", "ratio", "95% CI",
+                "p (BH)", "n default/variant")
+
+
+HELP = "\n\n".join((
+    "Per-chip verdicts of every tuning variant against its kernel's default variant.",
+    "Each cell compares a variant with the default at one dtype and shape on one chip (win: the variant is faster; "
+    "lose; tie; inconclusive; broken: it or the default failed a correctness job there), with Benjamini-Hochberg "
+    "control across the whole matrix. Each chip's latest run is used, or all runs of --commit on each chip.",
+    "Variants that win on one chip and lose on another are listed first, with both cells' evidence; then the best "
+    "variant per chip and shape where it is not the default, then each chip's cells (ties only with --all).",
+))
+
+
+@app.command(help=HELP)
+def variants(
+    db: DbOption = None,
+    commit: Annotated[str | None, typer.Option("--commit", help="Use this commit's runs (sha or unique prefix) on "
+                                                                "each chip instead of each chip's latest run.")
+                      ] = None,
+    format: Annotated[str, typer.Option("--format", help="text, json or markdown.")] = "text",
+    min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative difference that matters.")
+                          ] = 0.02,
+    alpha: Annotated[float, typer.Option("--alpha", help="False discovery rate across the whole matrix.")] = 0.05,
+    all_cells: Annotated[bool, typer.Option("--all", help="List ties too.")] = False,
+) -> None:
+    """Variant verdicts per chip (see HELP)."""
+    from harness.analysis.grid import variant_matrix
+    from harness.record.store import open_store
+
+    check_format(format)
+    check_thresholds(min_effect, alpha)
+    store = open_store(db)
+    try:
+        matrix = variant_matrix(store, commit, min_effect=min_effect, alpha=alpha)
+    finally:
+        store.close()
+    if format == "json":
+        print_json(matrix.to_dict())
+        return
+    _render(matrix, format, all_cells)
+
+
+def _render(matrix, fmt: str, all_cells: bool) -> None:
+    from harness.analysis.grid import OUTCOME_ORDER
+
+    console = stdout_console()
+    runs = [f"{chip}: {matrix.shas[chip][:12]} ({len(ids)} run{'s' if len(ids) != 1 else ''})"
+            for chip, ids in matrix.runs.items()]
+    header = "Variant verdicts on " + ("; ".join(runs) if runs else "no runs")
+    if fmt == "markdown":
+        print(f"### {markdown_text(header)}")
+    else:
+        console.print(header)
+    if matrix.divergent:
+        emit_table(console, fmt, f"Divergent: wins on one chip, loses on another ({len(matrix.divergent)})",
+                   ("kernel", "variant", "dtype", "shape", "wins on", "ratio [95% CI]", "p (BH)", "loses on",
+                    "ratio [95% CI]", "p (BH)"),
+                   [(d.kernel, d.variant, d.dtype, d.shape_key,
+                     d.winning_chip, f"{ratio(d.win.ratio)} [{interval(d.win.ci_low, d.win.ci_high)}]",
+                     pvalue(d.win.p_adjusted),
+                     d.losing_chip, f"{ratio(d.lose.ratio)} [{interval(d.lose.ci_low, d.lose.ci_high)}]",
+                     pvalue(d.lose.p_adjusted)) for d in matrix.divergent])
+    tuned = [b for b in matrix.best if b.variant != b.default_variant]
+    if tuned:
+        emit_table(console, fmt, f"Best variant where it is not the default ({len(tuned)})",
+                   ("chip", "kernel", "dtype", "shape", "best", "default", "change", "95% CI"),
+                   [(b.chip, b.kernel, b.dtype, b.shape_key, b.variant, b.default_variant,
+                     change(b.evidence.ratio), interval(b.evidence.ci_low, b.evidence.ci_high)) for b in tuned])
+    for chip in matrix.runs:
+        cells = [c for c in matrix.cells if c.chip == chip and (all_cells or c.outcome != "tie")]
+        cells.sort(key=lambda c: (OUTCOME_ORDER.index(c.outcome), c.kernel, c.variant, c.dtype, c.shape_key))
+        ties = sum(c.chip == chip and c.outcome == "tie" for c in matrix.cells)
+        title = f"{chip}: {len(cells)} cell(s)" + ("" if all_cells or not ties else f", {ties} ties not listed")
+        if cells:
+            emit_table(console, fmt, title, CELL_HEADERS,
+                       [(c.outcome, c.kernel, c.variant, c.default_variant, c.dtype, c.shape_key, change(c.ratio),
+                         ratio(c.ratio), interval(c.ci_low, c.ci_high), pvalue(c.p_adjusted),
+                         f"{c.n_default}/{c.n_variant}") for c in cells])
+        elif fmt == "markdown":
+            print(f"\n_{markdown_text(title)}_")
+        else:
+            console.print(title)
+    if matrix.correctness_failures:
+        line = f"{len(matrix.correctness_failures)} correctness failure(s) in these runs: their cells are broken"
+        print(f"\n_{line}_" if fmt == "markdown" else line)

@@ -1,0 +1,311 @@
+"""Start and stop the Ray processes of a harness cluster: a head, and chip-labelled worker nodes.
+
+Every process is a ``ray start --block`` that we launch in its own process group and record in a state file
+(pid, process group, address, session folder, log). Stopping sends SIGTERM to that one process (Ray drains the
+node and ends its own children), then SIGKILL to its process group if anything is left. Nothing here ever runs
+``ray stop``: that would end every Ray process on the machine, other users' clusters included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.core import config
+from harness.core.errors import HarnessError
+
+AUTH_MODES = ("disabled", "token")
+MACOS_CLUSTER_FLAG = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+MACOS_NOTE = (f"macOS: Ray supports multi-node clusters officially on Linux only; setting {MACOS_CLUSTER_FLAG}=1 "
+              "so this node may join one (see docs/cluster.md)")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+SESSION_IN_LOG = re.compile(r"(\S*/session_[0-9_-]+)(?=/logs/)")
+
+
+def state_dir() -> Path:
+    return config.cache_dir() / "cluster"
+
+
+@dataclass
+class Launched:
+    """One ``ray start --block`` process we started: enough to find and stop exactly it later."""
+
+    role: str  # "head" or "node"
+    pid: int
+    pgid: int
+    address: str  # the GCS address nodes and drivers connect to (HEAD:PORT)
+    log: str
+    command: list[str]
+    dashboard: str = ""
+    chip: str = ""
+    session_dir: str = ""
+    auth_mode: str = "disabled"
+    started_at: float = 0.0
+    state_file: str = ""
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file = str(path)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Launched:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise HarnessError(f"cannot read cluster state {path}: {exc}") from None
+        launched = cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        launched.state_file = str(path)
+        return launched
+
+
+def ray_executable() -> str:
+    """The ``ray`` CLI of this Python environment (the one whose Ray the harness imports)."""
+    beside = Path(sys.executable).with_name("ray")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ray")
+    if not found:
+        raise HarnessError("the `ray` command is not installed (pip install 'ray[default]')")
+    return found
+
+
+def auth_mode(requested: str | None) -> str:
+    """``--auth-mode``, else ``$RAY_AUTH_MODE``, else "disabled": always explicit in the Ray processes' env."""
+    mode = (requested or os.environ.get("RAY_AUTH_MODE") or "disabled").lower()
+    if mode not in AUTH_MODES:
+        raise HarnessError(f"--auth-mode must be one of {', '.join(AUTH_MODES)}, not {mode!r}")
+    return mode
+
+
+def ray_env(mode: str, *, joining: bool, system: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """The environment of a ``ray start``: usage stats off, explicit auth mode, the macOS cluster opt-in.
+
+    Returns the environment and the notes to show the user.
+    """
+    env = dict(os.environ)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["RAY_AUTH_MODE"] = mode
+    notes = []
+    system = system or platform.system()
+    if system == "Darwin":
+        env[MACOS_CLUSTER_FLAG] = "1"
+        notes.append(MACOS_NOTE)
+    elif joining:
+        # Ray refuses `ray start --address` when this is 0 (a loopback-only test setting), on any platform.
+        env[MACOS_CLUSTER_FLAG] = "1"
+    return env, notes
+
+
+def head_command(*, port: int, host: str, dashboard_port: int, dashboard: bool = True,
+                 client_port: int | None = None, chip: str | None = None,
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    """``ray start --head``; with ``chip`` the head is also a node of that chip (a one-machine cluster)."""
+    command = [ray_executable(), "start", "--head", "--port", str(port), "--node-ip-address", host,
+               "--disable-usage-stats", "--block", "--include-dashboard", "true" if dashboard else "false"]
+    command += _worker_args(chip) if chip else ["--num-cpus", "0", "--num-gpus", "0"]  # drivers only
+    if dashboard:
+        command += ["--dashboard-host", host, "--dashboard-port", str(dashboard_port)]
+    if client_port is not None:
+        command += ["--ray-client-server-port", str(client_port)]
+    return command + list(extra)
+
+
+def _worker_args(chip: str) -> list[str]:
+    from harness.execute.ray_executor import node_labels, node_resources
+
+    labels = ",".join(f"{k}={v}" for k, v in node_labels(chip).items())
+    return ["--labels", labels, "--resources", json.dumps(node_resources())]
+
+
+def node_command(*, address: str, chip: str, node_ip: str | None = None, num_cpus: int | None = None,
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    host = address.rsplit(":", 1)[0]
+    if is_loopback(host):
+        raise HarnessError(f"a head on {host} cannot be joined by another Ray node (Ray rewrites a loopback address "
+                           "to this machine's network address): start the head with --host <its LAN address>, or "
+                           "let the head run jobs itself with `harness cluster up --worker`")
+    command = [ray_executable(), "start", "--address", address, *_worker_args(chip), "--disable-usage-stats",
+               "--block"]
+    if node_ip:
+        command += ["--node-ip-address", node_ip]
+    if num_cpus is not None:
+        command += ["--num-cpus", str(num_cpus)]
+    return command + list(extra)
+
+
+def _tcp_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own dashboard URL
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def launch(role: str, command: list[str], env: dict[str, str], log_path: Path, *, ready, address: str,
+           timeout_s: float = 120, **fields) -> Launched:
+    """Start ``command`` in its own process group, logging to ``log_path``; wait until ``ready()`` or fail."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    launched = Launched(role, proc.pid, os.getpgid(proc.pid), address, str(log_path), command,
+                        started_at=time.time(), **fields)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = proc.poll()
+        if code is not None:
+            raise HarnessError(f"`ray start` ({role}) exited with status {code}:\n{_log_tail(log_path)}")
+        if "Ray runtime started" in _read(log_path) and ready():
+            break
+        if time.monotonic() > deadline:
+            stop(launched)
+            raise HarnessError(f"the Ray {role} did not start within {timeout_s:g} s:\n{_log_tail(log_path)}")
+        time.sleep(0.5)
+    match = SESSION_IN_LOG.search(_read(log_path))
+    launched.session_dir = match.group(1) if match else ""
+    return launched
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def start_head(*, port: int, host: str = "127.0.0.1", dashboard_port: int = 8265, mode: str = "disabled",
+               state: Path | None = None, client_port: int | None = None, chip: str | None = None,
+               extra: tuple[str, ...] = (), timeout_s: float = 120) -> Launched:
+    """Start a Ray head bound to ``host`` and record it; refuses a port already taken or a state already live."""
+    state = state or state_dir() / f"head-{port}.json"
+    if state.exists():
+        old = Launched.load(state)
+        if is_ours(old):
+            raise HarnessError(f"a head started by harness is already running on port {port} (pid {old.pid}); "
+                               f"`harness cluster down --port {port}` stops it")
+        state.unlink()
+    probe_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    for option, number in (("port", port), ("dashboard-port", dashboard_port)):
+        if _tcp_open(probe_host, number):
+            raise HarnessError(f"port {number} on {host} is already in use; pick another with --{option}")
+    env, notes = ray_env(mode, joining=False)
+    command = head_command(port=port, host=host, dashboard_port=dashboard_port, client_port=client_port, chip=chip,
+                           extra=extra)
+    dashboard = f"http://{probe_host}:{dashboard_port}"
+    launched = launch("head", command, env, state.with_suffix(".log"), address=f"{probe_host}:{port}",
+                      ready=lambda: _tcp_open(probe_host, port) and _http_ok(f"{dashboard}/api/version"),
+                      timeout_s=timeout_s, dashboard=dashboard, auth_mode=mode, chip=chip or "")
+    launched.save(state)
+    for note in notes:
+        print(note, file=sys.stderr)
+    return launched
+
+
+def start_node(*, address: str, chip: str, node_ip: str | None = None, num_cpus: int | None = None,
+               mode: str = "disabled", state: Path | None = None, extra: tuple[str, ...] = (),
+               timeout_s: float = 120) -> Launched:
+    """Start a worker node labelled with ``chip`` in the background and record it (``harness node leave``)."""
+    env, _notes = ray_env(mode, joining=True)
+    command = node_command(address=address, chip=chip, node_ip=node_ip, num_cpus=num_cpus, extra=extra)
+    state = state or state_dir() / f"node-{chip}-{int(time.time() * 1000)}.json"
+    launched = launch("node", command, env, state.with_suffix(".log"), address=address, ready=lambda: True,
+                      timeout_s=timeout_s, chip=chip, auth_mode=mode)
+    launched.save(state)
+    return launched
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    except OSError:
+        pass
+    try:  # macOS: no /proc
+        done = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True, timeout=5)
+        return done.stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+
+
+def is_ours(launched: Launched) -> bool:
+    """The recorded process is alive and still the ``ray start --block`` we launched (not a reused pid)."""
+    argv = _argv(launched.pid)
+    port = launched.address.rsplit(":", 1)[-1]
+    return (any(Path(part).name == "ray" for part in argv[:3]) and "start" in argv and "--block" in argv
+            and any(port in part for part in argv))
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop(launched: Launched, timeout_s: float = 45) -> str:
+    """Stop exactly this launched ``ray start`` and its process group; returns what was done.
+
+    Only a process verified to be that ``ray start`` (alive, same command) is signalled, and only the process group
+    created for it (its pid) is killed if something outlives the SIGTERM: a stale record never hits another process.
+    """
+    if not is_ours(launched):
+        if launched.state_file:
+            Path(launched.state_file).unlink(missing_ok=True)
+        return f"not running (stale record of pid {launched.pid} removed)"
+    os.kill(launched.pid, signal.SIGTERM)  # Ray drains the node and ends its own processes
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(launched.pgid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    done = "stopped"
+    if launched.pgid == launched.pid and launched.pgid != os.getpgid(0) and _group_alive(launched.pgid):
+        os.killpg(launched.pgid, signal.SIGKILL)  # the group created for it, nothing else
+        done = "killed"
+    if launched.state_file:
+        Path(launched.state_file).unlink(missing_ok=True)
+    return done
+
+
+def find_state(role: str, port: int | None = None, state: Path | None = None) -> list[Path]:
+    """State files of processes this user started with harness (one explicit file, or by role/port)."""
+    if state:
+        if not state.exists():
+            raise HarnessError(f"no cluster state at {state}")
+        return [state]
+    pattern = f"head-{port}.json" if (role == "head" and port) else f"{role}-*.json"
+    return sorted(state_dir().glob(pattern))
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.")

@@ -1,0 +1,126 @@
+"""Execute: run planned jobs, one process per job with a timeout, behind one seam (local pool here, Ray elsewhere)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Protocol
+
+from harness.core.config import SOURCE_ROOT
+from harness.core.job import PHASES, Job, JobResult
+from harness.core.proc import file_tail, kill_group
+
+OnResult = Callable[[Job, JobResult], None]
+
+
+class Executor(Protocol):
+    """Runs jobs and calls ``on_result`` once per job, from any thread, as results arrive."""
+
+    def execute(self, jobs: list[Job], on_result: OnResult) -> None: ...
+
+
+HARNESS_ROOT = str(SOURCE_ROOT)
+
+
+def worker_env(tree: str | None = None, venv: str | None = None) -> dict[str, str]:
+    """Environment of a job process: the tree under test first on the import path (then ``tree/src`` if it
+    exists, then the inherited PYTHONPATH, then the harness's source root, so ``harness.execute.worker`` and the
+    pytest plugin import from another repository's tree too); ``venv``: that environment activated."""
+    env = dict(os.environ)
+    if tree:
+        src = os.path.join(tree, "src")
+        paths = (tree, src if os.path.isdir(src) else "", env.get("PYTHONPATH", ""), HARNESS_ROOT)
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    if venv:
+        from harness.execute.envs import activated
+
+        env = activated(env, venv)
+    return env
+
+
+def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.executable) -> JobResult:
+    """Run one job in a fresh process (its own process group); crash and hang become results, not exceptions.
+
+    A job whose variant cannot run here (wrong backend, unsupported dtype) is skipped without a
+    process when the code under test is this process's own (``tree`` None): nothing is measured.
+    A job of a suite with ``[install]`` runs with the python of the install key's environment, installed
+    here first if needed (harness/execute/envs.py); the ``install`` job only does that.
+    """
+    start = time.perf_counter()
+    if tree is None and job.kind not in ("install", "pytest") and not job.is_function:
+        from harness.execute.worker import skip_reason
+
+        reason = skip_reason(job)
+        if reason:
+            return JobResult(job.key, "skipped", reason, duration_s=time.perf_counter() - start)
+    venv = None
+    if job.install:
+        from harness.execute import envs
+
+        try:
+            environment = envs.ensure(job.install, tree or os.getcwd())
+        except Exception as exc:  # noqa: BLE001 - an unwritable cache or the like: this job's result, not a crash
+            return JobResult(job.key, "crashed", f"cannot prepare the environment: {type(exc).__name__}: {exc}",
+                             duration_s=time.perf_counter() - start)
+        if job.kind == "install" or not environment.ok:
+            result = envs.install_result(job.key, environment)
+            result.duration_s = time.perf_counter() - start
+            return result
+        python, venv = str(environment.python), str(environment.path)
+    with tempfile.TemporaryDirectory(prefix="harness-job-") as scratch:
+        job_path, result_path, log_path = (Path(scratch) / n for n in ("job.json", "result.json", "output.log"))
+        job_path.write_text(job.to_json())
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([python, "-m", "harness.execute.worker", str(job_path), str(result_path)],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=tree or None, env=worker_env(tree, venv), start_new_session=True)
+            try:
+                code = proc.wait(timeout=job.timeout_s)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                return JobResult(job.key, "timeout", f"no result after {job.timeout_s:g} s; process killed",
+                                 duration_s=time.perf_counter() - start, output_tail=file_tail(log_path))
+        tail = file_tail(log_path)
+        if result_path.exists():
+            result = JobResult.from_dict(json.loads(result_path.read_text()))
+            result.output_tail = result.output_tail or tail
+            return result
+        why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        return JobResult(job.key, "crashed", f"job process died without a result ({why})",
+                         duration_s=time.perf_counter() - start, output_tail=tail)
+
+
+class LocalExecutor:
+    """A process per job on this machine. Correctness jobs may run in parallel; timed jobs run alone."""
+
+    def __init__(self, parallel: int = 1, tree: str | None = None):
+        self.parallel = max(1, parallel)
+        self.tree = tree
+
+    def _run(self, job: Job) -> JobResult:
+        return run_in_subprocess(job, self.tree)
+
+    def execute(self, jobs: list[Job], on_result: OnResult) -> None:
+        """The kinds in :data:`harness.core.job.PHASES` order (any other kind last, timed): timed kinds one at a
+        time, the others ``parallel`` at once."""
+        extra = [(kind, True) for kind in dict.fromkeys(j.kind for j in jobs) if kind not in dict(PHASES)]
+        for kind, timed in [*PHASES, *extra]:
+            phase = [j for j in jobs if j.kind == kind]
+            if not timed and self.parallel > 1 and len(phase) > 1:
+                with ThreadPoolExecutor(self.parallel) as pool:
+                    futures = {pool.submit(self._run, job): job for job in phase}
+                    for future in as_completed(futures):
+                        on_result(futures[future], future.result())
+            else:
+                self._serial(phase, on_result)
+
+    def _serial(self, jobs: Iterable[Job], on_result: OnResult) -> None:
+        for job in jobs:
+            on_result(job, self._run(job))

@@ -1,0 +1,320 @@
+"""Execute on a Ray cluster: the same Executor seam as LocalExecutor, one chip per executor.
+
+How nodes are found: every node that runs jobs joined with ``harness node join``, which gives it the Ray node
+label ``chip=<key>`` (harness.core.chip key) and the custom resource ``harness_node: 1`` (the whole machine). A job
+task asks for ``label_selector={"chip": key}`` and a share of ``harness_node``: a job of a timed kind
+(harness.core.job.PHASES: calibration, benchmark...) takes all of it, so it runs alone on its node, as locally;
+a correctness job takes 1/parallel. Kinds run in PHASES order.
+
+On the node, the task checks the commit out (per-node clone cache + worktree, verified clean and exact), then
+runs the job with :func:`harness.execute.local.run_in_subprocess`: one process per job with its timeout, as locally.
+
+A node that dies mid-job surfaces as a Ray system error (NodeDiedError, WorkerCrashedError...): the job is
+re-queued on another live node of its chip (the dead node is excluded by label selector) up to
+``max_attempts`` times, else recorded as ``lost``. ``on_result`` is called exactly once per job; every
+``ray.wait``/``ray.get`` has a timeout, and the chip's live nodes are re-checked on every poll, so a job
+whose chip has no live node left is recorded, never left pending.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ray
+from ray.exceptions import GetTimeoutError, RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from harness.core.chip import ChipIdentity, validate_key
+from harness.core.errors import HarnessError
+from harness.core.job import PHASES, Job, JobResult
+from harness.execute.local import OnResult, run_in_subprocess
+
+CHIP_LABEL = "chip"  # Ray node label key (label keys cannot contain ':')
+NODE_RESOURCE = "harness_node"  # custom resource, 1 per joined node: the unit timed jobs take whole
+NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label, used to keep retries off a dead node
+NODE_ENV = "HARNESS_RAY_NODE_ID"  # the job process learns which Ray node runs it
+LABEL_VALUE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$")
+NODE_IN_MESSAGE = re.compile(r"node ID: ([0-9a-f]{20,})", re.IGNORECASE)
+GET_TIMEOUT_S = 60.0  # fetching a finished task's (small) result
+
+log = logging.getLogger(__name__)
+
+
+def chip_label_value(key: str) -> str:
+    """A chip key usable as a Ray label value (harness key rules plus Ray's: ends with a letter or digit)."""
+    try:
+        validate_key(key)
+    except ValueError as exc:
+        raise HarnessError(str(exc)) from None
+    if not LABEL_VALUE.match(key):
+        raise HarnessError(f"chip key {key!r} cannot be a Ray label value (it must end with a letter or digit)")
+    return key
+
+
+def node_labels(key: str) -> dict[str, str]:
+    """The Ray labels a node of chip ``key`` joins with."""
+    return {CHIP_LABEL: chip_label_value(key)}
+
+
+def node_resources() -> dict[str, float]:
+    """The custom resources a harness node joins with."""
+    return {NODE_RESOURCE: 1.0}
+
+
+def live_chips() -> dict[str, list[str]]:
+    """Chip key -> ids of the live harness nodes labelled with it, as the cluster (GCS) sees them now."""
+    chips: dict[str, list[str]] = {}
+    for node in ray.nodes():
+        labels = node.get("Labels") or {}
+        if node.get("Alive") and CHIP_LABEL in labels and (node.get("Resources") or {}).get(NODE_RESOURCE):
+            chips.setdefault(labels[CHIP_LABEL], []).append(node["NodeID"])
+    return chips
+
+
+def no_node_message(chip: str, present: dict[str, list[str]]) -> str:
+    have = ", ".join(f"{k} ({len(v)} node{'s' if len(v) > 1 else ''})" for k, v in sorted(present.items()))
+    return (f"no live node labelled chip={chip} in the Ray cluster (live chips: {have or 'none'}); "
+            f"join one with `harness node join --address HEAD:PORT --chip-label {chip}`")
+
+
+# --- what runs on the node -----------------------------------------------------------------------------------
+
+
+def _node_id() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def _tree_for(repo: str | None, sha: str | None, timeout: float) -> tuple[str | None, str | None]:
+    """The verified worktree of ``sha`` on this node (None: run the node's installed code, no commit)."""
+    if not repo:
+        return None, None
+    from harness.spec import git
+
+    tree, head = git.checkout(repo, sha, timeout)
+    git.verify_tree(tree, sha)  # exact and clean, checked again right before every job
+    return str(tree), head
+
+
+def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_timeout_s: float) -> dict:
+    """The Ray task body: check the commit out, run one job in its own process, return the result and where."""
+    node = _node_id()
+    os.environ[NODE_ENV] = node
+    job = Job.from_dict(json.loads(job_json))
+    tree, head = _tree_for(repo, sha, checkout_timeout_s)
+    if tree and job.plugin_dir and not os.path.isabs(job.plugin_dir):
+        job = Job.from_dict({**json.loads(job_json), "plugin_dir": os.path.join(tree, job.plugin_dir)})
+    result = run_in_subprocess(job, tree=tree)
+    result.node = node
+    return {"result": result.to_dict(), "node": node, "host": socket.gethostname(), "sha": head}
+
+
+def probe_node(chip: str, repo: str | None, sha: str | None, checkout_timeout_s: float) -> dict:
+    """The node's chip identity (its label as the key) and host facts; with a repo, the commit checked out."""
+    from harness.core import chip as chip_id
+
+    ident = chip_id.detect(override_key=chip)
+    _tree, head = _tree_for(repo, sha, checkout_timeout_s)
+    return {"ident": ident.to_dict(), "facts": chip_id.machine_facts(), "node": _node_id(), "sha": head}
+
+
+_run_job_task = ray.remote(num_cpus=0, max_retries=0)(run_job_on_node)
+_probe_task = ray.remote(num_cpus=0, max_retries=0)(probe_node)
+
+
+# --- the executor --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Attempt:
+    job: Job
+    number: int
+
+
+def _slot(parallel: int) -> float:
+    """The share of a node one correctness job takes (Ray custom resources have 4 decimals)."""
+    return math.floor(10_000 / max(1, parallel)) / 10_000
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+class RayExecutor:
+    """Run jobs on the live nodes labelled ``chip=<chip>`` of the connected Ray cluster.
+
+    ``repo``/``sha``: every node checks out exactly that commit (``sha`` must be a full sha) and runs the job from
+    it; without ``repo`` the node's installed code runs (tests, ad-hoc use). Requires ``ray.init`` done.
+    """
+
+    def __init__(self, chip: str, *, repo: str | None = None, sha: str | None = None, parallel: int = 1,
+                 max_attempts: int = 2, poll_s: float = 0.5, deadline_s: float | None = None,
+                 checkout_timeout_s: float = 900.0, log: Callable[[str], None] | None = None):
+        self.chip = chip_label_value(chip)
+        if repo and not sha:
+            raise HarnessError("a RayExecutor with a repo needs the full sha to run")
+        self.repo, self.sha = repo, sha
+        self.parallel = max(1, parallel)
+        self.max_attempts = max(1, max_attempts)
+        self.poll_s = poll_s
+        self.deadline_s = deadline_s
+        self.checkout_timeout_s = checkout_timeout_s
+        self.log = log or (lambda message: None)
+        self.dead: set[str] = set()  # nodes seen dead during this run: retries never go back there
+        self._live: list[str] = []
+        self._live_at = -math.inf
+
+    # -- nodes --
+
+    def live_nodes(self, max_age_s: float = 0.0) -> list[str]:
+        """The chip's live nodes (minus those seen dead); ``max_age_s`` > 0 may reuse a recent answer."""
+        now = time.monotonic()
+        if max_age_s <= 0 or now - self._live_at > max_age_s:
+            self._live, self._live_at = live_chips().get(self.chip, []), now
+        return [n for n in self._live if n not in self.dead]
+
+    def check_nodes(self) -> list[str]:
+        """The chip's live nodes; a clear HarnessError at once when there is none (nothing gets scheduled)."""
+        if not ray.is_initialized():
+            raise HarnessError("not connected to a Ray cluster (ray.init(address=...) first)")
+        nodes = self.live_nodes()
+        if not nodes:
+            raise HarnessError(no_node_message(self.chip, live_chips()))
+        return nodes
+
+    def identify(self) -> tuple[ChipIdentity, dict, list[dict]]:
+        """Probe every live node of the chip (identity, facts, checkout); the first node's identity keys the run."""
+        nodes = self.check_nodes()
+        refs = {
+            _probe_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                                name=f"harness-probe:{self.chip}").remote(self.chip, self.repo, self.sha,
+                                                                          self.checkout_timeout_s): node
+            for node in nodes
+        }
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.checkout_timeout_s + 60)
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if pending:
+            slow = ", ".join(refs[r][:12] for r in pending)
+            raise HarnessError(f"chip {self.chip}: node(s) {slow} did not answer within "
+                               f"{self.checkout_timeout_s + 60:g} s (identity and checkout of {self.sha or 'code'})")
+        probes = []
+        for ref in ready:
+            try:
+                probes.append(ray.get(ref, timeout=GET_TIMEOUT_S))
+            except RayTaskError as exc:
+                cause = exc.cause if getattr(exc, "cause", None) else exc
+                raise HarnessError(f"chip {self.chip}: node {refs[ref][:12]} cannot run "
+                                   f"{(self.sha or 'jobs')[:12]}: {_error_line(cause)}") from None
+            except RayError as exc:
+                self.log(f"chip {self.chip}: node {refs[ref][:12]} lost while probing ({_error_line(exc)})")
+        if not probes:
+            raise HarnessError(no_node_message(self.chip, live_chips()))
+        first = ChipIdentity(**probes[0]["ident"])
+        for other in probes[1:]:
+            ident = ChipIdentity(**other["ident"])
+            if (ident.backend, ident.device_name) != (first.backend, first.device_name):
+                self.log(f"warning: nodes labelled chip={self.chip} differ: {first.device_name} ({first.backend}) "
+                         f"on {probes[0]['facts'].get('hostname')} vs {ident.device_name} ({ident.backend}) on "
+                         f"{other['facts'].get('hostname')}; they pool their samples under one key")
+        return first, probes[0]["facts"], probes
+
+    # -- running --
+
+    def execute(self, jobs: list[Job], on_result: OnResult) -> None:
+        """The kinds in :data:`harness.core.job.PHASES` order, as locally: a timed kind (calibration, benchmark) takes
+        its node whole, one job at a time; the others run ``parallel`` per node. A kind not listed runs last,
+        timed: no job is ever left out."""
+        self.check_nodes()
+        budget = sum(j.timeout_s for j in jobs) * self.max_attempts + self.checkout_timeout_s + 300
+        deadline = time.monotonic() + (self.deadline_s if self.deadline_s is not None else budget)
+        phases = list(PHASES) + [(kind, True) for kind in dict.fromkeys(j.kind for j in jobs)
+                                 if kind not in dict(PHASES)]
+        for kind, timed in phases:
+            share, per_node = (1.0, 1) if timed else (_slot(self.parallel), self.parallel)
+            self._dispatch([j for j in jobs if j.kind == kind], share, per_node, on_result, deadline)
+
+    def _submit(self, attempt: _Attempt, share: float) -> ray.ObjectRef:
+        selector = {CHIP_LABEL: self.chip}
+        if self.dead:
+            selector[NODE_ID_LABEL] = f"!in({','.join(sorted(self.dead))})"
+        return _run_job_task.options(label_selector=selector, resources={NODE_RESOURCE: share},
+                                     name=f"harness:{attempt.job.key}"[:200]).remote(
+            attempt.job.to_json(), self.repo, self.sha, self.checkout_timeout_s)
+
+    def _dispatch(self, jobs: list[Job], share: float, per_node: int, on_result: OnResult, deadline: float) -> None:
+        queue = deque(_Attempt(job, 1) for job in jobs)
+        inflight: dict[ray.ObjectRef, _Attempt] = {}
+        while queue or inflight:
+            live = self.live_nodes(max_age_s=self.poll_s)  # the cluster view, at most one poll old
+            if not live or time.monotonic() > deadline:
+                why = (f"no live node of chip {self.chip} left in the cluster" if not live
+                       else "the run's deadline passed before the job finished (nodes unresponsive or cluster busy)")
+                self._give_up(inflight, queue, why, on_result)
+                return
+            # What the live nodes can run now, plus one queued behind each slot so a freed slot starts the next
+            # job at once; never the whole queue, so retries and node loss are decided here, not in Ray's queue.
+            while queue and len(inflight) < 2 * len(live) * per_node:
+                attempt = queue.popleft()
+                inflight[self._submit(attempt, share)] = attempt
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=self.poll_s)
+            for ref in ready:
+                self._collect(ref, inflight.pop(ref), queue, on_result)
+
+    def _collect(self, ref: ray.ObjectRef, attempt: _Attempt, queue: deque, on_result: OnResult,
+                 retry: bool = True) -> None:
+        job = attempt.job
+        try:
+            payload = ray.get(ref, timeout=GET_TIMEOUT_S)
+        except RayTaskError as exc:  # our code raised on a healthy node: e.g. the checkout refused the tree
+            cause = exc.cause if getattr(exc, "cause", None) else exc
+            on_result(job, JobResult(job.key, "crashed", f"node could not run the job: {_error_line(cause)}",
+                                     attempts=attempt.number))
+            return
+        except (RayError, GetTimeoutError) as exc:  # the node or its worker died, or the result is unreachable
+            match = NODE_IN_MESSAGE.search(str(exc))
+            node = match.group(1) if match else ""
+            if node and "NodeDied" in type(exc).__name__:
+                self.dead.add(node)
+            reason = f"node {node[:12] or '?'} failed mid-job ({_error_line(exc)})"
+            live = self.live_nodes()
+            if retry and attempt.number < self.max_attempts and live:
+                self.log(f"{job.key}: {reason}; re-running on another node of chip {self.chip} "
+                         f"(attempt {attempt.number + 1} of {self.max_attempts})")
+                queue.appendleft(_Attempt(job, attempt.number + 1))
+                return
+            why = (f"no other live node of chip {self.chip}" if not live
+                   else f"gave up after {attempt.number} attempt(s)")
+            on_result(job, JobResult(job.key, "lost", f"{reason}; {why}", node=node, attempts=attempt.number))
+            return
+        result = JobResult.from_dict(payload["result"])
+        result.node, result.attempts = payload["node"], attempt.number
+        if self.sha and payload.get("sha") != self.sha:
+            result = JobResult(job.key, "crashed", f"node ran {payload.get('sha')} instead of {self.sha}",
+                               node=payload["node"], attempts=attempt.number)
+        on_result(job, result)
+
+    def _give_up(self, inflight: dict, queue: deque, why: str, on_result: OnResult) -> None:
+        if inflight:  # results that arrived meanwhile are kept (no retry: there is nowhere left to run)
+            done, _ = ray.wait(list(inflight), num_returns=len(inflight), timeout=0)
+            for ref in done:
+                self._collect(ref, inflight.pop(ref), queue, on_result, retry=False)
+        for ref, attempt in list(inflight.items()):
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - best effort: the task may have finished or its node be gone
+                pass
+            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, attempts=attempt.number))
+        inflight.clear()
+        while queue:
+            attempt = queue.popleft()
+            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, attempts=attempt.number - 1))

@@ -1,0 +1,98 @@
+"""The worker: runs exactly one job in its own process and writes its result; it only measures, never decides.
+
+Usage (by the executors): ``python -m harness.execute.worker JOB.json RESULT.json``.
+A crash or hang here kills only this process; the executor records it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from harness.core.job import Job, JobResult
+from harness.execute.timing import TimingProtocol, measure_mlx
+
+PROTOCOL_FIELDS = set(TimingProtocol.__dataclass_fields__)
+
+
+def _load_kernel(job: Job):
+    if job.plugin_dir and job.plugin_dir not in sys.path:
+        sys.path.insert(0, job.plugin_dir)
+    from kernels import REGISTRY
+
+    for module in job.plugins:
+        importlib.import_module(module)
+    kernel = REGISTRY[job.kernel]
+    return kernel, kernel.variants[job.variant]
+
+
+def skip_reason(job: Job) -> str | None:
+    """Why the job's variant cannot run on this machine, or None (also None if it cannot be loaded:
+    the job process then reports that failure properly)."""
+    if job.kind in ("install", "pytest") or job.is_function:
+        return None  # a repository's job: it decides in its own process (harness/execute/repo_jobs.py)
+    try:
+        _, variant = _load_kernel(job)
+    except Exception:  # noqa: BLE001 - reported by the job process itself
+        return None
+    return variant.unsupported(job.dtype)
+
+
+def _correctness(job: Job, kernel, variant) -> JobResult:
+    check = kernel.checks[job.check]
+    outcome = check(kernel, variant, job.shape, job.dtype)
+    return JobResult(job.key, "passed" if outcome.passed else "failed", outcome.detail,
+                     max_error=outcome.max_error, tolerance=outcome.tolerance)
+
+
+def _benchmark(job: Job, kernel, variant) -> JobResult:
+    inputs = kernel.make_inputs(job.shape, job.dtype, job.seed)
+    protocol = TimingProtocol(**{k: v for k, v in job.timing.items() if k in PROTOCOL_FIELDS})
+    measurement = measure_mlx(lambda: variant.fn(**inputs), protocol)
+    return JobResult(job.key, "passed", f"{len(measurement.samples)} samples x {measurement.inner} calls",
+                     samples=measurement.samples, inner=measurement.inner, warmup_s=measurement.warmup_s,
+                     warmup_calls=measurement.warmup_calls, flops=float(kernel.flops(job.shape)),
+                     bytes_moved=float(kernel.bytes_moved(job.shape, job.dtype)))
+
+
+def run_job(job: Job) -> JobResult:
+    """Run one job in this process; a Python exception from the kernel is a failure, not a crash."""
+    start = time.perf_counter()
+    try:
+        if job.kind == "pytest" or job.is_function:
+            from harness.execute import repo_jobs
+
+            result = repo_jobs.run_pytest(job) if job.kind == "pytest" else repo_jobs.run_function(job)
+            result.duration_s = time.perf_counter() - start
+            return result
+        kernel, variant = _load_kernel(job)
+        reason = variant.unsupported(job.dtype)
+        if reason:
+            result = JobResult(job.key, "skipped", reason)
+        elif job.kind == "correctness":
+            result = _correctness(job, kernel, variant)
+        else:
+            result = _benchmark(job, kernel, variant)
+    except Exception as exc:  # noqa: BLE001 - the kernel under test may raise anything
+        tail = "".join(traceback.format_exception(exc))[-2000:]
+        result = JobResult(job.key, "failed", f"{type(exc).__name__}: {exc}"[:500], output_tail=tail)
+    result.duration_s = time.perf_counter() - start
+    return result
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = Path(argv[0]), Path(argv[1])
+    job = Job.from_dict(json.loads(job_path.read_text()))
+    result = run_job(job)
+    tmp = result_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_dict()))
+    tmp.replace(result_path)  # atomic: a half-written result is never read
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,317 @@
+"""Record: open a results database (SQLite or PostgreSQL), migrate it, and write runs and job results once."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, insert, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from harness.core.chip import ChipIdentity
+from harness.core.errors import HarnessError
+from harness.core.job import Job, JobResult, per_test_key
+from harness.core.summary import summarize
+from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, utcnow
+
+DEFAULT_DIR = Path("harness-out")
+DEFAULT_DB_URL = f"sqlite:///{DEFAULT_DIR / 'results.db'}"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def default_db_url() -> str:
+    """``$HARNESS_DB`` if set, else ``sqlite:///harness-out/results.db`` (relative to the current folder)."""
+    return os.environ.get("HARNESS_DB", DEFAULT_DB_URL)
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***: safe for logs, reports and bundles."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<invalid database URL>"
+
+
+def _sqlite_pragmas(engine: Engine) -> None:
+    """WAL + busy timeout, and BEGIN IMMEDIATE so concurrent writers queue instead of failing mid-transaction."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None  # let us emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(os.environ.get('HARNESS_SQLITE_BUSY_MS', '30000'))}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise HarnessError(f"not a database URL: {mask_url(url)!r} (try sqlite:///path.db or "
+                           "postgresql+psycopg://user@host/db)") from None
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, connect_args={"timeout": 30})
+        _sqlite_pragmas(engine)
+        return engine
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        return create_engine(parsed, pool_pre_ping=True, connect_args=_pg_args(parsed))
+    except Exception as exc:  # noqa: BLE001 - unknown dialect / driver
+        raise HarnessError(f"cannot use database {mask_url(url)}: {exc}") from None
+
+
+def _pg_args(parsed) -> dict[str, Any]:
+    return {"connect_timeout": 10} if parsed.get_backend_name() == "postgresql" else {}
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+@dataclass
+class Store:
+    """A migrated database and a session factory."""
+
+    engine: Engine
+    url: str
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        return sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self.sessions.begin() as session:
+            yield session
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (creating and migrating if needed) the database at ``url``; one clear error if unreachable."""
+    url = url or default_db_url()
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+    except OperationalError as exc:
+        engine.dispose()
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise HarnessError(f"cannot open database {mask_url(url)}: {reason}") from None
+    opened = Store(engine, url)
+    from harness.record import spool  # results spooled while this database was unreachable are written first
+
+    if spool.folder(url).is_dir():
+        spool.drain(opened)
+    return opened
+
+
+# --- writing -------------------------------------------------------------------------------------------------
+
+
+def get_or_create_chip(session: Session, ident: ChipIdentity) -> Chip:
+    chip = session.scalar(select(Chip).where(Chip.key == ident.key))
+    if chip is None:
+        chip = Chip(key=ident.key, backend=ident.backend, device_name=ident.device_name,
+                    architecture=ident.architecture, memory_bytes=ident.memory_bytes, gpu_cores=ident.gpu_cores,
+                    record=ident.to_dict())
+        session.add(chip)
+        session.flush()
+    return chip
+
+
+def get_or_create_machine(session: Session, chip: Chip, facts: dict[str, Any]) -> Machine:
+    hostname = str(facts.get("hostname", "unknown"))
+    machine = session.scalar(select(Machine).where(Machine.hostname == hostname, Machine.chip_id == chip.id))
+    if machine is None:
+        machine = Machine(hostname=hostname, chip_id=chip.id, facts=facts)
+        session.add(machine)
+        session.flush()
+    return machine
+
+
+def get_or_create_commit(session: Session, sha: str, repo: str = "", message: str = "", author: str = "",
+                         committed_at: datetime | None = None, branch: str = "") -> Commit:
+    commit = session.scalar(select(Commit).where(Commit.repo == repo, Commit.sha == sha))
+    if commit is None:
+        commit = Commit(repo=repo, sha=sha, message=message, author=author, committed_at=committed_at,
+                        branch=branch)
+        session.add(commit)
+        session.flush()
+    return commit
+
+
+def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], commit: dict[str, Any], suite: str,
+               dirty: bool, executor: str, planned_jobs: int, options: dict[str, Any] | None = None,
+               run_id: str | None = None) -> str:
+    """Insert a new run row (a new id each time: running the same commit again never overwrites)."""
+    run_id = run_id or uuid.uuid4().hex
+    for attempt in range(3):
+        try:
+            with store.session() as session:
+                chip = get_or_create_chip(session, ident)
+                machine = get_or_create_machine(session, chip, facts)
+                commit_row = get_or_create_commit(session, **commit)
+                session.add(Run(id=run_id, commit_id=commit_row.id, chip_id=chip.id, machine_id=machine.id,
+                                suite=suite, dirty=dirty, executor=executor, planned_jobs=planned_jobs,
+                                options=options or {}))
+            return run_id
+        except IntegrityError:
+            # Another writer (a cluster driver's other chip, another run) created the same chip, machine or
+            # commit between our look-up and our insert (PostgreSQL READ COMMITTED): the retry finds it.
+            if attempt == 2:
+                raise
+    return run_id
+
+
+def _job_record(run_id: str, job: Job, result: JobResult, peaks: tuple[float | None, float | None]) -> JobRecord:
+    record = JobRecord(run_id=run_id, key=job.key, kind=job.kind, name=job.name, kernel=job.kernel,
+                       variant=job.variant, dtype=job.dtype, shape=job.shape, shape_key=job.shape_key,
+                       check_name=job.check, status=result.status, detail=result.detail[:4000],
+                       output_tail=result.output_tail[-4000:], max_error=result.max_error,
+                       tolerance=result.tolerance, duration_s=result.duration_s, node=result.node,
+                       attempts=result.attempts)
+    if result.samples:
+        summary = summarize(result.samples)
+        record.n_samples, record.inner = summary.n, result.inner
+        record.warmup_s, record.warmup_calls = result.warmup_s, result.warmup_calls
+        record.median_s, record.ci_low_s, record.ci_high_s, record.iqr_rel = (
+            summary.median, summary.ci_low, summary.ci_high, summary.iqr_rel)
+        record.flops, record.bytes_moved = result.flops, result.bytes_moved
+        apply_roofline(record, *peaks)
+    return record
+
+
+def apply_roofline(record: JobRecord, peak_flops: float | None, peak_bytes_per_s: float | None) -> None:
+    """Achieved FLOP/s and B/s, and % of the chip's calibrated peak for whichever bound is higher."""
+    if not record.median_s:
+        return
+    record.achieved_flops = (record.flops or 0.0) / record.median_s
+    record.achieved_bytes_per_s = (record.bytes_moved or 0.0) / record.median_s
+    fractions = {}
+    if peak_flops and record.flops:
+        fractions["compute"] = record.achieved_flops / peak_flops
+    if peak_bytes_per_s and record.bytes_moved:
+        fractions["memory"] = record.achieved_bytes_per_s / peak_bytes_per_s
+    if fractions:
+        record.bound = max(fractions, key=fractions.get)
+        record.pct_peak = 100.0 * fractions[record.bound]
+
+
+def record_result(store: Store, run_id: str, job: Job, result: JobResult,
+                  peaks: tuple[float | None, float | None] = (None, None)) -> bool:
+    """Write one job result with its samples; False (and nothing written) if (run, key) is already stored."""
+    with store.sessions() as session:
+        try:
+            with session.begin():
+                exists = session.scalar(select(JobRecord.id).where(JobRecord.run_id == run_id,
+                                                                   JobRecord.key == job.key))
+                if exists is not None:
+                    return False
+                record = _job_record(run_id, job, result, peaks)
+                session.add(record)
+                session.flush()
+                if result.samples:
+                    sample_writer(session)([(record.id, i, s) for i, s in enumerate(result.samples)])
+                session.add_all(_test_records(run_id, job, result))  # a pytest job's tests, in the same transaction
+        except IntegrityError:
+            return False  # a concurrent writer stored it first
+    return True
+
+
+def _test_records(run_id: str, job: Job, result: JobResult) -> list[JobRecord]:
+    """One row per test of a pytest job: kind "test", key test/<selection>/<nodeid>, status its outcome."""
+    records: dict[str, JobRecord] = {}
+    for test in result.tests:
+        key = per_test_key(job.name, str(test["nodeid"]))
+        records.setdefault(key, JobRecord(
+            run_id=run_id, key=key, kind="test", name=str(test["nodeid"])[:255], kernel=job.kernel,
+            variant=job.variant, dtype=job.dtype, shape={}, shape_key="", check_name="", status=test["outcome"],
+            detail=str(test.get("detail", ""))[:4000], output_tail=str(test.get("longrepr", ""))[-4000:],
+            duration_s=float(test.get("duration_s") or 0.0), node=result.node, attempts=result.attempts))
+    return list(records.values())
+
+
+def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float]]], None]:
+    """The fastest bulk insert of (job_id, idx, seconds) rows the database offers, inside the session's transaction.
+
+    PostgreSQL (psycopg 3): COPY FROM STDIN in text format, the rows formatted at once (float repr is exact and
+    PostgreSQL reads inf/nan). SQLite: executemany of plain tuples (no per-row parameter processing).
+    Anything else: a Core executemany insert.
+    """
+    connection = session.connection()
+    dialect = connection.dialect
+    table = dialect.identifier_preparer.format_table(Sample.__table__)
+    if dialect.name == "postgresql" and dialect.driver == "psycopg":
+        driver_connection = connection.connection.driver_connection
+
+        def copy(rows: list[tuple[int, int, float]]) -> None:
+            with driver_connection.cursor() as cursor, \
+                    cursor.copy(f"COPY {table} (job_id, idx, seconds) FROM STDIN") as stream:
+                stream.write("".join([f"{job}\t{idx}\t{seconds!r}\n" for job, idx, seconds in rows]))
+
+        return copy
+    if dialect.name == "sqlite":
+        return lambda rows: connection.exec_driver_sql(
+            f"INSERT INTO {table} (job_id, idx, seconds) VALUES (?, ?, ?)", rows)
+    return lambda rows: connection.execute(insert(Sample.__table__),
+                                           [{"job_id": j, "idx": i, "seconds": s} for j, i, s in rows])
+
+
+def set_peaks(store: Store, run_id: str, peak_flops: float | None, peak_bytes_per_s: float | None) -> None:
+    with store.session() as session:
+        run = session.get(Run, run_id)
+        run.peak_flops, run.peak_bytes_per_s = peak_flops, peak_bytes_per_s
+
+
+def finish_run(store: Store, run_id: str, status: str) -> None:
+    with store.session() as session:
+        run = session.get(Run, run_id)
+        run.status, run.finished_at = status, utcnow()
+
+
+def stored_keys(store: Store, run_id: str) -> set[str]:
+    with store.session() as session:
+        return set(session.scalars(select(JobRecord.key).where(JobRecord.run_id == run_id)))
+
+
+def finalize_roofline(store: Store, run_id: str) -> tuple[float | None, float | None]:
+    """Set the run's calibrated peaks (best matmul FLOP/s, best copy B/s) and every benchmark's % of peak."""
+    with store.session() as session:
+        run = session.get(Run, run_id)
+        calib = session.scalars(select(JobRecord).where(JobRecord.run_id == run_id,
+                                                        JobRecord.kind == "calibration",
+                                                        JobRecord.median_s.is_not(None))).all()
+        flops = [r.achieved_flops for r in calib if r.kernel == "calib_matmul" and r.achieved_flops]
+        copies = [r.achieved_bytes_per_s for r in calib if r.kernel == "calib_copy" and r.achieved_bytes_per_s]
+        run.peak_flops = max(flops) if flops else run.peak_flops
+        run.peak_bytes_per_s = max(copies) if copies else run.peak_bytes_per_s
+        for record in session.scalars(select(JobRecord).where(JobRecord.run_id == run_id,
+                                                              JobRecord.median_s.is_not(None))):
+            apply_roofline(record, run.peak_flops, run.peak_bytes_per_s)
+        return run.peak_flops, run.peak_bytes_per_s

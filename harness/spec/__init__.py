@@ -1,0 +1,2 @@
+"""Spec and plan: load a suite (jobs/*.toml or a repository's harness.toml), resolve the commit to run, expand into
+jobs with stable keys."""

@@ -1,0 +1,161 @@
+"""The repository under test: which commit, whether the tree is dirty, and a clean worktree of any commit."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from harness.core.config import cache_dir
+from harness.core.errors import HarnessError
+from harness.core.proc import exclusive_lock
+
+FULL_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def _git(repo: str | Path, *args: str, check: bool = True, timeout: float = 120) -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise HarnessError("git is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"git {' '.join(args)} in {repo} took longer than {timeout:g} s") from None
+    if check and done.returncode != 0:
+        raise HarnessError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip().splitlines()[-1:]}")
+    return done.stdout.strip()
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A resolved commit: full sha plus what the report shows about it."""
+
+    sha: str
+    message: str
+    author: str
+    committed_at: datetime | None
+    branch: str
+    repo: str
+
+    def as_row(self) -> dict:
+        return {"sha": self.sha, "message": self.message, "author": self.author,
+                "committed_at": self.committed_at, "branch": self.branch, "repo": self.repo}
+
+
+def is_repo(path: str | Path) -> bool:
+    return _git(path, "rev-parse", "--git-dir", check=False) != ""
+
+
+def has_commits(repo: str | Path) -> bool:
+    return bool(_git(repo, "rev-parse", "--verify", "--quiet", "HEAD", check=False))
+
+
+def resolve(repo: str | Path, rev: str = "HEAD") -> CommitInfo:
+    """Resolve ``rev`` in ``repo`` to a full sha with its message; a clear error if it does not exist."""
+    if not is_repo(repo):
+        raise HarnessError(f"{repo} is not a git repository")
+    sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    if not sha:
+        raise HarnessError(f"commit {rev!r} does not exist in {repo}")
+    fmt = _git(repo, "show", "-s", "--format=%an%x00%cI%x00%B", sha)
+    author, date, message = (fmt.split("\x00", 2) + ["", ""])[:3]
+    branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD", check=False)
+    return CommitInfo(sha, message.strip(), author, datetime.fromisoformat(date) if date else None,
+                      "" if branch == "HEAD" else branch, origin(repo))
+
+
+def remote_url(repo: str | Path, name: str = "origin") -> str:
+    """The URL of remote ``name`` ("" when there is none)."""
+    return _git(repo, "remote", "get-url", name, check=False)
+
+
+def origin(repo: str | Path) -> str:
+    """A name for the repository: its origin URL if any, else its folder name."""
+    url = _git(repo, "remote", "get-url", "origin", check=False)
+    return url or Path(_git(repo, "rev-parse", "--show-toplevel")).name
+
+
+def is_dirty(repo: str | Path) -> bool:
+    """Uncommitted changes to tracked files (untracked files do not change what runs)."""
+    return bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
+
+
+def toplevel(path: str | Path) -> Path:
+    return Path(_git(path, "rev-parse", "--show-toplevel"))
+
+
+def worktree(repo: str | Path, sha: str) -> Path:
+    """A clean, detached worktree of exactly ``sha`` (created once, reused, verified every time)."""
+    key = hashlib.sha1(str(Path(repo).resolve()).encode()).hexdigest()[:10]
+    path = cache_dir() / "worktrees" / f"{key}-{sha[:12]}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _git(repo, "worktree", "prune", check=False)
+        _git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    verify_tree(path, sha)
+    return path
+
+
+def verify_tree(path: str | Path, sha: str) -> None:
+    """Refuse a tree that is not exactly ``sha`` or has local changes."""
+    head = _git(path, "rev-parse", "HEAD")
+    if head != sha:
+        raise HarnessError(f"tree {path} is at {head[:12]}, not the requested {sha[:12]}")
+    if is_dirty(path):
+        raise HarnessError(f"tree {path} has local changes; refusing to run a dirty tree as {sha[:12]}")
+
+
+# --- a repository reached by URL (cluster nodes) ------------------------------------------------------------
+
+
+def is_local_path(repo: str) -> bool:
+    """A path on this machine rather than a URL (``https://``, ``ssh://``, ``file://``, ``git@host:path``)."""
+    if "://" in repo:
+        return False
+    return not re.match(r"^[\w.-]+@[\w.-]+:", repo)
+
+
+def _has_commit(repo: Path, rev: str) -> str:
+    return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+
+
+def mirror_path(url: str) -> Path:
+    """Where this machine keeps its bare clone of ``url`` (one per URL, shared by every run)."""
+    return cache_dir() / "repos" / hashlib.sha1(url.encode()).hexdigest()[:16]
+
+
+def fetch(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
+    """Make sure the per-machine bare clone of ``url`` has ``rev``; return (clone, full sha). Locked per clone."""
+    if is_local_path(url):
+        url = str(Path(url).expanduser().resolve())
+    mirror = mirror_path(url)
+    with exclusive_lock(mirror.with_suffix(".lock")):
+        if not (mirror / "HEAD").exists():
+            shutil.rmtree(mirror, ignore_errors=True)  # what an interrupted clone left behind
+            mirror.parent.mkdir(parents=True, exist_ok=True)
+            _git(mirror.parent, "clone", "--bare", "--quiet", url, str(mirror), timeout=timeout)
+        if FULL_SHA.match(rev):  # a full sha never changes meaning: fetch it only when missing
+            sha = _has_commit(mirror, rev)
+            if not sha:
+                _git(mirror, "fetch", "--quiet", url, rev, check=False, timeout=timeout)
+                sha = _has_commit(mirror, rev)
+        else:  # a branch, tag or short sha: the remote's refs may have moved since the last fetch
+            sha = ""
+        if not sha:
+            _git(mirror, "fetch", "--quiet", "--force", "--prune", url, "+refs/heads/*:refs/heads/*",
+                 "+refs/tags/*:refs/tags/*", check=False, timeout=timeout)
+            sha = _has_commit(mirror, rev)
+        if not sha:
+            raise HarnessError(f"commit {rev!r} is not in {url} (or this machine cannot fetch it)")
+    return mirror, sha
+
+
+def checkout(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
+    """A verified, clean worktree of exactly ``rev`` from ``url``: clone once per machine, a worktree per commit."""
+    mirror, sha = fetch(url, rev, timeout)
+    with exclusive_lock(mirror.with_suffix(".lock")):
+        tree = worktree(mirror, sha)
+    return tree, sha

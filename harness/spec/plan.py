@@ -1,0 +1,99 @@
+"""Plan: expand a suite for one chip into concrete jobs with stable keys (the unit of idempotency)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from harness.core.job import Job, job_key
+from harness.spec.suite import BenchmarkSpec, CorrectnessSpec, Suite, TimingSpec
+
+
+def _variants(spec: CorrectnessSpec | BenchmarkSpec, kernel) -> list[str]:
+    return list(kernel.variants) if spec.variants == "all" else list(spec.variants)
+
+
+def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]:
+    """All jobs of a suite for one chip class: calibration first, then correctness, then benchmarks."""
+    from kernels import REGISTRY  # imports mlx: only when a suite is planned
+
+    plugins = tuple(suite.suite.plugins)
+    common = {"plugins": plugins, "plugin_dir": plugin_dir}
+    jobs: list[Job] = []
+    calibration = suite.calibration.get(chip_class)
+    if calibration is not None:
+        timing = suite.timing.model_dump()
+        for kernel_name, sizes in (("calib_matmul", calibration.matmul_n), ("calib_copy", calibration.copy_n)):
+            kernel = REGISTRY[kernel_name]
+            for n in sizes:
+                shape = kernel.normalize_shape({"N": n})
+                jobs.append(Job(job_key("calibration", kernel_name, kernel.default_variant, shape, calibration.dtype),
+                                "calibration", "calibration", kernel_name, kernel.default_variant, shape,
+                                calibration.dtype, timeout_s=suite.timing.timeout_s, timing=timing, **common))
+    for spec in suite.correctness:
+        kernel = REGISTRY[spec.kernel]
+        for variant in _variants(spec, kernel):
+            for dtype in spec.dtypes:
+                for raw_shape in spec.shapes:
+                    shape = kernel.normalize_shape(raw_shape)
+                    for check in spec.checks:
+                        jobs.append(Job(job_key("correctness", spec.kernel, variant, shape, dtype, check),
+                                        "correctness", spec.name, spec.kernel, variant, shape, dtype, check,
+                                        seed=spec.seed, timeout_s=spec.timeout_s, **common))
+    for spec in suite.benchmark:
+        kernel = REGISTRY[spec.kernel]
+        timing = TimingSpec(**{**suite.timing.model_dump(), **spec.timing}).model_dump()
+        for variant in _variants(spec, kernel):
+            for dtype in spec.dtypes:
+                for raw_shape in suite.grid_shapes(spec, chip_class):
+                    shape = kernel.normalize_shape(raw_shape)
+                    jobs.append(Job(job_key("benchmark", spec.kernel, variant, shape, dtype), "benchmark",
+                                    spec.name, spec.kernel, variant, shape, dtype,
+                                    timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing, **common))
+    jobs += _plan_repo_sections(suite, chip_class, common)
+    return _dedupe(jobs)
+
+
+INSTALL_KEY = "install"
+PYTEST_GRACE_S = 60.0  # the job process outlives pytest's own timeout by this much, to report partial results
+
+
+def install_spec(suite: Suite) -> dict[str, Any]:
+    """The job-side form of [install]; ``nonce`` identifies this plan, so a failed install is retried by the next
+    run but not by every job of this one."""
+    if suite.install is None:
+        return {}
+    return {**suite.install.model_dump(), "nonce": uuid.uuid4().hex}
+
+
+def _plan_repo_sections(suite: Suite, chip_class: str, common: dict[str, Any]) -> list[Job]:
+    """The install job, pytest selections and benchmark functions of a repository suite."""
+    install = install_spec(suite)
+    jobs: list[Job] = []
+    if install:
+        jobs.append(Job(INSTALL_KEY, "install", "install", "install", "default", {}, "",
+                        timeout_s=install["timeout_s"] + PYTEST_GRACE_S, install=install, **common))
+    for spec in suite.pytest:
+        if chip_class not in spec.chips:
+            continue
+        selection = {"selection": spec.name, "paths": spec.paths, "k": spec.k, "m": spec.m, "args": spec.args,
+                     "workers": spec.workers, "timeout_s": spec.timeout_s}
+        jobs.append(Job(f"pytest/{spec.name}", "pytest", spec.name, spec.name, "default", {}, "",
+                        timeout_s=spec.timeout_s + PYTEST_GRACE_S, spec=selection, install=install, **common))
+    for spec in suite.function:
+        timing = TimingSpec(**{**suite.timing.model_dump(), **spec.timing}).model_dump()
+        for dtype in spec.dtypes or [""]:
+            for shape in suite.function_shapes(spec, chip_class):
+                jobs.append(Job(job_key("benchmark", spec.target, "default", shape, dtype or "-"), "benchmark",
+                                spec.label, spec.target, "default", shape, dtype,
+                                timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing,
+                                spec={"target": spec.target}, install=install, **common))
+    return jobs
+
+
+def _dedupe(jobs: list[Job]) -> list[Job]:
+    """Two suite entries that expand to the same job run it once (the key is the identity)."""
+    seen: dict[str, Job] = {}
+    for job in jobs:
+        seen.setdefault(job.key, job)
+    return list(seen.values())

@@ -1,0 +1,79 @@
+"""Synthetic result databases for the analysis tests: runs with planted changes, written through the real store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from harness.core.chip import ChipIdentity
+from harness.core.job import Job, JobResult, job_key
+from harness.record import store
+from harness.record.models import Run
+
+CHIP_A = ChipIdentity(key="chip-a", backend="cpu", device_name="A", architecture="x86_64")
+CHIP_B = ChipIdentity(key="chip-b", backend="cpu", device_name="B", architecture="arm64")
+CHIPS = {"chip-a": CHIP_A, "chip-b": CHIP_B}
+SHAPES = ({"B": 1, "H": 1, "S": 64, "D": 32}, {"B": 1, "H": 1, "S": 128, "D": 32})
+SERIES = (("flash_prefill", "sdpa"), ("flash_prefill", "flash_bq16_bk32"), ("swiglu", "unfused"),
+          ("swiglu", "fused_gateup"))
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def sha_of(i: int) -> str:
+    return f"{i:04x}" + "c0ffee" * 6
+
+
+def bench_job(kernel: str, variant: str, shape: dict[str, int], dtype: str = "float32") -> Job:
+    return Job(job_key("benchmark", kernel, variant, shape, dtype), "benchmark", "bench", kernel, variant, shape,
+               dtype)
+
+
+def check_job(kernel: str, variant: str, check: str = "reference", dtype: str = "float32") -> Job:
+    shape = {"B": 1, "H": 1, "S_q": 13, "S_kv": 37, "D": 32}
+    return Job(job_key("correctness", kernel, variant, shape, dtype, check), "correctness", "check", kernel, variant,
+               shape, dtype, check)
+
+
+def timings(rng: np.random.Generator, median: float, n: int = 10, cv: float = 0.02) -> list[float]:
+    return (median * np.exp(rng.normal(0.0, cv, n))).tolist()
+
+
+def add_run(db: store.Store, chip: str, commit: int, results: list[tuple[Job, JobResult]], *, minutes: float,
+            dirty: bool = False, message: str = "") -> str:
+    """One run of commit ``sha_of(commit)`` on ``chip`` that started ``minutes`` after T0."""
+    run_id = store.create_run(db, ident=CHIPS[chip], facts={"hostname": f"host-{chip}"},
+                              commit={"sha": sha_of(commit), "message": message or f"commit {commit}",
+                                      "branch": "main"},
+                              suite="synthetic", dirty=dirty, executor="local", planned_jobs=len(results))
+    with db.session() as session:
+        session.get(Run, run_id).started_at = T0 + timedelta(minutes=minutes)
+    for job, result in results:
+        store.record_result(db, run_id, job, result)
+    return run_id
+
+
+def grid_results(rng: np.random.Generator, factors: dict[tuple[str, str, int], float] | None = None, *,
+                 n: int = 10, cv: float = 0.02, series=SERIES) -> list[tuple[Job, JobResult]]:
+    """Every (kernel, variant, shape) benchmark at 1 ms x factor; ``factors`` keys: (kernel, variant, shape idx)."""
+    factors = factors or {}
+    out = []
+    for kernel, variant in series:
+        for s, shape in enumerate(SHAPES):
+            job = bench_job(kernel, variant, shape)
+            median = 1e-3 * (1 + s) * factors.get((kernel, variant, s), 1.0)
+            out.append((job, JobResult(job.key, "passed", samples=timings(rng, median, n, cv), inner=1)))
+    return out
+
+
+def checks(statuses: dict[tuple[str, str], str] | None = None) -> list[tuple[Job, JobResult]]:
+    """Correctness jobs of every (kernel, variant) of SERIES and ``statuses``, passed unless ``statuses`` says so."""
+    statuses = statuses or {}
+    out = []
+    for kernel, variant in dict.fromkeys([*SERIES, *statuses]):
+        job = check_job(kernel, variant)
+        status = statuses.get((kernel, variant), "passed")
+        detail = "max error 0.5 > tolerance 1e-3" if status == "failed" else ""
+        out.append((job, JobResult(job.key, status, detail=detail, max_error=0.5 if detail else 1e-6,
+                                   tolerance=1e-3)))
+    return out

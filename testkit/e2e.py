@@ -1,0 +1,62 @@
+"""The real CLI end to end: run `python -m harness` in a folder, a tiny suite committed to a git repository."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from testkit.paths import ROOT
+
+TINY = """
+[suite]
+name = "tiny"
+plugins = {plugins}
+[timing]
+warmup_s = 0.0
+warmup_calls = 1
+min_sample_s = 0.002
+samples = 5
+[calibration.cpu]
+matmul_n = [64]
+copy_n = [65536]
+dtype = "float32"
+[[correctness]]
+name = "flash-small"
+kernel = "flash_prefill"
+variants = {variants}
+dtypes = ["float32"]
+checks = ["reference", "causal_perturb"]
+shapes = [{{B = 1, H = 1, S_q = 13, S_kv = 37, D = 32}}]
+[[benchmark]]
+name = "flash-bench"
+kernel = "flash_prefill"
+variants = ["sdpa", "flash_bq16_bk32"]
+dtypes = ["float32"]
+grid.cpu = {{B = [1], H = [1], S = [32], D = [32]}}
+"""
+
+
+def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def write_suite(repo: Path, variants: str, plugins: str = "[]") -> Path:
+    path = repo / "suite.toml"
+    path.write_text(TINY.format(variants=variants, plugins=plugins))
+    git(repo, "add", "suite.toml")
+    git(repo, "commit", "-qm", "add <b>suite</b>")
+    return path
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(sql).fetchall()

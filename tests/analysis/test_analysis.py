@@ -1,0 +1,305 @@
+"""Analysis on SQLite and PostgreSQL: planted regressions, gating, variant verdicts, history, the regression list."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import numpy as np
+import pytest
+
+from harness.analysis import grid as analysis
+from harness.analysis.grid import SeriesKey
+from harness.core import stats
+from harness.core.errors import HarnessError
+from harness.record import store
+from testkit.analysis import add_run, checks, grid_results, sha_of
+from testkit.pg import scratch_database
+
+SLOW_SERIES = ("swiglu", "fused_gateup", 1)
+SLOW_KEY = SeriesKey("swiglu", "fused_gateup", "float32", "B=1,D=32,H=1,S=128", "chip-a")
+
+
+@pytest.fixture
+def db(db_url):
+    handle = store.open_store(db_url)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def history_store(request, tmp_path_factory):
+    """One history database per backend, shared (read-only) by the history and regression tests."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('history') / 'results.db'}"
+        else:
+            url = stack.enter_context(scratch_database(request.getfixturevalue("pg_server")))
+        handle = store.open_store(url)
+        history_db(handle)
+        yield handle
+        handle.close()
+
+
+def two_commits(db, head_factors=None, head_statuses=None, seed=1):
+    """Commit 1 and commit 2 on both chips; head factors / correctness statuses apply to chip A only."""
+    rng = np.random.default_rng(seed)
+    for chip in ("chip-a", "chip-b"):
+        add_run(db, chip, 1, grid_results(rng) + checks(), minutes=0)
+    for chip in ("chip-a", "chip-b"):
+        on_a = chip == "chip-a"
+        add_run(db, chip, 2, grid_results(rng, head_factors if on_a else None)
+                + checks(head_statuses if on_a else None), minutes=10)
+
+
+def test_a_planted_regression_is_the_only_change_and_fails_the_compare(db):
+    two_commits(db, head_factors={SLOW_SERIES: 1.10})
+    report = analysis.compare(db, sha_of(1), sha_of(2))
+    assert len(report.rows) == 16 and report.only_base == report.only_head == 0
+    flagged = [row for row in report.rows if row.verdict in ("regressed", "improved")]
+    assert [(row.key, row.verdict) for row in flagged] == [(SLOW_KEY, "regressed")]
+    (row,) = flagged
+    assert 1.05 < row.ratio < 1.15 and row.ci_low > 1.02 and row.p_adjusted < 0.05 and row.n_base == row.n_head == 10
+    assert report.rows[0] == row  # changes first
+    assert report.counts["regressed"] == 1 and sum(report.counts.values()) == 16
+    assert report.exit_code == 1 and not report.correctness_failures
+    json.dumps(report.to_dict(), allow_nan=False)
+    assert report.to_dict()["exit_code"] == 1 and report.to_dict()["rows"][0]["key"]["chip"] == "chip-a"
+
+
+def test_a_null_commit_pair_is_unchanged(db):
+    two_commits(db)
+    report = analysis.compare(db, sha_of(1)[:8], sha_of(2)[:8])
+    assert report.counts["regressed"] == report.counts["improved"] == report.counts["broken"] == 0
+    assert report.counts["unchanged"] >= 14 and report.exit_code == 0
+
+
+def test_loaded_histories_are_reloaded_when_the_database_changes(db):
+    two_commits(db)
+    assert {len(h.points) for h in analysis.history(db, "chip-b", change_points=False)} == {2}
+    add_run(db, "chip-b", 3, grid_results(np.random.default_rng(9)), minutes=20)
+    assert {len(h.points) for h in analysis.history(db, "chip-b", change_points=False)} == {3}
+
+
+def test_a_correctness_failure_breaks_that_kernel_on_that_chip_only(db):
+    # The slowdown would be a regression, but flash_prefill is wrong on chip A in head: no timing verdict there.
+    two_commits(db, head_factors={("flash_prefill", "flash_bq16_bk32", 0): 1.3},
+                head_statuses={("flash_prefill", "flash_bq16_bk32"): "failed"})
+    report = analysis.compare(db, sha_of(1), sha_of(2))
+    verdicts = {row.key: row.verdict for row in report.rows}
+    broken = {key for key, verdict in verdicts.items() if verdict == "broken"}
+    assert broken == {key for key in verdicts if key.kernel == "flash_prefill" and key.chip == "chip-a"}
+    assert len(broken) == 4
+    assert all(verdicts[key] not in ("broken", "regressed") for key in verdicts if key.chip == "chip-b")
+    (failure,) = report.correctness_failures
+    assert (failure.chip, failure.kernel, failure.variant, failure.check, failure.status) == (
+        "chip-a", "flash_prefill", "flash_bq16_bk32", "reference", "failed")
+    assert "tolerance" in failure.detail and failure.sha == sha_of(2)
+    assert report.exit_code == 1 and report.counts["regressed"] == 0
+    only_b = analysis.compare(db, sha_of(1), sha_of(2), chip="chip-b")
+    assert only_b.exit_code == 0 and not only_b.correctness_failures and {r.key.chip for r in only_b.rows} == {
+        "chip-b"}
+
+
+def test_sides_resolve_commits_prefixes_and_runs(db):
+    rng = np.random.default_rng(0)
+    first = add_run(db, "chip-a", 1, grid_results(rng), minutes=0)
+    second = add_run(db, "chip-a", 1, grid_results(rng), minutes=1)
+    add_run(db, "chip-b", 1, grid_results(rng), minutes=2, dirty=True)
+    side = analysis.resolve_side(db, sha_of(1)[:6])
+    assert side.kind == "commit" and side.sha == sha_of(1) and side.runs == {"chip-a": (first, second),
+                                                                             "chip-b": side.runs["chip-b"]}
+    assert side.dirty_runs == 1 and len(side.run_ids) == 3
+    assert analysis.resolve_side(db, sha_of(1), chip="chip-a").runs == {"chip-a": (first, second)}
+    run_side = analysis.resolve_side(db, second)
+    assert run_side.kind == "run" and run_side.runs == {"chip-a": (second,)} and run_side.sha == sha_of(1)
+    assert analysis.resolve_side(db, second[:10]).runs == {"chip-a": (second,)}
+    # pooled: commit vs itself is trivially identical; run vs run compares the runs
+    same = analysis.compare(db, sha_of(1), sha_of(1), chip="chip-a")
+    assert {row.ratio for row in same.rows} == {1.0} and same.counts["unchanged"] == 8
+    runs = analysis.compare(db, first, second)
+    assert len(runs.rows) == 8 and all(row.n_base == row.n_head == 10 for row in runs.rows)
+    add_run(db, "chip-a", 0xABCD, [], minutes=3)  # sha abcdc0ffee..., shares no prefix with 0001c0ffee
+    with pytest.raises(HarnessError, match="no commit or run 'deadbeef'"):
+        analysis.resolve_side(db, "deadbeef")
+    with pytest.raises(HarnessError, match="commit abcdc0ffeec0 has no runs on chip 'chip-b'"):
+        analysis.resolve_side(db, "abcd", chip="chip-b")
+    with pytest.raises(HarnessError, match="unknown chip 'chip-z'"):
+        analysis.resolve_side(db, sha_of(1), chip="chip-z")
+    with pytest.raises(HarnessError, match="not 'chip-b'"):
+        analysis.resolve_side(db, first, chip="chip-b")
+
+
+def test_prefixes_shared_by_two_commits_are_ambiguous(db):
+    add_run(db, "chip-a", 0x12340, [], minutes=0)
+    add_run(db, "chip-a", 0x12341, [], minutes=1)
+    with pytest.raises(HarnessError, match="'1234' is ambiguous: commit 12340c0ffeec, commit 12341c0ffeec"):
+        analysis.resolve_side(db, "1234")
+    assert analysis.resolve_side(db, "12341").sha == sha_of(0x12341)
+    with pytest.raises(HarnessError, match="at least 4 characters"):
+        analysis.resolve_side(db, "123")
+
+
+def variant_runs(db, commit: int, minutes: float, factors: dict[str, float], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for chip, factor in factors.items():
+        add_run(db, chip, commit, grid_results(rng, {("flash_prefill", "flash_bq16_bk32", 0): factor})
+                + checks(), minutes=minutes)
+
+
+def test_a_variant_winning_on_one_chip_and_losing_on_another_is_divergent(db):
+    variant_runs(db, 1, 0, {"chip-a": 0.8, "chip-b": 1.25}, seed=3)
+    matrix = analysis.variant_matrix(db)
+    assert set(matrix.runs) == {"chip-a", "chip-b"} and set(matrix.shas.values()) == {sha_of(1)}
+    assert len(matrix.cells) == 8  # 2 kernels x 1 non-default variant x 2 shapes x 2 chips
+    (divergent,) = matrix.divergent
+    assert (divergent.kernel, divergent.variant, divergent.dtype, divergent.shape_key) == (
+        "flash_prefill", "flash_bq16_bk32", "float32", "B=1,D=32,H=1,S=64")
+    assert (divergent.winning_chip, divergent.losing_chip) == ("chip-a", "chip-b")
+    assert divergent.win.outcome == "win" and 0.75 < divergent.win.ratio < 0.85 and divergent.win.ci_high < 0.98
+    assert divergent.lose.outcome == "lose" and 1.18 < divergent.lose.ratio < 1.32 and divergent.lose.ci_low > 1.02
+    assert divergent.win.default_variant == "sdpa" and divergent.win.p_adjusted < 0.05
+    assert matrix.best_for("flash_prefill", "float32", "B=1,D=32,H=1,S=64", "chip-a") == "flash_bq16_bk32"
+    assert matrix.best_for("flash_prefill", "float32", "B=1,D=32,H=1,S=64", "chip-b") == "sdpa"
+    assert matrix.best_for("swiglu", "float32", "B=1,D=32,H=1,S=128", "chip-b") == "unfused"
+    best_a = [b for b in matrix.best if b.chip == "chip-a" and b.variant == "flash_bq16_bk32"]
+    assert len(best_a) == 1 and best_a[0].evidence == divergent.win
+    json.dumps(matrix.to_dict(), allow_nan=False)
+
+
+def test_a_variant_whose_correctness_failed_is_broken_not_a_winner(db):
+    rng = np.random.default_rng(4)
+    add_run(db, "chip-a", 1, grid_results(rng, {("flash_prefill", "flash_bq16_bk32", 0): 0.8})
+            + checks({("flash_prefill", "flash_bq16_bk32"): "crashed"}), minutes=0)
+    matrix = analysis.variant_matrix(db, commit=sha_of(1))
+    outcomes = {(c.kernel, c.shape_key): c.outcome for c in matrix.cells}
+    assert outcomes[("flash_prefill", "B=1,D=32,H=1,S=64")] == "broken"
+    assert outcomes[("flash_prefill", "B=1,D=32,H=1,S=128")] == "broken"
+    assert {b.variant for b in matrix.best if b.kernel == "flash_prefill"} == {"sdpa"}
+    assert len(matrix.correctness_failures) == 1
+
+
+def test_tuning_drift_names_the_changed_best_variant_with_evidence(db):
+    variant_runs(db, 1, 0, {"chip-a": 0.8, "chip-b": 1.0}, seed=5)
+    variant_runs(db, 2, 10, {"chip-a": 1.0, "chip-b": 1.0}, seed=6)
+    assert analysis.variant_matrix(db).shas == {"chip-a": sha_of(2), "chip-b": sha_of(2)}  # latest runs
+    (drift,) = analysis.tuning_drift(db, sha_of(1), sha_of(2))
+    assert (drift.kernel, drift.chip, drift.shape_key, drift.before, drift.after) == (
+        "flash_prefill", "chip-a", "B=1,D=32,H=1,S=64", "flash_bq16_bk32", "sdpa")
+    assert drift.before_evidence.outcome == "win" and drift.after_evidence is None
+    json.dumps(drift.to_dict(), allow_nan=False)
+
+
+STEP_AT = 7
+
+
+def history_db(db, commits: int = 14, broken_at=(10, 11), seed: int = 7):
+    """``commits`` commits on chip A, inserted in shuffled order; flash_prefill/sdpa shape 0 is 25 % slower from
+    STEP_AT on; flash_prefill/flash_bq16_bk32 fails correctness at ``broken_at``; a dirty run of the last commit
+    is 3x slower and must not count."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(commits)
+    for i in order.tolist():
+        factors = {("flash_prefill", "sdpa", 0): 1.25} if i >= STEP_AT else {}
+        statuses = {("flash_prefill", "flash_bq16_bk32"): "failed"} if i in broken_at else {}
+        add_run(db, "chip-a", i, grid_results(rng, factors) + checks(statuses), minutes=10 * i)
+    add_run(db, "chip-a", commits - 1, grid_results(rng, {(k, v, s): 3.0 for k in ("swiglu", "flash_prefill")
+                                                          for v in ("sdpa", "unfused") for s in (0, 1)}),
+            minutes=10 * commits, dirty=True)
+    # Commit 3 is run twice: its samples pool (20 per series).
+    add_run(db, "chip-a", 3, grid_results(rng), minutes=10 * 3 + 1)
+
+
+def test_history_orders_commits_by_first_run_pools_runs_and_flags_the_step(history_store):
+    db = history_store
+    histories = analysis.history(db, "chip-a")
+    assert len(histories) == 8 and all(h.key.chip == "chip-a" for h in histories)
+    by_key = {h.key: h for h in histories}
+    stepped = by_key[SeriesKey("flash_prefill", "sdpa", "float32", "B=1,D=32,H=1,S=64", "chip-a")]
+    assert [p.sha for p in stepped.points] == [sha_of(i) for i in range(14)]
+    assert [p.n for p in stepped.points] == [10, 10, 10, 20] + [10] * 10
+    point = stepped.points[0]
+    assert point.ci_low < point.median < point.ci_high and point.message == "commit 0" and point.branch == "main"
+    assert 0.9e-3 < point.median < 1.1e-3 and point.started_at is not None
+    (flag,) = stepped.change_points
+    assert (flag.kind, flag.index, flag.sha) == ("step", STEP_AT, sha_of(STEP_AT)) and 1.2 < flag.ratio < 1.3
+    flat = by_key[SeriesKey("swiglu", "unfused", "float32", "B=1,D=32,H=1,S=128", "chip-a")]
+    assert flat.change_points == () and max(p.median for p in flat.points) < 2.3e-3  # dirty run left out
+    with_dirty = analysis.history(db, "chip-a", kernel="swiglu", include_dirty=True, change_points=False)
+    assert {h.key.kernel for h in with_dirty} == {"swiglu"} and len(with_dirty) == 4
+    assert max(p.median for h in with_dirty for p in h.points) > 2.5e-3
+    json.dumps([h.to_dict() for h in histories], allow_nan=False)
+    recent = analysis.history(db, "chip-a", last=5, change_points=False)
+    assert {tuple(p.sha for p in h.points) for h in recent} == {tuple(sha_of(i) for i in range(9, 14))}
+    with pytest.raises(HarnessError, match="unknown chip"):
+        analysis.history(db, "nope")
+
+
+def brute_force_regressions(db, chip: str) -> list[tuple]:
+    """compare_grid of every commit against each series' previous point, straight from analysis.history's order."""
+    from sqlalchemy import select
+
+    from harness.record.models import Chip, Commit, JobRecord, Run, Sample
+
+    with db.session() as session:
+        rows = session.execute(
+            select(Commit.sha, JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key,
+                   Sample.seconds, JobRecord.status, JobRecord.kind, Run.started_at)
+            .select_from(JobRecord).join(Run).join(Chip).join(Commit).outerjoin(Sample, Sample.job_id == JobRecord.id)
+            .where(Chip.key == chip, Run.dirty.is_(False))).all()
+    first: dict[str, object] = {}
+    samples: dict[tuple, list[float]] = {}
+    failing: set[tuple[str, str]] = set()
+    for sha, kernel, variant, dtype, shape_key, seconds, status, kind, started in rows:
+        first[sha] = min(first.get(sha, started), started)
+        if kind == "benchmark" and seconds is not None:
+            samples.setdefault((sha, SeriesKey(kernel, variant, dtype, shape_key, chip)), []).append(seconds)
+        if kind == "correctness" and status in analysis.FAILING_STATUSES:
+            failing.add((sha, kernel))
+    order = sorted(first, key=lambda sha: first[sha])
+    found = []
+    for before, after in zip(order, order[1:], strict=False):
+        pairs = {key: (samples[(before, key)], values) for (sha, key), values in samples.items()
+                 if sha == after and (before, key) in samples}
+        broken = {key for key in pairs if (after, key.kernel) in failing}
+        for key, c in stats.compare_grid(pairs, broken=broken).items():
+            if c.verdict == "regressed":
+                found.append((key, before, after, c.ratio, c.ci_low, c.ci_high, c.p_adjusted))
+    return sorted(found, key=lambda item: (item[2], item[0]))
+
+
+def test_regressions_match_compare_grid_and_list_new_correctness_failures_first(history_store):
+    db = history_store
+    found = analysis.regressions(db)
+    correctness = [e for e in found if e.kind == "correctness"]
+    performance = [e for e in found if e.kind == "performance"]
+    assert found == correctness + performance
+    (failure,) = correctness  # failing at commits 10 and 11: listed once, at 10
+    assert (failure.head_sha, failure.base_sha, failure.kernel, failure.variant, failure.status) == (
+        sha_of(10), sha_of(9), "flash_prefill", "flash_bq16_bk32", "failed")
+    got = sorted(((e.key, e.base_sha, e.head_sha, e.ratio, e.ci_low, e.ci_high, e.p_adjusted) for e in performance),
+                 key=lambda item: (item[2], item[0]))
+    assert got == brute_force_regressions(db, "chip-a")
+    step = [e for e in performance if e.head_sha == sha_of(STEP_AT)]
+    assert [(e.kernel, e.variant, e.shape_key) for e in step] == [("flash_prefill", "sdpa", "B=1,D=32,H=1,S=64")]
+    assert 1.2 < step[0].ratio < 1.3 and step[0].n_base == step[0].n_head == 10 and step[0].base_sha == sha_of(6)
+    assert analysis.regressions(db, chip="chip-a") == found
+    window = analysis.regressions(db, "chip-a", last=STEP_AT)  # commits 7..13, judged against 6..12
+    assert window == [e for e in found if e.head_sha >= sha_of(STEP_AT)]
+    assert [e for e in analysis.regressions(db, last=3) if e.kind == "performance"] == [
+        e for e in performance if e.head_sha >= sha_of(11)]
+    json.dumps([e.to_dict() for e in found], allow_nan=False)
+
+
+def test_regressions_screen_agrees_with_compare_grid_on_a_noisy_many_change_grid(db):
+    """Many commits with random changes of all sizes: the p-value screen must not lose a confirmed regression."""
+    rng = np.random.default_rng(11)
+    for i in range(8):
+        factors = {(k, v, s): float(np.exp(rng.normal(0, 0.08))) for k, v in
+                   (("flash_prefill", "sdpa"), ("swiglu", "unfused"), ("swiglu", "fused_gateup")) for s in (0, 1)}
+        add_run(db, "chip-b", i, grid_results(rng, factors, n=int(rng.choice([6, 10])), cv=0.03), minutes=i)
+    performance = [e for e in analysis.regressions(db, "chip-b") if e.kind == "performance"]
+    expected = brute_force_regressions(db, "chip-b")
+    assert len(expected) >= 3
+    assert sorted(((e.key, e.base_sha, e.head_sha, e.ratio, e.ci_low, e.ci_high, e.p_adjusted)
+                   for e in performance), key=lambda item: (item[2], item[0])) == expected

@@ -1,0 +1,524 @@
+"""`harness bisect`: the pure k-ary search on synthetic oracles, the perf classifier on synthetic samples, the
+outcome of stored runs, and end to end through the real CLI on a generated repository with a planted slowdown,
+an uninstallable commit and a planted correctness break."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.bisect import search as bisect
+from harness.bisect.run import (
+    BisectRequest,
+    JobRow,
+    Series,
+    answers,
+    correctness_outcome,
+    find_series,
+    normalize_shape,
+    perf_outcome,
+)
+from harness.bisect.search import Classification, Measured, PerfProber, max_rounds_needed, search, split_points
+from harness.core.errors import HarnessError
+from testkit.paths import ROOT
+
+# ---------------------------------------------------------------------------------------------------------------
+# The search, on synthetic oracles
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def shas(n: int) -> list[str]:
+    return [f"c{i:04d}" for i in range(n)]
+
+
+def oracle(commits: list[str], culprit: int, skip: set[int] = frozenset(), calls: list | None = None):
+    """Commits at index >= culprit are bad; those in ``skip`` cannot be tested."""
+    index = {sha: i for i, sha in enumerate(commits)}
+
+    def probe(batch):
+        if calls is not None:
+            calls.append(list(batch))
+        out = {}
+        for sha in batch:
+            i = index[sha]
+            out[sha] = Classification("skip", "does not install") if i in skip else \
+                Classification("bad" if i >= culprit else "good")
+        return out
+
+    return probe
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 33])
+def test_the_culprit_is_exact_at_every_position(n: int):
+    commits = shas(n)
+    for culprit in range(n):
+        result = search(commits, oracle(commits, culprit))
+        assert (result.status, result.culprit) == ("found", commits[culprit])
+        assert result.last_good == (commits[culprit - 1] if culprit else None)
+        assert result.skipped == () and result.probes == sum(len(r.probes) for r in result.history)
+
+
+@pytest.mark.parametrize("probes", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("n", [2, 5, 10, 64, 100, 1024])
+def test_k_ary_rounds_stay_within_log_base_p_plus_one(n: int, probes: int):
+    commits = shas(n)
+    bound = max_rounds_needed(n, probes)
+    assert bound == (0 if n == 1 else int(np.ceil(np.log(n) / np.log(probes + 1) - 1e-9)))
+    positions = range(n) if n <= 100 else range(0, n, 7)
+    for culprit in positions:
+        calls: list = []
+        result = search(commits, oracle(commits, culprit, calls=calls), probes_per_round=probes)
+        assert result.culprit == commits[culprit]
+        assert result.rounds == len(calls) <= bound
+        assert all(len(batch) <= probes for batch in calls)
+
+
+def test_split_points_cut_the_range_into_near_equal_parts():
+    assert split_points(-1, 1023, 2) == [511]
+    points = split_points(-1, 1023, 5)
+    parts = np.diff([-1, *points, 1023])
+    assert len(points) == 4 and parts.max() - parts.min() <= 1 and parts.max() == 205
+
+
+def test_skips_move_the_probe_and_are_listed():
+    commits = shas(8)  # culprit 5; the first split point (3) does not install
+    calls: list = []
+    result = search(commits, oracle(commits, 5, skip={3}, calls=calls))
+    assert result.culprit == commits[5]
+    assert calls[0] == [commits[3]] and calls[1][0] in (commits[2], commits[4])  # the nearest unknown commit
+    assert result.skipped == ((commits[3], "does not install"),)
+
+
+def test_skips_that_hide_the_culprit_give_the_range():
+    commits = shas(10)
+    result = search(commits, oracle(commits, 5, skip={3, 4, 5}))
+    assert result.status == "hidden" and result.culprit is None
+    assert result.candidates == tuple(commits[3:7])  # 2 is good, 6 is bad: the first bad is any of 3..6
+    assert result.last_good == commits[2] and {sha for sha, _ in result.skipped} == set(commits[3:6])
+    # The bad endpoint itself may be among the candidates.
+    result = search(commits, oracle(commits, 9, skip={7, 8}))
+    assert result.status == "hidden" and result.candidates == tuple(commits[7:10])
+
+
+def test_every_commit_skipped_and_max_rounds():
+    commits = shas(6)
+    result = search(commits, oracle(commits, 3, skip=set(range(5))), probes_per_round=2)
+    assert result.status == "hidden" and result.candidates == tuple(commits)
+    result = search(shas(64), oracle(shas(64), 40), max_rounds=2)
+    assert result.status == "stopped" and result.rounds == 2 and shas(64)[40] in result.candidates
+    assert len(result.candidates) == 16
+
+
+def test_a_non_monotone_answer_is_noted_not_fatal():
+    commits = shas(8)
+
+    def probe(batch):  # round 1 probes 1, 3, 5: 3 is bad but 5 good again (a revert, or a flaky probe)
+        return {sha: Classification("bad" if sha in (commits[3], commits[6], commits[7]) else "good") for sha in batch}
+
+    result = search(commits, probe, probes_per_round=3)
+    assert [sha for sha, _ in result.history[0].probes] == [commits[1], commits[3], commits[5]]
+    assert result.culprit == commits[3]  # the oldest bad commit wins
+    assert any("not monotone" in note for note in result.notes)
+
+
+def test_the_probe_must_answer_every_commit():
+    with pytest.raises(ValueError, match="did not classify"):
+        search(shas(5), lambda batch: {})
+    with pytest.raises(ValueError, match="no commits"):
+        search([], lambda batch: {})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Perf classification and adaptive repeats, on synthetic samples
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def lognormal(rng, level: float, n: int = 10, cv: float = 0.02) -> np.ndarray:
+    return level * rng.lognormal(0.0, cv, n)
+
+
+def test_classify_perf_good_bad_and_intermediate():
+    rng = np.random.default_rng(3)
+    good, bad = lognormal(rng, 1.0), lognormal(rng, 1.10)
+    assert bisect.classify_perf(good, bad, lognormal(rng, 1.10)).state == "bad"
+    assert bisect.classify_perf(good, bad, lognormal(rng, 1.0)).state == "good"
+    middle = bisect.classify_perf(good, bad, lognormal(rng, 1.05, 40))
+    assert middle.state == "inconclusive"
+    assert middle.vs_good.verdict == "regressed" and middle.vs_bad.verdict == "improved"
+    assert bisect.nearest_endpoint(good, bad, lognormal(rng, 1.07, 40)) == "bad"
+
+
+def test_perf_prober_repeats_inconclusive_probes_and_pools_them():
+    rng = np.random.default_rng(5)
+    levels = {"g": 1.0, "x": 1.0, "b": 1.2, "noisy": 1.2}
+    calls: list = []
+
+    def measure(batch):
+        calls.append(list(batch))
+        out = {}
+        for sha in batch:
+            n = 3 if sha == "noisy" else 10  # 3 samples: too few for any verdict until pooled
+            out[sha] = Measured(tuple(lognormal(rng, levels[sha], n)))
+        return out
+
+    prober = PerfProber(measure, "g", "b", max_runs=3)
+    assert prober.confirm().verdict == "regressed"
+    got = prober(["x", "noisy"])
+    assert got["x"].state == "good" and got["x"].runs == 1
+    assert got["noisy"].state == "bad" and got["noisy"].runs == 2 and got["noisy"].n == 6  # pooled
+    assert calls[1:] == [["x", "noisy"], ["noisy"]] and prober.batches == 3
+
+
+def test_perf_prober_caps_repeats_and_skips_what_cannot_be_measured():
+    rng = np.random.default_rng(9)
+
+    def measure(batch):
+        return {sha: Measured(skip="does not install") if sha == "broken" else
+                Measured(tuple(lognormal(rng, {"g": 1.0, "b": 1.1}.get(sha, 1.05), 10))) for sha in batch}
+
+    prober = PerfProber(measure, "g", "b", max_runs=2)
+    assert prober.confirm().verdict == "regressed"
+    got = prober(["broken", "half"])
+    assert got["broken"] == Classification("skip", "does not install", runs=1)
+    assert got["half"].weak and got["half"].runs == 2 and "inconclusive after 2 run(s)" in got["half"].reason
+
+
+def test_endpoints_that_do_not_differ_are_measured_to_the_cap_then_reported():
+    rng = np.random.default_rng(11)
+    runs: list = []
+
+    def measure(batch):
+        runs.extend(batch)
+        return {sha: Measured(tuple(lognormal(rng, 1.0, 10, cv=0.05))) for sha in batch}
+
+    prober = PerfProber(measure, "g", "b", max_runs=3)
+    verdict = prober.confirm()
+    assert verdict.verdict in ("unchanged", "inconclusive") and len(runs) <= 6
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a stored run says about a commit
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def job(kind: str, key: str, status: str = "passed", *, kernel: str = "", name: str = "", variant: str = "default",
+        dtype: str = "", shape_key: str = "", check: str = "", detail: str = "", job_id: int = 1) -> JobRow:
+    return JobRow(job_id, "r", kind, key, kernel or key, name or key, variant, dtype, shape_key, check, status,
+                  detail)
+
+
+BENCH = job("benchmark", "benchmark/m:f/default/-/N=8", kernel="m:f", name="work", shape_key="N=8", job_id=7)
+
+
+def test_normalize_shape():
+    assert normalize_shape("S=128, B=1") == "B=1,S=128" and normalize_shape("N=256") == "N=256"
+    assert normalize_shape(None) is None
+    with pytest.raises(HarnessError, match="NAME=INT"):
+        normalize_shape("N=big")
+
+
+def test_find_series_by_function_name_and_ambiguity():
+    other = job("benchmark", "benchmark/m:f/default/-/N=16", kernel="m:f", name="work", shape_key="N=16")
+    request = BisectRequest("g", "b", kernel="work")
+    with pytest.raises(HarnessError, match="2 series of 'work' match"):
+        find_series([BENCH, other], request)
+    request.shape = "N=8"
+    assert find_series([BENCH, other], request) == Series("m:f", "default", "", "N=8")
+    with pytest.raises(HarnessError, match="no benchmark of 'nope'"):
+        find_series([BENCH], BisectRequest("g", "b", kernel="nope"))
+
+
+def test_perf_outcome_skips_broken_commits():
+    series = Series("m:f", "default", "", "N=8")
+    assert perf_outcome([BENCH], series) == (7, "")
+    install = job("install", "install", "failed", detail="install failed: `x` exited with status 1: no")
+    assert perf_outcome([install, BENCH], series)[1].startswith("does not install: install failed")
+    wrong = job("correctness", "correctness/m:f/default/float32/N=8/reference", "failed", kernel="m:f",
+                detail="max error 3")
+    assert perf_outcome([wrong, BENCH], series)[1].startswith("fails correctness:")
+    unit = job("pytest", "pytest/unit", "failed", kernel="unit", name="unit", detail="1 failed")
+    assert perf_outcome([unit, BENCH], series) == (7, "")  # not gated unless asked
+    assert perf_outcome([unit, BENCH], series, gates=("unit",))[1].startswith("fails correctness: pytest/unit")
+    crashed = job("benchmark", BENCH.key, "crashed", kernel="m:f", name="work", shape_key="N=8", detail="SIGSEGV")
+    assert perf_outcome([crashed], series) == (None, "benchmark crashed: SIGSEGV")
+    assert perf_outcome([], series)[1].startswith("no benchmark m:f")
+
+
+def test_only_stored_runs_that_answer_are_reused():
+    perf_request = BisectRequest("g", "b", kernel="work", shape="N=8")
+    assert answers(perf_request)([BENCH])
+    assert not answers(perf_request)([job("pytest", "pytest/unit", kernel="unit", name="unit")])  # another suite
+    assert not answers(perf_request)([])  # a run that never got to its jobs
+    assert answers(perf_request)([job("install", "install", "failed", detail="install failed: x")])
+    correctness_request = BisectRequest("g", "b", kernel="unit", mode="correctness")
+    assert answers(correctness_request)([job("pytest", "pytest/unit", "failed", kernel="unit", name="unit")])
+    assert not answers(correctness_request)([BENCH])
+
+
+def test_correctness_outcome():
+    request = BisectRequest("g", "b", kernel="unit", mode="correctness")
+    selection = job("pytest", "pytest/unit", "failed", kernel="unit", detail="1 failed")
+    test_add = job("test", "test/unit/tests/t.py::test_add", "failed", kernel="unit", name="tests/t.py::test_add")
+    test_mul = job("test", "test/unit/tests/t.py::test_mul", "passed", kernel="unit", name="tests/t.py::test_mul")
+    verdict = correctness_outcome([selection, test_add, test_mul], request)
+    assert verdict.state == "bad" and verdict.reason.startswith("test/unit/tests/t.py::test_add failed")
+    request.check = "test_mul"
+    assert correctness_outcome([selection, test_add, test_mul], request).state == "good"
+    request.check = "tests/t.py::test_gone"
+    assert correctness_outcome([selection, test_add], request).state == "skip"
+    install = job("install", "install", "failed", detail="install failed: boom")
+    assert correctness_outcome([install, selection], request).reason.startswith("does not install")
+    timeout = job("correctness", "correctness/k/v/float32/N=1/reference", "timeout", kernel="k", variant="v",
+                  check="reference")
+    verdict = correctness_outcome([timeout], BisectRequest("g", "b", kernel="k", mode="correctness", variant="v"))
+    assert verdict.state == "skip" and "timeout" in verdict.reason
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# End to end: a generated repository, the real CLI
+# ---------------------------------------------------------------------------------------------------------------
+
+PACKAGE = '''import numpy as np
+
+REPEATS = {repeats}
+
+
+def work(x):
+    for _ in range(REPEATS):
+        y = np.sort(x)
+    return y
+
+
+def add(a, b):
+    return a + b{bug}
+'''
+
+BENCH_MODULE = '''import numpy as np
+
+import tinykern
+
+
+def bench_work(N):
+    x = np.random.default_rng(0).random(N)
+    return lambda: tinykern.work(x)
+'''
+
+TESTS = '''import tinykern
+
+
+def test_add():
+    assert tinykern.add(2, 3) == 5
+'''
+
+# The install fails while the file BROKEN exists; it is a key file, so that commit gets its own environment.
+SUITE = '''[suite]
+name = "tinykern"
+
+[install]
+command = "test ! -e BROKEN"
+key_files = ["BROKEN"]
+
+[timing]
+warmup_s = 0.02
+warmup_calls = 2
+min_sample_s = 0.005
+samples = 10
+
+[[pytest]]
+name = "unit"
+paths = ["tests"]
+args = ["-p", "no:hypothesispytest"]
+
+[[function]]
+name = "work"
+target = "tinykern.bench:bench_work"
+grid.cpu = { N = [20000] }
+grid.gpu = { N = [20000] }
+'''
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(repo: Path) -> list[str]:
+    """Eight commits: c2 sorts 4x as often (~4x slower: unambiguous even on a loaded 2-core machine, where whole
+    runs can be 1.5x slower than the next), c3 does not install, c5 breaks add()."""
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "k@example.com")
+    git(repo, "config", "user.name", "K")
+    steps = [
+        ("c0 initial", {"tinykern/__init__.py": PACKAGE.format(repeats=2, bug=""), "tinykern/bench.py": BENCH_MODULE,
+                        "tests/test_ops.py": TESTS, "harness.toml": SUITE, "README": "0\n"}, ()),
+        ("c1 docs", {"README": "1\n"}, ()),
+        ("c2 sort 4x as often", {"tinykern/__init__.py": PACKAGE.format(repeats=8, bug="")}, ()),
+        ("c3 break the install", {"BROKEN": "yes\n"}, ()),
+        ("c4 fix the install", {}, ("BROKEN",)),
+        ("c5 off by one", {"tinykern/__init__.py": PACKAGE.format(repeats=8, bug=" + 1")}, ()),
+        ("c6 docs", {"README": "6\n"}, ()),
+        ("c7 docs", {"README": "7\n"}, ()),
+    ]
+    shas = []
+    for message, files, removed in steps:
+        for name, text in files.items():
+            path = repo / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        for name in removed:
+            (repo / name).unlink()
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", message)
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return shas
+
+
+class Bisector:
+    def __init__(self, root: Path):
+        self.root = root
+        self.repo = root / "tinykern"
+        self.db = root / "results.db"
+        self.shas = make_repo(self.repo)
+
+    def harness(self, *args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(self.root / "cache"), "COLUMNS": "200"}
+        code = "import harness.cli.bisect; from harness.cli.main import main; main()"
+        return subprocess.run([sys.executable, "-c", code, *args], cwd=self.root, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    def bisect(self, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+        done = self.harness("bisect", "--repo", str(self.repo), "--good", self.shas[0], "--bad", self.shas[7],
+                            "--db", f"sqlite:///{self.db}", "--format", "json", *args)
+        return done, (json.loads(done.stdout) if done.stdout.strip().startswith("{") else {})
+
+    def runs(self) -> list[tuple[str, str]]:
+        with sqlite3.connect(self.db) as conn:
+            return conn.execute("select r.id, c.sha from run r join `commit` c on c.id = r.commit_id").fetchall()
+
+
+@pytest.fixture(scope="module")
+def bisector(tmp_path_factory) -> Bisector:
+    return Bisector(tmp_path_factory.mktemp("bisect"))
+
+
+@pytest.fixture(scope="module")
+def perf(bisector: Bisector) -> tuple[subprocess.CompletedProcess, dict]:
+    return bisector.bisect("--kernel", "work", "--mode", "perf")
+
+
+def test_perf_bisect_names_the_slowdown_and_skips_the_uninstallable_commit(bisector: Bisector, perf):
+    done, report = perf
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    shas = bisector.shas
+    assert report["status"] == "found" and report["culprit"]["sha"] == shas[2]
+    assert report["culprit"]["subject"] == "c2 sort 4x as often" and report["last_good"]["sha"] == shas[1]
+    assert report["target"] == "tinykern.bench:bench_work [default, N=20000]"
+    assert report["endpoints"]["verdict"] == "regressed" and report["endpoints"]["ratio"] > 2.0
+    evidence = report["evidence"]
+    assert evidence["verdict"] == "regressed" and 2.0 < evidence["ratio"] < 8.0 and evidence["ci_low"] > 1.5
+    (skipped,) = report["skipped"]
+    assert skipped["sha"] == shas[3] and skipped["subject"] == "c3 break the install"
+    assert skipped["reason"].startswith("does not install: install failed: `test ! -e BROKEN` exited with status 1")
+    assert report["rounds"] == len({line["round"] for line in report["history"]}) >= 3
+    assert report["probes"] == len(report["history"]) and report["probes_per_round"] == 1
+    assert report["runs"] >= 2 + report["probes"] and report["reused_runs"] == 0
+    # Every probe is a stored run: the endpoints and each probed commit, repeats included.
+    stored = bisector.runs()
+    assert len(stored) == report["runs"] == len(report["new_runs"])
+    assert {sha for _, sha in stored} == {shas[0], shas[7]} | {line["sha"] for line in report["history"]}
+    assert f"running {shas[3][:12]}" in done.stderr  # progress goes to stderr
+
+
+def test_correctness_bisect_names_the_break_reusing_stored_runs(bisector: Bisector, perf):
+    before = bisector.runs()
+    done, report = bisector.bisect("--kernel", "unit", "--mode", "correctness")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    shas = bisector.shas
+    assert report["status"] == "found" and report["culprit"]["sha"] == shas[5]
+    assert report["last_good"]["sha"] == shas[4]
+    assert report["detail"].startswith("test/unit/tests/test_ops.py::test_add failed: ")
+    assert [skipped["sha"] for skipped in report["skipped"]] == [shas[3]]
+    assert report["reused_runs"] >= 3  # both endpoints and the commits the perf bisect probed
+    after = bisector.runs()
+    assert len(after) - len(before) == len(report["new_runs"]) == report["runs"] - report["reused_runs"]
+
+
+def test_a_repeated_bisect_runs_nothing_and_text_output(bisector: Bisector, perf):
+    before = len(bisector.runs())
+    done = bisector.harness("bisect", "--repo", str(bisector.repo), "--good", bisector.shas[0], "--bad",
+                            bisector.shas[7], "--db", f"sqlite:///{bisector.db}", "--kernel", "work")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert len(bisector.runs()) == before
+    out = done.stdout
+    assert f"culprit: {bisector.shas[2][:12]} 'c2 sort 4x as often'" in out
+    assert f"skipped: {bisector.shas[3][:12]} 'c3 break the install': does not install" in out
+    assert "OK: " in out and "0 reused" not in out
+
+
+def test_no_regression_between_the_endpoints_exits_1(bisector: Bisector, perf):
+    shas = bisector.shas
+    done = bisector.harness("bisect", "--repo", str(bisector.repo), "--good", shas[2], "--bad", shas[7], "--db",
+                            f"sqlite:///{bisector.db}", "--kernel", "work", "--format", "json", "--max-runs", "1")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    report = json.loads(done.stdout)
+    assert report["status"] == "no-regression" and "is not slower than the good commit" in report["message"]
+    done = bisector.harness("bisect", "--repo", str(bisector.repo), "--good", shas[7], "--bad", shas[0], "--db",
+                            f"sqlite:///{bisector.db}", "--kernel", "work")
+    assert done.returncode == 2 and "is not an ancestor of bad" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# On a Ray cluster: two nodes of the chip, two probes per round, run at once
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.xdist_group("ray_bisect")
+def test_ray_bisect_probes_two_commits_per_round_at_once(tmp_path_factory):
+    from sqlalchemy import select
+
+    from harness.bisect.run import run_bisect
+    from harness.record.models import Commit, Run
+    from harness.record.store import open_store
+    from testkit.ray import restore_env, set_env, start_cluster
+
+    tmp = tmp_path_factory.mktemp("ray-bisect")
+    shas = make_repo(tmp / "tinykern")
+    previous = set_env(tmp)
+    cluster = start_cluster(["tiny-bisect", "tiny-bisect"])
+    db_url = f"sqlite:///{tmp / 'results.db'}"
+    lines: list[str] = []
+    start = time.monotonic()
+    try:
+        request = BisectRequest(shas[0], shas[7], kernel="work", chip="tiny-bisect", repo=str(tmp / "tinykern"),
+                                db_url=db_url, executor="ray", address=cluster.address)
+        report = run_bisect(request, log=lambda line: lines.append(f"{time.monotonic() - start:.1f} {line}"))
+    finally:
+        cluster.shutdown()
+        restore_env(previous)
+    assert report.status == "found" and report.culprit.sha == shas[2], (report.message, lines)
+    assert report.probes_per_round == 2 and report.round_bound == 2 and report.rounds <= 2
+    rounds: dict[int, list[str]] = {}
+    for line in report.history:
+        rounds.setdefault(line.round, []).append(line.sha)
+    assert len(rounds[1]) == 2  # k-ary: two probes in the first round
+    db = open_store(db_url)
+    try:
+        with db.session() as session:
+            spans: dict[str, tuple] = {}
+            for sha, started, finished in session.execute(  # each commit's first run (a repeat comes later)
+                    select(Commit.sha, Run.started_at, Run.finished_at).join(Commit, Run.commit_id == Commit.id)
+                    .order_by(Run.started_at)):
+                spans.setdefault(sha, (started, finished))
+            assert {run.executor for run in session.scalars(select(Run))} == {"ray"}
+    finally:
+        db.close()
+    (a_start, a_end), (b_start, b_end) = spans[rounds[1][0]], spans[rounds[1][1]]
+    assert a_start < b_end and b_start < a_end  # the round's two runs overlapped in time

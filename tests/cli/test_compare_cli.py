@@ -1,0 +1,212 @@
+"""`harness compare` and `harness variants` through the real entry point: synthetic DBs, and two real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import harness.cli.compare  # noqa: F401 - registers the verb (until harness.cli.main lists it)
+import harness.cli.variants  # noqa: F401
+from harness.cli.main import main
+from harness.record import store
+from testkit.analysis import add_run, checks, grid_results, sha_of
+from testkit.e2e import git
+from testkit.e2e import harness as run_harness
+from testkit.paths import ROOT
+
+REGISTER = "import harness.cli.compare, harness.cli.variants; from harness.cli.main import main; main()"
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the real entry point in-process: (exit status, stdout, stderr)."""
+    argv = sys.argv
+    sys.argv = ["harness", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def cli_subprocess(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", REGISTER, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture
+def planted(db_url):
+    """Commit 1 -> 2 on two chips: swiglu/fused_gateup 10 % slower on chip A, flash_bq8_bk16 wrong on chip A;
+    flash_prefill/flash_bq16_bk32 shape 0 wins on chip A (0.8) and loses on chip B (1.25) at both commits."""
+    handle = store.open_store(db_url)
+    rng = np.random.default_rng(1)
+    for commit in (1, 2):
+        for chip in ("chip-a", "chip-b"):
+            on_a = chip == "chip-a"
+            factors = {("flash_prefill", "flash_bq16_bk32", 0): 0.8 if on_a else 1.25}
+            if on_a and commit == 2:
+                factors[("swiglu", "fused_gateup", 1)] = 1.10
+            statuses = {("flash_prefill", "flash_bq8_bk16"): "failed"} if on_a and commit == 2 else None
+            add_run(handle, chip, commit, grid_results(rng, factors) + checks(statuses), minutes=10 * commit)
+    handle.close()
+    return db_url
+
+
+def test_compare_fails_on_a_regression_or_a_correctness_failure_and_prints_the_evidence(planted, capsys):
+    code, out, _ = cli(capsys, "compare", sha_of(1)[:8], sha_of(2)[:8], "--db", planted)
+    assert code == 1
+    lines = out.splitlines()
+    failures_at = next(i for i, line in enumerate(lines) if "Correctness failures on head (1)" in line)
+    changed_at = next(i for i, line in enumerate(lines) if "Changed series" in line)
+    assert failures_at < changed_at  # correctness failures first
+    assert "max error 0.5 > tolerance 1e-3" in out and "regressed" in out and "fused_gateup" in out
+    assert "unchanged series not listed (--all lists them)" in out and out.rstrip().splitlines()[-1].startswith(
+        "FAIL: 1 regressed")
+
+    code, out, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", planted, "--format", "json")
+    report = json.loads(out)
+    assert code == report["exit_code"] == 1 and report["counts"]["regressed"] == 1
+    assert report["counts"]["broken"] == 4 and len(report["correctness_failures"]) == 1
+    (regressed,) = [row for row in report["rows"] if row["verdict"] == "regressed"]
+    assert regressed["key"] == {"kernel": "swiglu", "variant": "fused_gateup", "dtype": "float32",
+                                "shape_key": "B=1,D=32,H=1,S=128", "chip": "chip-a"}
+    assert regressed["ci_low"] > 1.02 and regressed["n_base"] == regressed["n_head"] == 10
+
+    code, out, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", planted, "--chip", "chip-b", "--format",
+                       "markdown", "--all")
+    assert code == 0  # chip B has neither a regression nor a correctness failure
+    assert out.startswith("### Benchmark comparison: OK")
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| verdict | chip | kernel |") and len(table) == 1 + 8  # header + every series
+    assert all("chip-b" in row for row in table[1:]) and "| unchanged | chip-b | flash_prefill |" in out
+
+
+def test_variants_lists_the_divergent_variant_first_with_both_cells(planted, capsys):
+    code, out, _ = cli(capsys, "variants", "--db", planted)
+    assert code == 0
+    lines = out.splitlines()
+    divergent_at = next(i for i, line in enumerate(lines) if "Divergent" in line)
+    assert divergent_at < next(i for i, line in enumerate(lines) if line.startswith("chip-a:"))
+    row = next(line for line in lines[divergent_at:] if "flash_bq16_bk32" in line)
+    assert "chip-a" in row and "chip-b" in row and "0.8" in row and "1.2" in row
+    code, out, _ = cli(capsys, "variants", "--db", planted, "--commit", sha_of(2)[:6], "--format", "json")
+    matrix = json.loads(out)
+    (divergent,) = matrix["divergent"]
+    assert divergent["winning_chip"] == "chip-a" and divergent["win"]["outcome"] == "win"
+    assert divergent["losing_chip"] == "chip-b" and divergent["lose"]["outcome"] == "lose"
+    code, out, _ = cli(capsys, "variants", "--db", planted, "--format", "markdown")
+    assert code == 0 and "#### Divergent: wins on one chip, loses on another (1)" in out
+
+
+def one_run_db(tmp_path: Path) -> str:
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    handle = store.open_store(db)
+    add_run(handle, "chip-a", 1, grid_results(np.random.default_rng(0)), minutes=0)
+    handle.close()
+    return db
+
+
+def test_an_unknown_commit_is_one_line_and_exit_2(tmp_path: Path):
+    done = cli_subprocess("compare", "deadbeef", sha_of(1), "--db", one_run_db(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "error: no commit or run 'deadbeef' in the database" and done.stdout == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare", "0001", "0001", "--format", "yaml"], "error: --format must be text, json or markdown, not 'yaml'"),
+    (["compare", "0001", "0001", "--alpha", "0"], "error: --alpha must be in (0, 1), not 0.0"),
+    (["variants", "--commit", "abc"], "error: no commit or run 'abc' (prefixes need at least 4 characters)"),
+    (["compare", "0001", "0001", "--chip", "nope"], "error: unknown chip 'nope' (known: chip-a)"),
+])
+def test_user_errors_are_one_line_and_exit_2(tmp_path: Path, capsys, args, message):
+    code, out, err = cli(capsys, *args, "--db", one_run_db(tmp_path))
+    assert code == 2 and err.strip() == message and out == ""
+
+
+QUIET_LOAD_PER_CORE = 0.75  # 1-minute load average per core below which the machine counts as quiet
+
+NOISE_SUITE = """
+[suite]
+name = "noise"
+[timing]
+warmup_s = 0.02
+warmup_calls = 2
+min_sample_s = 0.004
+samples = 10
+[[benchmark]]
+name = "flash-bench"
+kernel = "flash_prefill"
+variants = ["sdpa", "flash_bq16_bk32"]
+dtypes = ["float32"]
+grid.cpu = {B = [1], H = [1], S = [32], D = [32]}
+"""
+
+
+def test_two_runs_of_one_commit_compare_as_a_null_pair_on_real_noise(tmp_path: Path, capsys):
+    """`harness run` twice on one commit, then `harness compare RUN1 RUN2`: run 1's samples against run 2's.
+
+    On a quiet machine the two runs are exchangeable and nothing may be flagged.  On a shared, oversubscribed
+    machine they are not: a job's ten samples span a few tens of milliseconds, one phase of the background load,
+    and whole runs shift by 1.2-4x (measured on the 2-core development box at 2-5 runnable processes per core),
+    which the within-run test rightly reports as a change.  There the pairing and the exit status are checked
+    and the verdicts reported as a warning.
+    """
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "config", "user.email", "t@example.com")
+    git(tmp_path, "config", "user.name", "T")
+    (tmp_path / "suite.toml").write_text(NOISE_SUITE)
+    git(tmp_path, "add", "suite.toml")
+    git(tmp_path, "commit", "-qm", "noise suite")
+    db_file = tmp_path / "harness-out" / "results.db"
+    db = f"sqlite:///{db_file}"
+    busy = []
+    for _ in range(2):
+        busy.append(os.getloadavg()[0] / (os.cpu_count() or 1))
+        done = run_harness("run", "--suite", "suite.toml", "--no-report", "--db", db, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    busy.append(os.getloadavg()[0] / (os.cpu_count() or 1))
+    with sqlite3.connect(db_file) as conn:
+        first, second = (r for (r,) in conn.execute("select id from run order by started_at"))
+        stored = {(run, variant): median for run, variant, median in
+                  conn.execute("select run_id, variant, median_s from job where kind = 'benchmark'")}
+    commit = git(tmp_path, "rev-parse", "HEAD")
+
+    code, out, _ = cli(capsys, "compare", commit, commit[:7], "--db", db, "--format", "json")
+    pooled = json.loads(out)  # a commit with itself pools both runs on both sides: trivially identical
+    assert code == 0 and pooled["counts"]["unchanged"] == 2 and {r["ratio"] for r in pooled["rows"]} == {1.0}
+    assert pooled["base"]["runs"] == pooled["head"]["runs"] and all(r["n_base"] == 20 for r in pooled["rows"])
+
+    code, out, _ = cli(capsys, "compare", first, second, "--db", db, "--format", "json")
+    report = json.loads(out)
+    rows = report["rows"]
+    assert [r["key"]["variant"] for r in sorted(rows, key=lambda r: r["key"]["variant"])] == [
+        "flash_bq16_bk32", "sdpa"]
+    for row in rows:  # run 1 against run 2, each with its own 10 samples
+        assert row["n_base"] == row["n_head"] == 10
+        assert row["base_median"] == pytest.approx(stored[(first, row["key"]["variant"])])
+        assert row["head_median"] == pytest.approx(stored[(second, row["key"]["variant"])])
+    assert code == report["exit_code"] == (1 if report["counts"]["regressed"] else 0)
+    evidence = [(r["key"]["variant"], r["verdict"], round(r["ratio"], 3), r["ci_low"], r["ci_high"],
+                 r["p_value"], r["p_adjusted"]) for r in rows]
+    print(f"real-noise null pair (load/core {', '.join(f'{b:.2f}' for b in busy)}): {evidence}")
+    changed = [r for r in rows if r["verdict"] in ("regressed", "improved")]
+    if max(busy) <= QUIET_LOAD_PER_CORE:
+        # A quiet machine: the runs are exchangeable, nothing may be flagged and the compare passes.
+        assert not changed and code == 0, evidence
+    elif changed:
+        # An oversubscribed machine shifts whole runs (a job's ten samples span ~0.05 s, one load phase): a
+        # within-run test rightly reads as a change: not a null pair any more, so only report it.
+        warnings.warn(f"machine busy (load/core up to {max(busy):.1f}): real-noise null pair flagged {evidence}",
+                      stacklevel=1)

@@ -1,0 +1,97 @@
+"""The store on SQLite and PostgreSQL: migrations, runs, idempotent job writes, samples, roofline, masking."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from harness.core.chip import ChipIdentity
+from harness.core.errors import HarnessError
+from harness.core.job import Job, JobResult, job_key
+from harness.record import query, store
+from harness.record.models import JobRecord, Run, Sample
+
+CHIP = ChipIdentity(key="test-chip", backend="cpu", device_name="Test", architecture="x86_64", memory_bytes=141 << 30)
+FACTS = {"hostname": "host-a"}
+
+
+def bench_job(variant: str = "v", kernel: str = "k") -> Job:
+    shape = {"N": 8}
+    return Job(job_key("benchmark", kernel, variant, shape, "float32"), "benchmark", "b", kernel, variant, shape,
+               "float32")
+
+
+def new_run(db: store.Store, sha: str = "abc123") -> str:
+    return store.create_run(db, ident=CHIP, facts=FACTS, commit={"sha": sha, "message": "msg"}, suite="s",
+                            dirty=False, executor="local", planned_jobs=1)
+
+
+@pytest.fixture
+def db(db_url):
+    handle = store.open_store(db_url)
+    yield handle
+    handle.close()
+
+
+def count(db, model) -> int:
+    with db.session() as session:
+        return session.scalar(select(func.count()).select_from(model))
+
+
+def test_migrations_are_idempotent(db):
+    store.migrate(db.engine)
+    store.migrate(db.engine)
+    assert count(db, Run) == 0
+
+
+def test_a_result_written_twice_is_stored_once(db):
+    run_id = new_run(db)
+    job = bench_job()
+    result = JobResult(job.key, "passed", samples=[1.0, 2.0, 3.0], inner=4, flops=10.0, bytes_moved=20.0)
+    assert store.record_result(db, run_id, job, result) is True
+    assert store.record_result(db, run_id, job, result) is False
+    assert count(db, JobRecord) == 1 and count(db, Sample) == 3
+    assert store.stored_keys(db, run_id) == {job.key}
+
+
+def test_running_the_same_commit_again_is_a_new_run_with_new_samples(db):
+    job = bench_job()
+    for _ in range(2):
+        store.record_result(db, new_run(db), job, JobResult(job.key, "passed", samples=[1.0, 1.1]))
+    assert count(db, Run) == 2 and count(db, JobRecord) == 2 and count(db, Sample) == 4
+    views = query.runs(db, "test-chip")
+    assert len(views) == 2 and {v.sha for v in views} == {"abc123"}
+
+
+def test_summary_and_roofline_from_calibration(db):
+    run_id = new_run(db)
+    calib = Job(job_key("calibration", "calib_matmul", "matmul", {"N": 4}, "float32"), "calibration", "calibration",
+                "calib_matmul", "matmul", {"N": 4}, "float32")
+    store.record_result(db, run_id, calib, JobResult(calib.key, "passed", samples=[1.0] * 3, flops=100.0,
+                                                     bytes_moved=1.0))
+    job = bench_job()
+    store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=[2.0, 2.0, 2.0], flops=50.0,
+                                                   bytes_moved=1.0))
+    peaks = store.finalize_roofline(db, run_id)
+    assert peaks == (100.0, None)
+    record = next(j for j in query.get_run(db, run_id).jobs if j["key"] == job.key)
+    assert record["median_s"] == 2.0 and record["achieved_flops"] == 25.0
+    assert record["pct_peak"] == pytest.approx(25.0) and record["bound"] == "compute"
+
+
+def test_big_memory_sizes_fit(db):
+    new_run(db)
+    assert query.chips(db)[0]["memory_bytes"] == 141 << 30
+
+
+def test_passwords_are_masked():
+    assert store.mask_url("postgresql://alice:s3cret@db.example/x") == "postgresql://alice:***@db.example/x"
+    assert "s3cret" not in store.mask_url("postgresql+psycopg://alice:s3cret@h/x")
+
+
+def test_bad_urls_are_one_line_errors_without_the_password(tmp_path):
+    with pytest.raises(HarnessError, match="not a database URL"):
+        store.open_store("definitely not a url")
+    with pytest.raises(HarnessError) as info:
+        store.open_store("postgresql://alice:s3cret@127.0.0.1:1/x")
+    assert "s3cret" not in str(info.value) and "cannot open database" in str(info.value)

@@ -1,0 +1,49 @@
+"""Report rendering: pages per chip, variant ratios against the baseline, everything user-written escaped."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from harness.record.query import RunView
+from reports.render import chip_page_name, fmt_rate, fmt_time, render_site, variant_rows
+
+
+def bench(variant: str, median: float, shape: str = "S=64") -> dict:
+    return {"kind": "benchmark", "kernel": "flash_prefill", "variant": variant, "dtype": "float16",
+            "shape_key": shape, "median_s": median, "pct_peak": 10.0}
+
+
+def test_variant_rows_are_ratios_to_the_baseline():
+    rows = variant_rows([bench("sdpa", 2.0), bench("flash_bq8_bk16", 1.0), bench("flash_bq16_bk32", 4.0)],
+                        {"flash_prefill": "sdpa"})
+    (row,) = rows
+    assert row.baseline == "sdpa"
+    assert row.cells["flash_bq8_bk16"]["ratio"] == 0.5 and row.cells["flash_bq16_bk32"]["ratio"] == 2.0
+    assert row.cells["sdpa"]["ratio"] == 1.0
+
+
+def test_a_missing_baseline_gives_no_ratio():
+    (row,) = variant_rows([bench("flash_bq8_bk16", 1.0)], {"flash_prefill": "sdpa"})
+    assert row.cells["flash_bq8_bk16"]["ratio"] is None
+
+
+def test_formatting():
+    assert fmt_time(0.0021) == "2.1 ms" and fmt_time(3.2e-6) == "3.2 µs" and fmt_time(None) == "–"
+    assert fmt_rate(2.5e12, "FLOP/s") == "2.5 TFLOP/s" and fmt_rate(None, "B/s") == "–"
+    assert chip_page_name("a/b:c") == "chip-a_b_c.html"
+
+
+def test_user_text_is_escaped(tmp_path):
+    evil = "<script>alert(1)</script>"
+    chip = {"key": "cpu-x", "backend": "cpu", "device_name": evil, "architecture": "x86_64", "gpu_cores": None,
+            "memory_bytes": None, "record": {"os": "Linux", "mlx_version": "0.32"}}
+    job = {"kind": "correctness", "kernel": evil, "variant": evil, "dtype": "float32", "shape_key": "N=1",
+           "check_name": evil, "status": "failed", "detail": evil, "output_tail": evil, "max_error": 1.0,
+           "tolerance": 0.1}
+    run = RunView("r1", "cpu-x", "abc", evil, evil, True, "s", "complete", datetime.now(UTC), None, None, None, 1,
+                  "host", [job])
+    index = render_site(tmp_path, [chip], {"cpu-x": run}, {}, "sqlite:///x.db")
+    for page in (index, tmp_path / chip_page_name("cpu-x")):
+        html = page.read_text()
+        assert "<script>alert(1)</script>" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html

@@ -1,0 +1,368 @@
+"""The static report site from a real run plus synthetic history, checked as text and in headless Chromium.
+
+The DB: one real ``harness run`` of a tiny suite (the CPU chip of this machine) into a temporary SQLite file, then
+synthetic history written through ``store.create_run`` / ``record_result`` on two more chips, ten commits each,
+with a planted regression, a variant that wins on one chip and loses on the other, and user-written text
+(a commit message, a branch, a kernel, a variant, a check name) that is ``<script>alert(1)</script>``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pytest
+
+from harness.analysis import grid as analysis
+from harness.core.chip import ChipIdentity
+from harness.core.job import Job, JobResult, job_key
+from harness.record.store import Store, create_run, finish_run, open_store, record_result, set_peaks
+from harness.render.site import build_report
+from reports.render import chip_page_name, commit_anchor, history_page_name
+from testkit.e2e import git, harness, write_suite
+from testkit.paths import ROOT
+
+EVIL = "<script>alert(1)</script>"
+ARTIFACTS = ROOT / "test-artifacts" / "report"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+APPLE = ChipIdentity("apple-m4-pro-20c", "metal", "Apple M4 Pro", "applegpu_g16s", 48 * 2**30, 20, "macOS 15.3",
+                     "0.32.4")
+NVIDIA = ChipIdentity("nvidia-h200-sm90", "cuda", "NVIDIA H200", "sm_90", 141 * 2**30, None, "Linux", "0.32.4")
+PEAKS = {APPLE.key: (30e12, 270e9), NVIDIA.key: (700e12, 4.0e12)}
+N_COMMITS = 10
+REGRESSION_AT = 6  # flash_bq16_bk32 at S=256 gets 30% slower on the H200 from this commit on
+SHAPES = [{"B": 1, "H": 8, "S_q": 128, "S_kv": 128, "D": 64}, {"B": 1, "H": 8, "S_q": 256, "S_kv": 256, "D": 64}]
+BASE_TIME = {"sdpa": 1.0e-3, "flash_bq8_bk16": 1.0e-3, "flash_bq16_bk32": 1.1e-3, EVIL: 2.0e-3}
+
+
+def sha_of(i: int) -> str:
+    return f"{i:02d}" + "ab12cd34ef" * 3 + "5678ab90"
+
+
+def message_of(i: int) -> str:
+    return EVIL if i == 4 else f"commit {i}: tune the flash tiles\n\nlonger body line"
+
+
+def speed(chip: str, variant: str, shape: dict[str, int], commit: int) -> float:
+    """The planted truth: per chip and variant scale, the divergent variant, the regression."""
+    t = BASE_TIME[variant] * shape["S_q"] / 128 * (0.2 if chip == NVIDIA.key else 1.0)
+    if variant == "flash_bq8_bk16":
+        t *= 0.7 if chip == APPLE.key else 1.4  # wins on the M4 Pro, loses on the H200: divergent
+    if chip == NVIDIA.key and variant == "flash_bq16_bk32" and shape["S_q"] == 256 and commit >= REGRESSION_AT:
+        t *= 1.3
+    return t
+
+
+def add_synthetic_history(store: Store) -> None:
+    rng = np.random.default_rng(7)
+    for i in range(N_COMMITS):
+        commit = {"sha": sha_of(i), "message": message_of(i), "branch": "main" if i % 3 else "<b>feature</b>"}
+        for ident in (APPLE, NVIDIA):
+            run_id = create_run(store, ident=ident, facts={"hostname": f"{ident.key}-host"}, commit=commit,
+                                suite="synthetic", dirty=False, executor="local", planned_jobs=0)
+            set_peaks(store, run_id, *PEAKS[ident.key])
+            for variant in ("sdpa", "flash_bq8_bk16", "flash_bq16_bk32"):
+                for shape in SHAPES:
+                    job = Job(job_key("benchmark", "flash_prefill", variant, shape, "float16"), "benchmark",
+                              "flash-bench", "flash_prefill", variant, shape, "float16")
+                    t = speed(ident.key, variant, shape, i)
+                    samples = (t * np.exp(rng.normal(0.0, 0.005, 12))).tolist()
+                    record_result(store, run_id, job, JobResult(job.key, "passed", samples=samples, inner=4,
+                                                                flops=4 * shape["S_q"] ** 2 * 64 * 8,
+                                                                bytes_moved=4 * shape["S_q"] * 64 * 8 * 2),
+                                  PEAKS[ident.key])
+                    check = Job(job_key("correctness", "flash_prefill", variant, shape, "float16", "reference"),
+                                "correctness", "flash-small", "flash_prefill", variant, shape, "float16", "reference")
+                    record_result(store, run_id, check, JobResult(check.key, "passed", max_error=1e-4 * (1 + i % 3),
+                                                                  tolerance=2e-3))
+            # A hostile kernel / variant / check name: benchmarked on every commit, failing correctness from commit 7.
+            shape = SHAPES[0]
+            job = Job(job_key("benchmark", EVIL, EVIL, shape, "float16"), "benchmark", EVIL, EVIL, EVIL, shape,
+                      "float16")
+            samples = (speed(ident.key, EVIL, shape, i) * np.exp(rng.normal(0.0, 0.005, 12))).tolist()
+            record_result(store, run_id, job, JobResult(job.key, "passed", samples=samples, inner=1))
+            check = Job(job_key("correctness", EVIL, EVIL, shape, "float16", EVIL), "correctness", EVIL, EVIL, EVIL,
+                        shape, "float16", EVIL)
+            failing = ident.key == APPLE.key and i >= 7
+            record_result(store, run_id, check, JobResult(check.key, "failed" if failing else "passed",
+                                                          detail=EVIL if failing else "", max_error=0.5 if failing
+                                                          else 1e-5, tolerance=1e-3))
+            finish_run(store, run_id, "complete")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> dict:
+    """The real CLI run + synthetic history, rendered once through the real ``harness report``."""
+    repo = tmp_path_factory.mktemp("repo")
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "T")
+    suite = write_suite(repo, '["sdpa", "flash_bq8_bk16"]')
+    db = repo / "results.db"
+    url = f"sqlite:///{db}"
+    done = harness("run", "--suite", str(suite), "--db", url, "--no-report", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    store = open_store(url)
+    try:
+        add_synthetic_history(store)
+        regressions = analysis.regressions(store)
+    finally:
+        store.close()
+    out = repo / "site"
+    rendered = harness("report", "--db", url, "--out", str(out), cwd=repo)
+    assert rendered.returncode == 0, rendered.stderr
+    return {"out": out, "url": url, "db": db, "regressions": regressions, "cpu_chip": _cpu_chip(out)}
+
+
+def _cpu_chip(out: Path) -> str:
+    (page,) = [p.name for p in out.glob("chip-*.html") if p.name not in (chip_page_name(APPLE.key),
+                                                                          chip_page_name(NVIDIA.key))]
+    return page[len("chip-"):-len(".html")]
+
+
+def read(site: dict, name: str) -> str:
+    return (site["out"] / name).read_text(encoding="utf-8")
+
+
+# --- the pages as text -------------------------------------------------------------------------------------------
+
+
+def test_every_page_is_written(site):
+    names = {p.name for p in site["out"].iterdir()}
+    expected = {"index.html", "variants.html", "regressions.html", chip_page_name(APPLE.key),
+                chip_page_name(NVIDIA.key), history_page_name("flash_prefill", APPLE.key),
+                history_page_name("flash_prefill", NVIDIA.key), history_page_name(EVIL, APPLE.key),
+                history_page_name(EVIL, NVIDIA.key)}
+    assert expected <= names
+    assert history_page_name("flash_prefill", site["cpu_chip"]) in names  # the real run's benchmarks
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+\.html", name) for name in names)
+
+
+def test_user_text_is_escaped_everywhere(site):
+    for page in site["out"].glob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        assert "<script" not in html.lower(), page.name
+        assert "<b>feature" not in html and "<b>suite" not in html, page.name
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in read(site, "regressions.html")
+    history = read(site, history_page_name("flash_prefill", NVIDIA.key))
+    assert re.search(r"<title>[^<]*&lt;script&gt;alert\(1\)&lt;/script&gt;", history)  # SVG hover text
+
+
+def test_index_shows_each_chip_latest_commit_and_status(site):
+    html = read(site, "index.html")
+    for chip in (APPLE.key, NVIDIA.key, site["cpu_chip"]):
+        assert f'href="{chip_page_name(chip)}"' in html
+    assert sha_of(N_COMMITS - 1)[:12] in html
+    assert 'href="variants.html"' in html and 'href="regressions.html"' in html
+    assert f'href="{history_page_name("flash_prefill", NVIDIA.key)}"' in html
+    row = re.search(rf'<a href="{chip_page_name(APPLE.key)}">.*?</tr>', html, re.S).group(0)
+    assert "fail 1" in row and "pass 6" in row  # the hostile check fails on the M4 Pro at the latest commit
+    assert len(html.encode()) < 200_000
+
+
+def test_chip_page_has_identity_peaks_correctness_matrix_and_benchmarks(site):
+    html = read(site, chip_page_name(NVIDIA.key))
+    assert "NVIDIA H200" in html and "700 TFLOP/s" in html and "4 TB/s" in html
+    assert 'id="correctness"' in html and 'class="cmatrix"' in html and 'id="variants"' in html
+    assert 'title="passed · max error 0.0001 · tolerance 0.002"' in html  # max error on hover
+    assert 'id="benchmarks"' in html and "% <span" in html
+    apple = read(site, chip_page_name(APPLE.key))
+    assert 'class="cell failed"' in apple and "&lt;script&gt;" in apple
+
+
+def test_variant_matrix_lists_the_divergent_variant_first(site):
+    html = read(site, "variants.html")
+    assert html.index('id="divergent-list"') < html.index('id="matrix"')
+    divergent = html[html.index('id="divergent-list"'):html.index('id="matrix"')]
+    assert "flash_bq8_bk16" in divergent and APPLE.key in divergent and NVIDIA.key in divergent
+    assert "win" in divergent and "lose" in divergent and "×0.7" in divergent and "×1.4" in divergent
+    matrix = html[html.index('id="matrix"'):]
+    for chip in (APPLE.key, NVIDIA.key):
+        assert f">{chip}</a></th>" in matrix
+    assert "★" in matrix and "p(FDR)" in matrix
+
+
+def test_regression_list_has_correctness_first_and_the_planted_regression(site):
+    html = read(site, "regressions.html")
+    assert html.index('id="correctness-list"') < html.index('id="performance-list"')
+    perf = html[html.index('id="performance-list"'):]
+    planted = [r for r in site["regressions"] if r.kind == "performance"]
+    assert [(r.chip, r.variant, r.head_sha) for r in planted] == [(NVIDIA.key, "flash_bq16_bk32",
+                                                                   sha_of(REGRESSION_AT))]
+    assert sha_of(REGRESSION_AT)[:12] in perf and sha_of(REGRESSION_AT - 1)[:12] in perf
+    assert "×1.3" in perf and "12 / 12" in perf
+    assert EVIL not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html[:html.index('id="performance-list"')]
+
+
+def test_history_page_marks_change_point_and_regression(site):
+    html = read(site, history_page_name("flash_prefill", NVIDIA.key))
+    assert html.count('<svg class="plot"') == 6  # 3 variants × 2 shapes
+    assert 'class="band"' in html and 'class="line"' in html
+    assert 'class="marker regression"' in html and 'class="marker step"' in html
+    anchor = commit_anchor(sha_of(REGRESSION_AT))
+    assert f'<tr id="{anchor}" class="flagged">' in html  # the commit's row, which the markers link to
+    assert f'href="#{anchor}"' in html
+    assert "confirmed regression at " + sha_of(REGRESSION_AT)[:12] in html
+
+
+def test_db_url_is_masked(site, tmp_path):
+    store = open_store(site["url"])
+    try:
+        masked = Store(store.engine, "postgresql+psycopg://ci:hunter2@db.example/results")
+        index = build_report(masked, tmp_path / "masked", change_points=False)
+    finally:
+        store.close()
+    html = index.read_text()
+    assert "hunter2" not in html and "ci:***@db.example" in html
+
+
+def test_last_n_commits_limits_histories_and_says_so(site, tmp_path):
+    store = open_store(site["url"])
+    try:
+        index = build_report(store, tmp_path / "last", last=4)
+    finally:
+        store.close()
+    history = (tmp_path / "last" / history_page_name("flash_prefill", NVIDIA.key)).read_text()
+    assert history.count('<tr id="c-') == 4 and "last 4 at most" in history
+    rows = re.findall(r'<tr id="(c-[0-9a-z]+)"', history)
+    assert rows == [commit_anchor(sha_of(i)) for i in range(N_COMMITS - 4, N_COMMITS)]
+    assert "last 4 commits" in index.read_text()
+
+
+# --- in a browser ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:  # pragma: no cover - the test extra installs it
+        _unavailable(f"playwright is not installed: {exc}")
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        _unavailable(f"{CHROMIUM} not found (apt-get install chromium)")
+    with sync_playwright() as p:
+        try:
+            instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        except Exception as exc:  # noqa: BLE001 - any launch failure means no browser here
+            _unavailable(f"cannot launch {CHROMIUM}: {exc}")
+        yield instance
+        instance.close()
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"browser check required in CI: {reason}")
+    pytest.skip(reason)
+
+
+class Watched:
+    """A page whose dialogs and requests are recorded, with window.alert replaced by a tripwire."""
+
+    def __init__(self, browser):
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.context.add_init_script("window.alert = () => { window.alertCalled = true; };")
+        self.page = self.context.new_page()
+        self.dialogs: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+
+    def open(self, path: Path):
+        self.page.goto(path.as_uri())
+        self.page.wait_for_load_state("load")
+        return self.page
+
+    def assert_clean(self):
+        assert self.dialogs == []
+        assert self.page.evaluate("typeof window.alertCalled") == "undefined"
+        assert self.page.evaluate("document.scripts.length") == 0
+        assert self.requests and all(url.startswith("file:") for url in self.requests), self.requests
+
+
+def _target(base: Path, href: str) -> tuple[Path, str]:
+    parsed = urlparse(href)
+    assert parsed.scheme in ("file", ""), href
+    return Path(unquote(parsed.path)) if parsed.scheme else base.parent / unquote(parsed.path), parsed.fragment
+
+
+def test_in_chromium_links_resolve_and_nothing_executes_or_leaves_file(site, browser):
+    out: Path = site["out"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    w = Watched(browser)
+    try:
+        index = w.open(out / "index.html")
+        hrefs = index.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+        assert len(hrefs) >= 3 + 3 + 2
+        index.screenshot(path=str(ARTIFACTS / "index.png"), full_page=True)
+        w.assert_clean()
+        visited = set()
+        for href in hrefs:  # every link of the index opens an existing page (and its anchor, if any)
+            path, fragment = _target(out / "index.html", href)
+            assert path.is_file(), href
+            page = w.open(path)
+            visited.add(path)
+            assert page.title()
+            if fragment:
+                assert page.locator(f"[id='{fragment}']").count() == 1, href
+            w.assert_clean()
+        # One level further: every link of those pages (plots, tables, badges) reaches an existing page and anchor.
+        assert {p.name for p in visited} >= {"variants.html", "regressions.html", chip_page_name(APPLE.key),
+                                              history_page_name("flash_prefill", NVIDIA.key)}
+        for path in sorted(visited):
+            page = w.open(path)
+            for href in set(page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")):
+                target, fragment = _target(path, href) if not href.startswith("#") else (path, href[1:])
+                assert target.is_file(), (path.name, href)
+                if fragment:
+                    assert f'id="{fragment}"' in target.read_text(encoding="utf-8"), (path.name, href)
+            w.assert_clean()
+
+        variants = w.open(out / "variants.html")
+        assert variants.locator("#matrix tr").count() >= 1 + len(SHAPES)
+        divergent = variants.locator("#divergent-list tr.divergent")
+        assert divergent.count() >= 1 and "flash_bq8_bk16" in divergent.first.inner_text()
+        variants.screenshot(path=str(ARTIFACTS / "variants.png"), full_page=True)
+
+        history = w.open(out / history_page_name("flash_prefill", NVIDIA.key))
+        plots = history.locator("svg.plot")
+        assert plots.count() == 6
+        assert history.locator("svg.plot polyline.line").count() == 6
+        assert history.locator("svg.plot polygon.band").count() == 6
+        assert history.locator("svg.plot .marker.regression").count() == 1
+        titles = history.eval_on_selector_all("svg.plot title", "els => els.map(e => e.textContent)")
+        assert any(t.startswith(sha_of(REGRESSION_AT)[:12]) for t in titles)
+        assert any(EVIL in t for t in titles)  # the hostile commit message, as text
+        box = plots.first.bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 100
+        history.locator("svg.plot .marker.regression").first.click()
+        assert history.url.endswith("regressions.html#r-" + str(_index_of_planted(site)))
+        w.assert_clean()
+        page = w.open(out / history_page_name("flash_prefill", NVIDIA.key))
+        page.screenshot(path=str(ARTIFACTS / "history.png"), full_page=True)
+        page.locator("section.series:has(.marker.regression)").screenshot(path=str(ARTIFACTS / "history-plot.png"))
+
+        hostile = w.open(out / history_page_name(EVIL, APPLE.key))
+        assert EVIL in hostile.locator("h1").inner_text()
+        w.assert_clean()
+        regressions = w.open(out / "regressions.html")
+        assert EVIL in regressions.locator("#correctness-list").inner_text()
+        regressions.screenshot(path=str(ARTIFACTS / "regressions.png"), full_page=True)
+        chip = w.open(out / chip_page_name(APPLE.key))
+        assert chip.locator("table.cmatrix td.cell.failed").count() == 1
+        assert "max error 0.5" in chip.locator("table.cmatrix td.cell.failed").get_attribute("title")
+        chip.screenshot(path=str(ARTIFACTS / "chip.png"), full_page=True)
+        w.assert_clean()
+    finally:
+        w.context.close()
+
+
+def _index_of_planted(site: dict) -> int:
+    return next(i for i, r in enumerate(site["regressions"]) if r.kind == "performance")
+
