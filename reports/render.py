@@ -8,7 +8,7 @@ Pages (all in one folder, relative links only, CSS inlined, no script, nothing f
 - ``history-<kernel>--<chip>.html``: per-series history plots (inline SVG) and the commit table;
 - ``regressions.html``: new correctness failures, then confirmed regressions, with their evidence.
 
-Inputs are the plain records of ``harness.record.query`` (chips, runs with jobs) and ``harness.analysis.grid``
+Inputs are the plain records of ``harness.record.query`` (chips, runs with jobs) and ``harness.analysis``
 (``VariantMatrix``, ``SeriesHistory``, ``RegressionEvidence``); records are read by attribute, so any object
 with the same fields renders. Templates autoescape everything; the only ``Markup`` is the SVG built by
 ``reports.svg``, which escapes every text it embeds (hover texts built here are escaped before being marked safe).
@@ -30,10 +30,10 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
+from harness.core.status import is_code_failure
 from reports import svg
 
 STATIC = Path(__file__).resolve().parent / "static"
-FAILING = ("failed", "crashed", "timeout")
 MAX_PLOT_POINTS = 120  # per plot; longer histories are downsampled into this many buckets
 
 
@@ -197,7 +197,7 @@ def correctness_counts(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     for job in jobs:
         if job["kind"] == "correctness":
             status = job["status"]
-            bucket = "failed" if status in FAILING else status if status in counts else "failed"
+            bucket = "failed" if is_code_failure(status) else status if status in counts else "failed"
             counts[bucket] += 1
     return counts
 
@@ -450,7 +450,7 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
         write(chip_page_name(chip["key"]), "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
               correctness_tables=correctness_tables(jobs, baselines), cell_title=cell_title,
               correctness=[j for j in jobs if j["kind"] == "correctness"],
-              failures=[j for j in jobs if j["kind"] == "correctness" and j["status"] in FAILING],
+              failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
               benchmarks=[j for j in jobs if j["kind"] == "benchmark"],
               calibration=[j for j in jobs if j["kind"] == "calibration"],
               variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []))

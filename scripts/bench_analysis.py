@@ -1,4 +1,4 @@
-"""Time harness.analysis.grid on a large synthetic SQLite history (commits x chips x series x samples).
+"""Time harness.analysis on a large synthetic SQLite history (commits x chips x series x samples).
 
     python scripts/bench_analysis.py --commits 1000 --chips 4 --series 200 --samples 10 --db /tmp/big.db
 
@@ -19,12 +19,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.analysis import grid as analysis  # noqa: E402
-from harness.record import store
+from harness.analysis.compare import compare  # noqa: E402
+from harness.analysis.history import history  # noqa: E402
+from harness.analysis.regressions import regressions  # noqa: E402
+from harness.analysis.variants import variant_matrix  # noqa: E402
+from harness.record import outbox  # noqa: E402
 
 
 def build(path: Path, commits: int, chips: int, series: int, samples: int, seed: int = 0) -> None:
-    store.open_store(f"sqlite:///{path}").close()
+    outbox.open_store(f"sqlite:///{path}").close()
     rng = np.random.default_rng(seed)
     variants = [f"flash_bq{bq}_bk{bk}" for bq in (8, 16, 32) for bk in (16, 32, 64)] + ["sdpa"]
     keys = [(variants[i % len(variants)], f"B=1,D=64,H=8,S={128 * (1 + i // len(variants))}") for i in range(series)]
@@ -79,16 +82,15 @@ def main() -> None:
         start = time.perf_counter()
         build(args.db, args.commits, args.chips, args.series, args.samples)
         print(f"build: {time.perf_counter() - start:.1f} s")
-    handle = store.open_store(f"sqlite:///{args.db}")
+    handle = outbox.open_store(f"sqlite:///{args.db}")
     chip = "chip-0"
     for name, call in (
-        ("history, no change points", lambda: analysis.history(handle, chip, change_points=False)),
-        ("history", lambda: analysis.history(handle, chip)),
-        ("regressions (one chip)", lambda: analysis.regressions(handle, chip)),
-        ("regressions (all chips)", lambda: analysis.regressions(handle)),
-        ("compare last two commits", lambda: analysis.compare(handle, f"{args.commits - 2:08x}",
-                                                              f"{args.commits - 1:08x}")),
-        ("variant_matrix", lambda: analysis.variant_matrix(handle)),
+        ("history, no change points", lambda: history(handle, chip, change_points=False)),
+        ("history", lambda: history(handle, chip)),
+        ("regressions (one chip)", lambda: regressions(handle, chip)),
+        ("regressions (all chips)", lambda: regressions(handle)),
+        ("compare last two commits", lambda: compare(handle, f"{args.commits - 2:08x}", f"{args.commits - 1:08x}")),
+        ("variant_matrix", lambda: variant_matrix(handle)),
     ):
         start = time.perf_counter()
         result = call()

@@ -21,12 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 from harness.core.chip import ChipIdentity  # noqa: E402
-from harness.core.job import (  # noqa: E402
-    Job,
-    JobResult,  # noqa: E402
-    job_key,
-)
-from harness.record import store  # noqa: E402
+from harness.core.job import JobResult, KernelJob  # noqa: E402
+from harness.record import outbox, store  # noqa: E402
 from harness.record.bundle import export_bundle, import_bundle, read_header  # noqa: E402
 from testkit.pg import scratch_database  # noqa: E402
 
@@ -45,8 +41,7 @@ def fill(db: store.Store, samples: int, runs: int, per_job: int) -> int:
                                   dirty=False, executor="local", planned_jobs=jobs_per_run + 20)
         for j in range(jobs_per_run):
             shape = {"N": 64 + j}
-            job = Job(job_key("benchmark", "k", f"v{j % 7}", shape, "float16"), "benchmark", "b", "k",
-                      f"v{j % 7}", shape, "float16")
+            job = KernelJob.of("benchmark", "k", f"v{j % 7}", shape, "float16", name="b")
             base = rng.uniform(1e-5, 1e-3)
             result = JobResult(job.key, "passed", samples=[base * rng.lognormvariate(0, 0.05) for _ in range(per_job)],
                                inner=8, warmup_s=0.1, warmup_calls=3, flops=1e9, bytes_moved=1e6, duration_s=1.5)
@@ -54,8 +49,7 @@ def fill(db: store.Store, samples: int, runs: int, per_job: int) -> int:
             rows += 1 + per_job
         for c in range(20):
             shape = {"N": c}
-            job = Job(job_key("correctness", "k", "ref", shape, "float32", "reference"), "correctness", "c", "k",
-                      "ref", shape, "float32", check="reference")
+            job = KernelJob.of("correctness", "k", "ref", shape, "float32", "reference", name="c")
             store.record_result(db, run_id, job, JobResult(job.key, "passed" if c % 5 else "failed",
                                                            max_error=rng.random() * 1e-3, tolerance=1e-3,
                                                            output_tail="x" * 200))
@@ -83,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp, scratch_database(args.pg_admin, "harness_bench") as pg_url:
-        src = store.open_store(f"sqlite:///{tmp}/src.db")
+        src = outbox.open_store(f"sqlite:///{tmp}/src.db")
         start = time.perf_counter()
         rows = fill(src, args.samples, args.runs, args.per_job)
         print(f"filled SQLite source: {rows:,} job+sample rows in {time.perf_counter() - start:.1f} s")
@@ -92,9 +86,9 @@ def main() -> None:
         n, read_samples = summary.jobs + summary.samples, summary.samples
         print(f"  bundle: {summary.bytes / 2**20:.1f} MiB, {summary.runs} runs, {summary.jobs:,} jobs, "
               f"{summary.samples:,} samples")
-        dst = store.open_store(f"sqlite:///{tmp}/dst.db")
+        dst = outbox.open_store(f"sqlite:///{tmp}/dst.db")
         timed("import  bundle -> SQLite", n, read_samples, lambda: import_bundle(dst, bundle))
-        pg = store.open_store(pg_url)
+        pg = outbox.open_store(pg_url)
         result = timed("import  bundle -> PostgreSQL", n, read_samples, lambda: import_bundle(pg, bundle))
         assert result.samples_added == read_samples, result
         again = Path(tmp) / "pg.bundle"

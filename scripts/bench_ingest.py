@@ -20,19 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 from harness.core.chip import ChipIdentity  # noqa: E402
-from harness.core.job import (  # noqa: E402
-    Job,
-    JobResult,  # noqa: E402
-    job_key,
-)
-from harness.record import store  # noqa: E402
+from harness.core.job import JobResult, KernelJob  # noqa: E402
+from harness.record import outbox, store  # noqa: E402
 from testkit.pg import scratch_database  # noqa: E402
 
 CHIP = ChipIdentity(key="bench-chip", backend="cpu", device_name="bench", architecture="x86_64")
 
 
 def ingest(url: str, n_jobs: int, per_job: int) -> float:
-    db = store.open_store(url)
+    db = outbox.open_store(url)
     try:
         run_id = store.create_run(db, ident=CHIP, facts={"hostname": "bench"}, commit={"sha": "0" * 40},
                                   suite="bench", dirty=False, executor="local", planned_jobs=n_jobs)
@@ -40,7 +36,7 @@ def ingest(url: str, n_jobs: int, per_job: int) -> float:
         results = []
         for i in range(n_jobs):
             shape = {"N": i}
-            job = Job(job_key("benchmark", "k", "v", shape, "float32"), "benchmark", "b", "k", "v", shape, "float32")
+            job = KernelJob.of("benchmark", "k", "v", shape, "float32", name="b")
             results.append((job, JobResult(job.key, "passed", samples=[rng.random() for _ in range(per_job)])))
         start = time.perf_counter()
         for job, result in results:

@@ -47,22 +47,24 @@ def measure(n_jobs: int, db_url: str) -> None:
     import ray
 
     from harness.core.chip import ChipIdentity
+    from harness.core.job import RunContext
     from harness.execute.ray_executor import RayExecutor
     from harness.pipeline.run import run_planned
-    from harness.record import store
+    from harness.record import outbox
     from harness.record.models import JobRecord
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-load-"))
     previous = set_env(tmp)
     cluster = start_cluster([CHIP] * 3)
-    db = store.open_store(db_url)
+    db = outbox.open_store(db_url)
     try:
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
         jobs = make_jobs(n_jobs)
         ident = ChipIdentity(key=CHIP, backend="cpu", device_name="load", architecture="x86_64")
         start = time.perf_counter()
-        outcome = run_planned(db, jobs, RayExecutor(CHIP), ident=ident, facts={"hostname": "load-bench"},
-                              commit={"sha": "0" * 40}, dirty=False, suite="load", executor_name="ray")
+        context = RunContext(ident=ident, facts={"hostname": "load-bench"}, commit={"sha": "0" * 40}, dirty=False,
+                             suite="load", executor="ray")
+        outcome = run_planned(db, jobs, RayExecutor(CHIP), context)
         elapsed = time.perf_counter() - start
         with db.session() as session:
             mine = JobRecord.run_id == outcome.run_id

@@ -43,14 +43,14 @@ CHIP = "bench"
 
 
 def make_jobs(count: int):
-    from harness.core.job import Job, job_key
+    from harness.core.job import KernelJob
 
     jobs = []
     for i in range(count):
         shape = {"N": i + 1}
-        jobs.append(Job(job_key("correctness", "ray_sched", "ok", shape, "float32", "noop"), "correctness", "noop",
-                        "ray_sched", "ok", shape, "float32", "noop", timeout_s=120, plugins=("ray_sched_plugin",),
-                        plugin_dir=str(ROOT / "tests" / "plugins")))
+        jobs.append(KernelJob.of("correctness", "ray_sched", "ok", shape, "float32", "noop", name="noop",
+                                 timeout_s=120, plugins=("ray_sched_plugin",),
+                                 plugin_dir=str(ROOT / "tests" / "plugins")))
     return jobs
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.core.job import job_key, shape_label  # noqa: E402
 from harness.record.models import Chip, Commit, Machine, Run  # noqa: E402
-from harness.record.store import open_store  # noqa: E402
+from harness.record.outbox import open_store  # noqa: E402
 from harness.render.site import load_site, render  # noqa: E402
 
 CHIPS = [("apple-m4-pro-20c", "metal", "Apple M4 Pro", "applegpu_g16s", 20, 1.0),

@@ -3,7 +3,7 @@
     python scripts/bench_spool.py [--jobs 2000] [--samples 10]
 
 Spools N benchmark results (as a run does while its database is unreachable), then drains them with
-harness.record.spool.drain into a fresh SQLite file and a scratch PostgreSQL database, checks every result was stored
+harness.record.outbox.drain into a fresh SQLite file and a scratch PostgreSQL database, checks every result was stored
 exactly once and the spool is empty, and prints the recovery time and results/s.
 """
 
@@ -25,22 +25,22 @@ from testkit.pg import scratch_database  # noqa: E402
 
 def recover(url: str, n_jobs: int, per_job: int) -> tuple[float, int]:
     from harness.core.chip import ChipIdentity
-    from harness.core.job import Job, JobResult, job_key
-    from harness.record import spool, store
+    from harness.core.job import JobResult, KernelJob
+    from harness.record import outbox, spool, store
     from harness.record.models import JobRecord
 
-    db = store.open_store(url)
+    db = outbox.open_store(url)
     run_id = store.create_run(db, ident=ChipIdentity(key="spool-bench", backend="cpu", device_name="b",
                                                      architecture="x86_64"),
                               facts={"hostname": "b"}, commit={"sha": "0" * 40}, suite="b", dirty=False,
                               executor="local", planned_jobs=n_jobs)
     for i in range(n_jobs):  # what a run writes while the database refuses
         shape = {"N": i}
-        job = Job(job_key("benchmark", "k", "v", shape, "float32"), "benchmark", "b", "k", "v", shape, "float32")
+        job = KernelJob.of("benchmark", "k", "v", shape, "float32", name="b")
         spool.put(url, run_id, job, JobResult(job.key, "passed", samples=[1e-3 * (1 + j) for j in range(per_job)]))
     spool.put_finish(url, run_id, "complete")
     start = time.perf_counter()
-    outcome = spool.drain(db)
+    outcome = outbox.drain(db)
     elapsed = time.perf_counter() - start
     with db.session() as session:
         stored = session.scalar(select(func.count()).select_from(JobRecord).where(JobRecord.run_id == run_id))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from harness.core.chip import ChipIdentity
-from harness.core.job import Job, JobResult, job_key
+from harness.core.job import JobResult, KernelJob
 from harness.record import store
 from harness.record.models import Run
 
@@ -24,22 +24,20 @@ def sha_of(i: int) -> str:
     return f"{i:04x}" + "c0ffee" * 6
 
 
-def bench_job(kernel: str, variant: str, shape: dict[str, int], dtype: str = "float32") -> Job:
-    return Job(job_key("benchmark", kernel, variant, shape, dtype), "benchmark", "bench", kernel, variant, shape,
-               dtype)
+def bench_job(kernel: str, variant: str, shape: dict[str, int], dtype: str = "float32") -> KernelJob:
+    return KernelJob.of("benchmark", kernel, variant, shape, dtype, name="bench")
 
 
-def check_job(kernel: str, variant: str, check: str = "reference", dtype: str = "float32") -> Job:
+def check_job(kernel: str, variant: str, check: str = "reference", dtype: str = "float32") -> KernelJob:
     shape = {"B": 1, "H": 1, "S_q": 13, "S_kv": 37, "D": 32}
-    return Job(job_key("correctness", kernel, variant, shape, dtype, check), "correctness", "check", kernel, variant,
-               shape, dtype, check)
+    return KernelJob.of("correctness", kernel, variant, shape, dtype, check, name="check")
 
 
 def timings(rng: np.random.Generator, median: float, n: int = 10, cv: float = 0.02) -> list[float]:
     return (median * np.exp(rng.normal(0.0, cv, n))).tolist()
 
 
-def add_run(db: store.Store, chip: str, commit: int, results: list[tuple[Job, JobResult]], *, minutes: float,
+def add_run(db: store.Store, chip: str, commit: int, results: list[tuple[KernelJob, JobResult]], *, minutes: float,
             dirty: bool = False, message: str = "") -> str:
     """One run of commit ``sha_of(commit)`` on ``chip`` that started ``minutes`` after T0."""
     run_id = store.create_run(db, ident=CHIPS[chip], facts={"hostname": f"host-{chip}"},
@@ -54,7 +52,7 @@ def add_run(db: store.Store, chip: str, commit: int, results: list[tuple[Job, Jo
 
 
 def grid_results(rng: np.random.Generator, factors: dict[tuple[str, str, int], float] | None = None, *,
-                 n: int = 10, cv: float = 0.02, series=SERIES) -> list[tuple[Job, JobResult]]:
+                 n: int = 10, cv: float = 0.02, series=SERIES) -> list[tuple[KernelJob, JobResult]]:
     """Every (kernel, variant, shape) benchmark at 1 ms x factor; ``factors`` keys: (kernel, variant, shape idx)."""
     factors = factors or {}
     out = []
@@ -66,7 +64,7 @@ def grid_results(rng: np.random.Generator, factors: dict[tuple[str, str, int], f
     return out
 
 
-def checks(statuses: dict[tuple[str, str], str] | None = None) -> list[tuple[Job, JobResult]]:
+def checks(statuses: dict[tuple[str, str], str] | None = None) -> list[tuple[KernelJob, JobResult]]:
     """Correctness jobs of every (kernel, variant) of SERIES and ``statuses``, passed unless ``statuses`` says so."""
     statuses = statuses or {}
     out = []

@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from harness.core.chip import detect
-from harness.core.job import Job, job_key
+from harness.core.job import KernelJob, RunContext
 from harness.pipeline.run import run_planned
 from harness.record.models import JobRecord
 from testkit.paths import PLUGINS, ROOT, TESTS
@@ -115,11 +115,9 @@ def commit_change(repo: Path, message: str) -> str:
     return _git(repo, "rev-parse", "HEAD")
 
 
-def sched_job(variant: str, n: int, **shape) -> Job:
-    shape = {"N": n, **shape}
-    return Job(job_key("correctness", "ray_sched", variant, shape, "float32", "noop"), "correctness", "noop",
-               "ray_sched", variant, shape, "float32", "noop", timeout_s=60, plugins=("ray_sched_plugin",),
-               plugin_dir=str(PLUGINS))
+def sched_job(variant: str, n: int, **shape) -> KernelJob:
+    return KernelJob.of("correctness", "ray_sched", variant, {"N": n, **shape}, "float32", "noop", name="noop",
+                        timeout_s=60, plugins=("ray_sched_plugin",), plugin_dir=str(PLUGINS))
 
 
 def markers(tmp: Path, variant: str) -> list[Path]:
@@ -128,16 +126,16 @@ def markers(tmp: Path, variant: str) -> list[Path]:
 
 def run_in_thread(executor, jobs, db_url):
     """run_planned (the path every run takes) in a thread; returns (thread, box with outcome or error)."""
-    from harness.record.store import open_store
+    from harness.record.outbox import open_store
 
     box: dict = {}
 
     def target():
         db = open_store(db_url)
         try:
-            box["outcome"] = run_planned(db, jobs, executor, ident=detect("tiny-x"), facts={"hostname": "t"},
-                                         commit={"sha": "unversioned", "repo": "t"}, dirty=False, suite="t",
-                                         executor_name="ray")
+            context = RunContext(ident=detect("tiny-x"), facts={"hostname": "t"},
+                                 commit={"sha": "unversioned", "repo": "t"}, dirty=False, suite="t", executor="ray")
+            box["outcome"] = run_planned(db, jobs, executor, context)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             box["error"] = exc
         finally:
@@ -149,7 +147,7 @@ def run_in_thread(executor, jobs, db_url):
 
 
 def stored_jobs(db_url: str) -> list[JobRecord]:
-    from harness.record.store import open_store
+    from harness.record.outbox import open_store
 
     db = open_store(db_url)
     try:

@@ -1,83 +1,59 @@
 """The I/O side of `harness bisect`: list the commits, run probe commits like any run, read their stored results.
 
-The search and the statistics are pure (:mod:`harness.bisect.search`); this module feeds them:
+The search and the statistics are pure (:mod:`harness.bisect.search`), and so is what one run says about a
+commit (:mod:`harness.bisect.probes`); this module feeds them:
 
-- **Commits**: ``git rev-list --ancestry-path --reverse GOOD..BAD`` in the repository (a local path) or in the
-  harness's clone cache (a URL, fetched like ``harness run --repo URL``).
-- **A probe is a run.** Probing a commit is ``execute_run(RunRequest(repo=..., commit=sha, suite=..., db_url=...))``
+- **Commits**: the commits after GOOD up to BAD on the ancestry path (:func:`harness.spec.git.ancestry_path`) in
+  the repository (a local path) or in the harness's clone cache (a URL, fetched like ``harness run --repo URL``).
+- **A probe is a run.** Probing a commit is ``execute_run(LocalRunRequest(repo=..., commit=sha, ...))``
   (locally) or the cluster driver's ``run_on_cluster`` restricted to the chip (``--executor ray``): the whole
   suite of that commit runs and every result is stored, so the history pages show the probes like any run.
   With Ray the probes of a round run at once (one driver thread per commit; the chip's nodes share the jobs).
 - **Reuse.** The first time a commit is needed, its clean runs already stored for the chip are used instead of
-  running it (all of them, pooled); a repeated bisect therefore runs nothing. A perf probe that stays
-  inconclusive is run again (a new run each time) and its samples are pooled, up to ``max_runs`` runs in all.
-- **What a run says** (``perf_outcome`` / ``correctness_outcome``): the install job failed -> skip ("does not
-  install"); the run could not be made at all (no suite at that commit, checkout failed...) -> skip; perf mode:
-  a correctness job of the kernel (or of a ``--gate`` selection) failed, crashed or timed out -> skip ("fails
-  correctness"), the benchmark job itself failed, crashed or timed out or is missing -> skip, else its samples;
-  correctness mode: a matching job failed (pytest: a test failed or errored) -> bad, crashed / timed out / lost
-  / skipped / missing -> skip, passed -> good.
+  running it (all of them, pooled; read through :mod:`harness.record.runs`); a repeated bisect therefore runs
+  nothing. A perf probe that stays inconclusive is run again (a new run each time) and its samples are pooled,
+  up to ``max_runs`` runs in all.
+- **What a run says**: :func:`harness.bisect.probes.perf_outcome` / ``correctness_outcome`` on its job rows; a
+  run that could not be made at all (no suite at that commit, checkout failed...) -> skip.
 """
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from sqlalchemy import select
-
-from harness.analysis.grid import json_safe
+from harness.analysis.records import json_safe
 from harness.bisect import search as bisect
+from harness.bisect.probes import (
+    BisectRequest,
+    JobRow,
+    Series,
+    answers,
+    correctness_outcome,
+    describe_selection,
+    find_series,
+    normalize_shape,
+    perf_outcome,
+)
+from harness.cluster.driver import connect, run_on_cluster
+from harness.core import chip as chip_id
 from harness.core import stats
 from harness.core.errors import HarnessError
-from harness.core.job import shape_label
-from harness.record.models import Chip, Commit, JobRecord, Run, Sample
-from harness.record.store import Store, open_store
+from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
+from harness.record.outbox import open_store
+from harness.record.runs import clean_runs, job_rows, job_samples
+from harness.record.store import Store
 from harness.spec import git
 
-Mode = Literal["perf", "correctness"]
 Log = Callable[[str], None]
 
-GATE_KINDS = ("correctness", "pytest", "test")
-GATE_STATUSES = ("failed", "error", "crashed", "timeout")  # a correctness job that makes timings meaningless
-FAIL_STATUSES = ("failed", "error")  # correctness mode: the job ran and said "wrong"
-UNKNOWN_STATUSES = ("crashed", "timeout", "lost", "skipped")  # correctness mode: no answer -> skip the commit
-GOOD_STATUSES = ("passed", "xfailed", "xpassed")
-
 
 # ---------------------------------------------------------------------------------------------------------------
-# The request and the report
+# The report
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class BisectRequest:
-    good: str
-    bad: str
-    kernel: str
-    mode: Mode = "perf"
-    chip: str | None = None  # default: this machine's chip (local executor); required with Ray
-    variant: str | None = None
-    shape: str | None = None  # "N=256" or "B=1,H=4,S=128,D=64" (any order)
-    dtype: str | None = None
-    check: str | None = None  # correctness mode: a check name, or a pytest test's node id (or "::name" suffix)
-    repo: str = "."
-    suite: str | None = None
-    db_url: str | None = None
-    executor: str = "local"
-    address: str | None = None
-    parallel: int = 1
-    max_rounds: int | None = None
-    probes_per_round: int | None = None  # default: 1 locally, the chip's live nodes with Ray
-    max_runs: int = bisect.DEFAULT_MAX_RUNS
-    min_effect: float = stats.DEFAULT_MIN_EFFECT
-    alpha: float = stats.DEFAULT_ALPHA
-    gates: tuple[str, ...] = ()  # perf mode: more correctness jobs / pytest selections whose failure skips a commit
-    reuse: bool = True
 
 
 class _Record:
@@ -160,13 +136,6 @@ class BisectReport(_Record):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _git_lines(repo: Path, *args: str) -> list[str]:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=300, check=False)
-    if done.returncode != 0:
-        raise HarnessError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()[-300:]}")
-    return [line for line in done.stdout.splitlines() if line]
-
-
 def commit_range(repo: str, good: str, bad: str) -> tuple[CommitRef, CommitRef, list[CommitRef]]:
     """(good, bad, the commits after good up to bad on the ancestry path, oldest first, bad last)."""
     if git.is_local_path(repo):
@@ -180,14 +149,10 @@ def commit_range(repo: str, good: str, bad: str) -> tuple[CommitRef, CommitRef, 
         _, bad_sha = git.fetch(repo, bad)
     if good_sha == bad_sha:
         raise HarnessError(f"--good and --bad are the same commit ({good_sha[:12]})")
-    ancestor = subprocess.run(["git", "-C", str(where), "merge-base", "--is-ancestor", good_sha, bad_sha],
-                              capture_output=True, check=False)
-    if ancestor.returncode != 0:
+    if not git.is_ancestor(where, good_sha, bad_sha):
         raise HarnessError(f"good {good_sha[:12]} is not an ancestor of bad {bad_sha[:12]}: nothing to bisect")
-    lines = _git_lines(where, "log", "--reverse", "--ancestry-path", "--format=%H%x00%s", f"{good_sha}..{bad_sha}")
-    commits = [CommitRef(*line.split("\x00", 1)) for line in lines]
-    subject = _git_lines(where, "log", "-1", "--format=%s", good_sha)
-    return CommitRef(good_sha, subject[0] if subject else ""), commits[-1], commits
+    commits = [CommitRef(sha, subject) for sha, subject in git.ancestry_path(where, good_sha, bad_sha)]
+    return CommitRef(good_sha, git.subject(where, good_sha)), commits[-1], commits
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -195,200 +160,9 @@ def commit_range(repo: str, good: str, bad: str) -> tuple[CommitRef, CommitRef, 
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobRow:
-    job_id: int
-    run_id: str
-    kind: str
-    key: str
-    kernel: str
-    name: str
-    variant: str
-    dtype: str
-    shape_key: str
-    check: str
-    status: str
-    detail: str
-
-    @property
-    def first_line(self) -> str:
-        return (self.detail.splitlines() or [""])[0][:300]
-
-
-def stored_runs(store: Store, sha: str, chip: str) -> list[str]:
-    """Clean runs of commit ``sha`` on ``chip``, oldest first."""
-    with store.session() as session:
-        return list(session.scalars(
-            select(Run.id).join(Commit, Run.commit_id == Commit.id).join(Chip, Run.chip_id == Chip.id)
-            .where(Commit.sha == sha, Chip.key == chip, Run.dirty.is_(False))
-            .order_by(Run.started_at, Run.id)))
-
-
 def run_jobs(store: Store, run_ids: Sequence[str]) -> dict[str, list[JobRow]]:
     """Every job row of the given runs, per run."""
-    out: dict[str, list[JobRow]] = {run_id: [] for run_id in run_ids}
-    if not run_ids:
-        return out
-    with store.session() as session:
-        rows = session.execute(
-            select(JobRecord.id, JobRecord.run_id, JobRecord.kind, JobRecord.key, JobRecord.kernel, JobRecord.name,
-                   JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.check_name, JobRecord.status,
-                   JobRecord.detail)
-            .where(JobRecord.run_id.in_(list(run_ids))).order_by(JobRecord.id))
-        for row in rows:
-            out[row[1]].append(JobRow(*row))
-    return out
-
-
-def job_samples(store: Store, job_ids: Sequence[int]) -> dict[int, list[float]]:
-    out: dict[int, list[float]] = {job_id: [] for job_id in job_ids}
-    if not job_ids:
-        return out
-    with store.session() as session:
-        for job_id, seconds in session.execute(select(Sample.job_id, Sample.seconds)
-                                               .where(Sample.job_id.in_(list(job_ids)))
-                                               .order_by(Sample.job_id, Sample.idx)):
-            out[job_id].append(seconds)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# What one run says about a commit (pure, on job rows)
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def normalize_shape(text: str | None) -> str | None:
-    """'S=128, B=1' -> 'B=1,S=128' (the stored shape key)."""
-    if text is None:
-        return None
-    shape: dict[str, int] = {}
-    for part in text.replace(" ", ",").split(","):
-        if not part:
-            continue
-        name, sep, value = part.partition("=")
-        try:
-            shape[name.strip()] = int(value)
-        except ValueError:
-            raise HarnessError(f"--shape {text!r}: expected NAME=INT pairs, e.g. N=256 or B=1,H=4") from None
-        if not sep or not name.strip():
-            raise HarnessError(f"--shape {text!r}: expected NAME=INT pairs, e.g. N=256 or B=1,H=4")
-    return shape_label(shape)
-
-
-@dataclass(frozen=True)
-class Series:
-    kernel: str
-    variant: str
-    dtype: str
-    shape_key: str
-
-    def __str__(self) -> str:
-        parts = [self.variant, self.dtype or "", self.shape_key or "no shape"]
-        return f"{self.kernel} [{', '.join(p for p in parts if p)}]"
-
-
-def _names(job: JobRow, name: str) -> bool:
-    return name in (job.kernel, job.name)
-
-
-def find_series(jobs: Sequence[JobRow], request: BisectRequest) -> Series:
-    """The one benchmark series the request names, among the given jobs; a clear error if none or several."""
-    shape = normalize_shape(request.shape)
-    found = sorted({Series(j.kernel, j.variant, j.dtype, j.shape_key) for j in jobs
-                    if _benchmark_matches(j, request, shape)}, key=str)
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        known = sorted({f"{j.kernel}" for j in jobs if j.kind == "benchmark"})
-        raise HarnessError(f"no benchmark of {request.kernel!r} matching the options at the endpoints "
-                           f"(benchmarks there: {', '.join(known) or 'none'})")
-    listed = "; ".join(str(s) for s in found[:6]) + (f"; ... ({len(found)} in all)" if len(found) > 6 else "")
-    raise HarnessError(f"{len(found)} series of {request.kernel!r} match: {listed}; pick one with --variant, "
-                       "--dtype or --shape")
-
-
-def _benchmark_matches(job: JobRow, request: BisectRequest, shape: str | None) -> bool:
-    return (job.kind == "benchmark" and _names(job, request.kernel) and request.variant in (None, job.variant)
-            and request.dtype in (None, job.dtype) and shape in (None, job.shape_key))
-
-
-def answers(request: BisectRequest) -> Callable[[Sequence[JobRow]], bool]:
-    """Whether a stored run can be reused for this request: it failed to install, or it ran the job in question."""
-    shape = normalize_shape(request.shape)
-    wanted = _benchmark_matches if request.mode == "perf" else _matches
-
-    def usable(jobs: Sequence[JobRow]) -> bool:
-        return _install_failure(jobs) is not None or any(wanted(job, request, shape) for job in jobs)
-
-    return usable
-
-
-def _install_failure(jobs: Sequence[JobRow]) -> str | None:
-    for job in jobs:
-        if job.kind == "install" and job.status != "passed":
-            return f"does not install: {job.first_line}"
-    return None
-
-
-def perf_outcome(jobs: Sequence[JobRow], series: Series, gates: Sequence[str] = ()) -> tuple[int | None, str]:
-    """(the series' benchmark job id, "") or (None, why the commit is skipped), from one run's job rows."""
-    failed = _install_failure(jobs)
-    if failed:
-        return None, failed
-    for job in jobs:
-        gated = (job.kind == "correctness" and job.kernel == series.kernel) or \
-                (job.kind in GATE_KINDS and any(_names(job, gate) for gate in gates))
-        if gated and job.status in GATE_STATUSES:
-            return None, f"fails correctness: {job.key} {job.status}: {job.first_line}"
-    for job in jobs:
-        if job.kind == "benchmark" and Series(job.kernel, job.variant, job.dtype, job.shape_key) == series:
-            if job.status != "passed":
-                return None, f"benchmark {job.status}: {job.first_line}"
-            return job.job_id, ""
-    return None, f"no benchmark {series} in this run"
-
-
-def _matches(job: JobRow, request: BisectRequest, shape: str | None) -> bool:
-    if job.kind not in GATE_KINDS or not _names(job, request.kernel):
-        return False
-    if request.variant not in (None, job.variant) or request.dtype not in (None, job.dtype):
-        return False
-    if shape is not None and job.kind == "correctness" and job.shape_key != shape:
-        return False
-    if request.check:
-        if job.kind == "correctness":
-            return job.check == request.check
-        if job.kind == "test":
-            return job.name == request.check or job.name.endswith("::" + request.check.removeprefix("::"))
-        return False
-    return True
-
-
-def correctness_outcome(jobs: Sequence[JobRow], request: BisectRequest) -> bisect.Classification:
-    """good / bad / skip from one run's job rows, for the correctness job(s) the request names."""
-    failed = _install_failure(jobs)
-    if failed:
-        return bisect.Classification("skip", failed, runs=1)
-    shape = normalize_shape(request.shape)
-    order = {"test": 0, "correctness": 1, "pytest": 2}  # the most specific failure first
-    matched = sorted((job for job in jobs if _matches(job, request, shape)), key=lambda job: order[job.kind])
-    if not matched:
-        return bisect.Classification("skip", f"no correctness job matching {describe_selection(request)} in this run",
-                                     runs=1)
-    for job in matched:
-        if job.status in FAIL_STATUSES:
-            return bisect.Classification("bad", f"{job.key} {job.status}: {job.first_line}", runs=1)
-    for job in matched:
-        if job.status in UNKNOWN_STATUSES:
-            return bisect.Classification("skip", f"{job.key} {job.status}: {job.first_line}", runs=1)
-    return bisect.Classification("good", f"{len(matched)} job(s) passed", runs=1)
-
-
-def describe_selection(request: BisectRequest) -> str:
-    parts = [f"variant {request.variant}" if request.variant else "", f"check {request.check}" if request.check else "",
-             f"dtype {request.dtype}" if request.dtype else "", f"shape {request.shape}" if request.shape else ""]
-    extra = ", ".join(p for p in parts if p)
-    return f"{request.kernel}" + (f" ({extra})" if extra else "")
+    return {run_id: [JobRow(**row._asdict()) for row in rows] for run_id, rows in job_rows(store, run_ids).items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -429,7 +203,7 @@ class Prober:
         out: dict[str, tuple[list[str], int, str]] = {}
         to_run = []
         for sha in shas:
-            stored = stored_runs(self.store, sha, self.chip) if self.reuse and sha not in self.seen else []
+            stored = clean_runs(self.store, sha, self.chip) if self.reuse and sha not in self.seen else []
             if stored:  # only runs that answer the question (another suite's run, or an unfinished one, does not)
                 jobs = run_jobs(self.store, stored)
                 stored = [run_id for run_id in stored if self.usable(jobs[run_id])]
@@ -467,24 +241,19 @@ def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], se
 
 
 def local_runner(request: BisectRequest) -> RunOne:
-    from harness.pipeline.run import RunRequest, execute_run
-
     def run_one(sha: str) -> str:
-        outcome = execute_run(RunRequest(suite=request.suite, db_url=request.db_url, commit=sha, repo=request.repo,
-                                         parallel=request.parallel))
+        outcome = execute_run(LocalRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
+                                              repo=request.repo, parallel=request.parallel))
         return outcome.run_id
 
     return run_one
 
 
 def ray_runner(request: BisectRequest, chip: str) -> RunOne:
-    from harness.cluster.driver import run_on_cluster
-    from harness.pipeline.run import RunRequest
-
     def run_one(sha: str) -> str:
-        outcome = run_on_cluster(RunRequest(suite=request.suite, db_url=request.db_url, commit=sha, repo=request.repo,
-                                            parallel=request.parallel, executor="ray", address=request.address,
-                                            chips=(chip,)), log=lambda line: None)
+        outcome = run_on_cluster(ClusterRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
+                                                   repo=request.repo, parallel=request.parallel,
+                                                   address=request.address, chips=(chip,)), log=lambda line: None)
         if not outcome.runs:
             raise HarnessError("; ".join(outcome.errors.values()) or "the cluster made no run")
         return outcome.runs[0].run_id
@@ -519,8 +288,7 @@ def run_bisect(request: BisectRequest, log: Log = lambda line: None,
     subjects = {c.sha: c.subject for c in (good, *commits)}
     connected = False
     if request.executor == "ray":
-        from harness.cluster.driver import connect
-        from harness.execute.ray_executor import chip_label_value, live_chips, no_node_message
+        from harness.execute.ray_executor import chip_label_value, live_chips, no_node_message  # loads ray
 
         if not request.chip:
             raise HarnessError("--chip is required with --executor ray (the chip key whose nodes run the probes)")
@@ -550,14 +318,12 @@ def run_bisect(request: BisectRequest, log: Log = lambda line: None,
             store.close()
     finally:
         if connected:
-            import ray
+            import ray  # loaded (and connected) above only with --executor ray
 
             ray.shutdown()
 
 
 def _local_chip(wanted: str | None) -> str:
-    from harness.core import chip as chip_id
-
     key = chip_id.detect().key
     if wanted and wanted != key:
         raise HarnessError(f"this machine's chip is {key}, not {wanted}: bisect on a {wanted} machine, or use "
@@ -604,13 +370,17 @@ def _report(context: _Context, result: bisect.BisectResult | None, *, target: st
     skipped = tuple(SkippedCommit(sha, context.subjects.get(sha, ""), why) for sha, why in result.skipped) \
         if result else ()
     return BisectReport(
-        request.mode, context.chip, target, request.repo, context.good, context.bad, len(context.commits), status,
-        message, context.ref(result.culprit) if result else None,
-        (context.ref(result.last_good) or context.good) if result else None,
-        tuple(context.ref(sha) for sha in result.candidates) if result else (), skipped, evidence, endpoints, detail,
-        result.rounds if result else 0, bisect.max_rounds_needed(len(context.commits), context.per_round),
-        result.probes if result else 0, context.per_round, runs, reused, tuple(context.prober.new_runs),
-        _lines(context, result) if result else (), result.notes if result else ())
+        mode=request.mode, chip=context.chip, target=target, repo=request.repo, good=context.good, bad=context.bad,
+        commits=len(context.commits), status=status, message=message,
+        culprit=context.ref(result.culprit) if result else None,
+        last_good=(context.ref(result.last_good) or context.good) if result else None,
+        candidates=tuple(context.ref(sha) for sha in result.candidates) if result else (),
+        skipped=skipped, evidence=evidence, endpoints=endpoints, detail=detail,
+        rounds=result.rounds if result else 0,
+        round_bound=bisect.max_rounds_needed(len(context.commits), context.per_round),
+        probes=result.probes if result else 0, probes_per_round=context.per_round, runs=runs, reused_runs=reused,
+        new_runs=tuple(context.prober.new_runs), history=_lines(context, result) if result else (),
+        notes=result.notes if result else ())
 
 
 def _summary(result: bisect.BisectResult, what: str) -> str:

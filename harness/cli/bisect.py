@@ -8,6 +8,8 @@ import typer
 
 from harness.cli.common import DbOption, app, console
 from harness.cli.tables import check_thresholds, interval, print_json, ratio, stdout_console
+from harness.core import defaults
+from harness.core.errors import HarnessError
 
 HELP = "\n\n".join((
     "Find the first commit between --good and --bad that made a kernel slower (--mode perf) or wrong "
@@ -57,8 +59,9 @@ def bisect(
     max_runs: Annotated[int, typer.Option("--max-runs", help="Perf: runs of one commit at most while it is "
                                                              "inconclusive (samples pooled).")] = 3,
     min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative change that matters.")
-                          ] = 0.02,
-    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of each probe's test.")] = 0.05,
+                          ] = defaults.MIN_EFFECT,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of each probe's test.")
+                     ] = defaults.ALPHA,
     gate: Annotated[list[str] | None, typer.Option("--gate", help="Perf: also skip commits where this "
                                                                   "correctness job or pytest selection fails "
                                                                   "(repeatable).")] = None,
@@ -67,8 +70,8 @@ def bisect(
                                                                    "database instead of running them.")] = True,
 ) -> None:
     """Bisect (see HELP)."""
-    from harness.bisect.run import BisectRequest, run_bisect
-    from harness.core.errors import HarnessError
+    from harness.bisect.probes import BisectRequest  # loads the statistics stack (scipy): only when bisecting
+    from harness.bisect.run import run_bisect  # the same, plus the store and the pipeline
 
     if format not in ("text", "json"):
         raise HarnessError(f"--format must be text or json, not {format!r}")

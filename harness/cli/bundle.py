@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from harness.cli.common import DbOption, app, console
+from harness.record.bundle import export_bundle, import_bundle, read_header
+from harness.record.outbox import open_store
 
 
 def _size(n: float) -> str:
@@ -31,9 +33,6 @@ def export_cmd(
     chip: Annotated[str | None, typer.Option(help="Only runs on this chip key.")] = None,
 ) -> None:
     """Write runs (all, or --run/--commit, optionally of one --chip) with their jobs and raw samples to a bundle."""
-    from harness.record.bundle import export_bundle
-    from harness.record.store import open_store
-
     store = open_store(db)
     try:
         summary = export_bundle(store, out, run_ids=run, commit=commit, chip=chip)
@@ -49,9 +48,6 @@ def import_cmd(
     db: DbOption = None,
 ) -> None:
     """Add a bundle's runs to a database; what is already there (same run id and job key) is skipped."""
-    from harness.record.bundle import import_bundle, read_header
-    from harness.record.store import open_store
-
     read_header(file)  # a wrong file is refused before any database is opened or created
     store = open_store(db)
     try:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.common import app
+from harness.core.chip import detect, machine_facts
 from harness.core.errors import HarnessError
 
 
@@ -17,8 +18,6 @@ def chips(
     chip_label: Annotated[str | None, typer.Option(help="Override the detected chip key.")] = None,
 ) -> None:
     """Print this machine's chip identity (the key results are stored under)."""
-    from harness.core.chip import detect, machine_facts
-
     ident = detect(chip_label)
     if format == "json":
         print(json.dumps({**ident.to_dict(), "machine": machine_facts()}, indent=2, default=str))

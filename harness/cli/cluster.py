@@ -8,6 +8,9 @@ from typing import Annotated
 import typer
 
 from harness.cli.common import app, console
+from harness.cluster import nodes as cluster
+from harness.cluster.driver import connect
+from harness.core.chip import detect
 from harness.core.errors import HarnessError
 
 cluster_app = typer.Typer(no_args_is_help=True, help="Start or stop the Ray head of a harness cluster.")
@@ -40,15 +43,12 @@ def up(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the head to come up.")] = 120,
 ) -> None:
     """Start a Ray head (usage stats off, explicit auth mode) in the background and record it."""
-    from harness.cluster import nodes as cluster
-    from harness.execute.ray_executor import chip_label_value
+    from harness.execute.ray_executor import chip_label_value  # loads ray: only when this command runs
 
     if chip_label and not worker:
         raise HarnessError("--chip-label labels the head's own jobs: add --worker")
     chip = None
     if worker:
-        from harness.core.chip import detect
-
         chip = chip_label_value(chip_label or detect().key)
     mode = cluster.auth_mode(auth_mode)
     if not cluster.is_loopback(host) and mode == "disabled":
@@ -79,8 +79,6 @@ def down(
     state: StateOption = None,
 ) -> None:
     """Stop the head that `harness cluster up` started (never any other Ray process on this machine)."""
-    from harness.cluster import nodes as cluster
-
     files = cluster.find_state("head", port, state)
     if not files:
         raise HarnessError("no head started by `harness cluster up` is recorded here"
@@ -98,11 +96,9 @@ def status(
     address: Annotated[str | None, typer.Option(help="Cluster HEAD:PORT (default: the recorded head).")] = None,
 ) -> None:
     """List the chips of the cluster: live nodes per chip label."""
-    import ray
+    import ray  # loads ray: only when this command runs
 
-    from harness.cluster import nodes as cluster
-    from harness.cluster.driver import connect
-    from harness.execute.ray_executor import live_chips
+    from harness.execute.ray_executor import live_chips  # loads ray: only when this command runs
 
     if address is None:
         files = cluster.find_state("head")

@@ -20,6 +20,8 @@ from harness.cli.tables import (
     seconds,
     stdout_console,
 )
+from harness.core import defaults
+from harness.record.outbox import open_store
 
 SERIES_HEADERS = ("verdict", "chip", "kernel", "variant", "dtype", "shape", "change", "ratio", "95% CI", "p (BH)",
                   "n base/head", "median base → head", "more samples")
@@ -49,13 +51,13 @@ def compare(
     format: Annotated[str, typer.Option("--format", help="text, json or markdown (for $GITHUB_STEP_SUMMARY).")
                       ] = "text",
     min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative change that matters.")
-                          ] = 0.02,
-    alpha: Annotated[float, typer.Option("--alpha", help="False discovery rate across the whole grid.")] = 0.05,
+                          ] = defaults.MIN_EFFECT,
+    alpha: Annotated[float, typer.Option("--alpha", help="False discovery rate across the whole grid.")
+                     ] = defaults.ALPHA,
     all_series: Annotated[bool, typer.Option("--all", help="List unchanged series too.")] = False,
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""
-    from harness.analysis.grid import compare as run_compare
-    from harness.record.store import open_store
+    from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
 
     check_format(format)
     check_thresholds(min_effect, alpha)

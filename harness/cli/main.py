@@ -6,6 +6,7 @@ import importlib
 import os
 import sys
 
+import click
 import typer
 
 from harness.cli.common import app, console, state
@@ -33,7 +34,6 @@ def main() -> None:
         console.print("interrupted")
         sys.exit(130)
     except Exception as exc:  # click usage errors and the like
-        import click
 
         if isinstance(exc, click.ClickException):
             exc.show()

@@ -11,6 +11,8 @@ import typer
 
 from harness.cli.cluster import RayArgOption
 from harness.cli.common import app, console
+from harness.cluster import nodes as cluster
+from harness.core.chip import detect
 from harness.core.errors import HarnessError
 
 node_app = typer.Typer(no_args_is_help=True, help="Join this machine to a harness cluster, labelled by its chip.")
@@ -33,9 +35,7 @@ def join(
     = False,
 ) -> None:
     """Start a Ray worker node labelled chip=<key> with one `harness_node` resource (foreground by default)."""
-    from harness.cluster import nodes as cluster
-    from harness.core.chip import detect
-    from harness.execute.ray_executor import chip_label_value
+    from harness.execute.ray_executor import chip_label_value  # loads ray: only when this command runs
 
     if address.startswith(("http://", "https://")):
         raise HarnessError(f"{address} is the Jobs API address; join with the cluster address HEAD:PORT")
@@ -68,8 +68,6 @@ def leave(
                                                                  "node `node join --detach` started here).")] = None,
 ) -> None:
     """Stop the background node(s) that `harness node join --detach` started (only those)."""
-    from harness.cluster import nodes as cluster
-
     files = cluster.find_state("node", state=state)
     if not files:
         raise HarnessError("no node started by `harness node join --detach` is recorded here")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.common import DbOption, app, console
+from harness.record.outbox import open_store
 
 
 @app.command()
@@ -22,8 +23,7 @@ def report(
         min=2, help="Histories and regressions cover each chip's last N commits only (default: all).")] = None,
 ) -> None:
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions."""
-    from harness.record.store import open_store
-    from harness.render.site import build_report
+    from harness.render.site import build_report  # loads scipy: only when this command runs
 
     store = open_store(db)
     try:

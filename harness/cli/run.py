@@ -10,8 +10,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.cli.common import DbOption, app, console
+from harness.cluster.driver import print_progress, run_on_cluster
 from harness.core.errors import HarnessError
-from harness.core.status import BAD_STATUSES, count_label
+from harness.core.status import count_label, is_run_failure, run_failures
+from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
+from harness.record import outbox, store
 
 
 @app.command()
@@ -42,20 +45,21 @@ def run(
                                                     "again and run only the jobs it has no result for.")] = None,
 ) -> None:
     """Run a suite on this machine's chip, store every result, render the report."""
-    from harness.pipeline.run import RunRequest, execute_run
-    from harness.record import store
-
     if executor not in ("local", "ray"):
         raise HarnessError(f"--executor must be local or ray, not {executor!r}")
     parallel = parallel or os.cpu_count() or 1
-    request = RunRequest(suite=suite, db_url=db, commit=commit, repo=repo, chip_label=chip_label, parallel=parallel,
-                         executor=executor, address=address, max_attempts=max_attempts,
-                         chips=tuple(c for c in (chips or "").split(",") if c), resume=resume)
     if executor == "ray":
         if chip_label:
             raise HarnessError("--chip-label is for local runs; on a cluster each node is labelled when it joins")
-        _run_on_cluster(request, None if no_report else report)
+        if resume:
+            raise HarnessError("--resume is for local runs; a cluster run is submitted again instead")
+        _run_on_cluster(ClusterRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
+                                          address=address, max_attempts=max_attempts,
+                                          chips=tuple(c for c in (chips or "").split(",") if c)),
+                        None if no_report else report)
         return
+    request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
+                              chip_label=chip_label, resume=resume)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("planning", total=None)
@@ -64,11 +68,11 @@ def run(
             bar.update(task, total=n, description="running jobs")
 
         def progress(job, result, done, total) -> None:
-            bar.update(task, completed=done, description=f"{job.kind[:5]} {job.kernel}/{job.variant}")
-            if result.status in BAD_STATUSES:
+            bar.update(task, completed=done, description=f"{job.kind[:5]} {job.labels.kernel}/{job.labels.variant}")
+            if is_run_failure(result.status):
                 bar.console.print(f"[red]{result.status}[/red] {job.key}: {result.detail[:200]}", highlight=False)
             for test in result.tests:  # a pytest job's failing tests, one line each (skips are not failures)
-                if test["outcome"] in BAD_STATUSES:
+                if is_run_failure(test["outcome"]):
                     first = (test.get("detail") or "").splitlines()[:1]
                     bar.console.print(f"  [red]{test['outcome']}[/red] {test['nodeid']}: {''.join(first)[:200]}",
                                       highlight=False)
@@ -95,7 +99,7 @@ def run(
     console.print(f"database: {store.mask_url(db_url)}")
     if not no_report and not outcome.spooled:
         _render_report(db_url, report)
-    bad = sum(counts[s] for s in BAD_STATUSES)
+    bad = run_failures(counts)
     if outcome.spooled:
         console.print(f"{outcome.spooled} results spooled to {outcome.spool_dir}: the database was unreachable; "
                       "they will be written on the next harness command", highlight=False, soft_wrap=True)
@@ -105,10 +109,9 @@ def run(
 
 def _render_report(db_url: str, folder: Path) -> None:
     """Render the HTML report from the database and say where it is."""
-    from harness.record import store
-    from harness.render.site import build_report  # imported only when used: it loads the statistics stack
+    from harness.render.site import build_report  # loads scipy (the statistics stack): only when used
 
-    db_store = store.open_store(db_url)
+    db_store = outbox.open_store(db_url)
     try:
         index = build_report(db_store, folder)
     finally:
@@ -116,11 +119,8 @@ def _render_report(db_url: str, folder: Path) -> None:
     console.print(f"report: {index.resolve()}")
 
 
-def _run_on_cluster(request, report: Path | None) -> None:
+def _run_on_cluster(request: ClusterRunRequest, report: Path | None) -> None:
     """`harness run --executor ray`: the cluster driver, in this process (CI uses `harness submit`)."""
-    from harness.cluster.driver import print_progress, run_on_cluster
-    from harness.record import store
-
     outcome = run_on_cluster(request, progress=print_progress, log=lambda line: console.print(line, highlight=False))
     for run in outcome.runs:
         counts = run.counts

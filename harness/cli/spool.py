@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from harness.cli.common import DbOption, app, console
+from harness.record import outbox, spool, store
 
 spool_app = typer.Typer(no_args_is_help=True, help="Results spooled to disk while the database was unreachable.")
 app.add_typer(spool_app, name="spool")
@@ -13,8 +14,6 @@ app.add_typer(spool_app, name="spool")
 @spool_app.command("status")
 def status() -> None:
     """List every database with spooled results (URLs shown with the password masked)."""
-    from harness.record import spool
-
     rows = spool.status()
     if not rows:
         console.print(f"spool empty ({spool.root()})", highlight=False, soft_wrap=True)
@@ -28,12 +27,10 @@ def status() -> None:
 def flush(db: DbOption = None) -> None:
     """Write the spooled results of one database (default: $HARNESS_DB or the default SQLite file); exit 3 if
     the database is still unreachable."""
-    from harness.record import spool, store
-
     url = db or store.default_db_url()
-    opened = store.open_store(url)  # opening drains the spool already
+    opened = outbox.open_store(url)  # opening drains the spool already
     try:
-        outcome = spool.drain(opened)
+        outcome = outbox.drain(opened)
     finally:
         opened.close()
     left = spool.pending(url)

@@ -13,7 +13,10 @@ from typing import Annotated
 import typer
 
 from harness.cli.common import DbOption, app, console
+from harness.cluster.driver import SUMMARY_PREFIX
 from harness.core.errors import HarnessError
+from harness.record.store import mask_url
+from harness.spec import git
 
 REQUEST_TIMEOUT_S = 30.0
 POLL_S = 2.0
@@ -22,7 +25,7 @@ SUBMIT_RETRY_S = 120.0  # a head that just started has no job agent yet
 
 def jobs_client(address: str):
     """A JobSubmissionClient whose every HTTP request has a timeout (the SDK sets none)."""
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient  # loads ray: only when this command runs
 
     class _Client(JobSubmissionClient):
         def _do_request(self, method, endpoint, **kwargs):
@@ -37,8 +40,6 @@ def jobs_client(address: str):
 
 def default_repo() -> str:
     """The origin URL of the repository in the current folder (what CI checked out)."""
-    from harness.spec import git
-
     if git.is_repo("."):
         url = git.remote_url(".")
         if url:
@@ -48,8 +49,6 @@ def default_repo() -> str:
 
 def resolve_commit(repo: str, commit: str) -> str:
     """A full sha when the commit can be resolved here (a local repo, or the current checkout of ``repo``)."""
-    from harness.spec import git
-
     candidates = [repo] if git.is_local_path(repo) else []
     if git.is_repo(".") and git.remote_url(".") == repo:
         candidates.append(".")
@@ -73,8 +72,6 @@ def entrypoint(*, python: str, repo: str, commit: str, suite: str | None, chips:
 
 
 def parse_summary(logs: str) -> dict | None:
-    from harness.cluster.driver import SUMMARY_PREFIX
-
     for line in reversed(logs.splitlines()):
         if line.startswith(SUMMARY_PREFIX):
             try:
@@ -166,9 +163,6 @@ def submit(
                                                          "(e.g. $GITHUB_STEP_SUMMARY).")] = None,
 ) -> None:
     """Submit a commit to the cluster's Ray Jobs API; prints the Ray job id."""
-    from harness.record.store import mask_url
-    from harness.spec import git
-
     repo = repo or default_repo()
     if git.is_local_path(repo):
         repo = str(Path(repo).expanduser().resolve())

@@ -19,6 +19,8 @@ from harness.cli.tables import (
     ratio,
     stdout_console,
 )
+from harness.core import defaults
+from harness.record.outbox import open_store
 
 CELL_HEADERS = ("outcome", "kernel", "variant", "vs default", "dtype", "shape", "change", "ratio", "95% CI",
                 "p (BH)", "n default/variant")
@@ -42,13 +44,13 @@ def variants(
                       ] = None,
     format: Annotated[str, typer.Option("--format", help="text, json or markdown.")] = "text",
     min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative difference that matters.")
-                          ] = 0.02,
-    alpha: Annotated[float, typer.Option("--alpha", help="False discovery rate across the whole matrix.")] = 0.05,
+                          ] = defaults.MIN_EFFECT,
+    alpha: Annotated[float, typer.Option("--alpha", help="False discovery rate across the whole matrix.")
+                     ] = defaults.ALPHA,
     all_cells: Annotated[bool, typer.Option("--all", help="List ties too.")] = False,
 ) -> None:
     """Variant verdicts per chip (see HELP)."""
-    from harness.analysis.grid import variant_matrix
-    from harness.record.store import open_store
+    from harness.analysis.variants import variant_matrix  # loads scipy: not at CLI start-up
 
     check_format(format)
     check_thresholds(min_effect, alpha)
@@ -64,7 +66,7 @@ def variants(
 
 
 def _render(matrix, fmt: str, all_cells: bool) -> None:
-    from harness.analysis.grid import OUTCOME_ORDER
+    from harness.analysis.variants import OUTCOME_ORDER  # loads scipy: not at CLI start-up
 
     console = stdout_console()
     runs = [f"{chip}: {matrix.shas[chip][:12]} ({len(ids)} run{'s' if len(ids) != 1 else ''})"

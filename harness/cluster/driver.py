@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.core.job import Job, JobResult
+from harness.core.job import Job, JobResult, RunContext, job_from_dict
+from harness.core.status import is_run_failure, run_failures
 from harness.execute.local import worker_env
-from harness.pipeline.run import RunOutcome, RunRequest, run_planned
-from harness.record import store
+from harness.pipeline.run import ClusterRunRequest, RunOutcome, run_planned
+from harness.record import outbox, store
 from harness.spec import git
 
 SUMMARY_PREFIX = "HARNESS_SUMMARY "
-BAD = ("failed", "crashed", "timeout", "lost")
 ClusterProgress = Callable[[str, Job, JobResult, int, int], None]
 
 # Planning imports the kernels of the commit under test, so it runs in a process whose import path is that tree.
@@ -77,7 +77,7 @@ class ClusterOutcome:
 
     @property
     def bad_jobs(self) -> int:
-        return sum(run.counts[s] for run in self.runs for s in BAD)
+        return sum(run_failures(run.counts) for run in self.runs)
 
     @property
     def exit_code(self) -> int:
@@ -91,7 +91,7 @@ class ClusterOutcome:
 
 def connect(address: str | None) -> bool:
     """Connect to the cluster at ``address`` (or ``$RAY_ADDRESS``); True if this call connected."""
-    import ray
+    import ray  # loads ray: only when needed
 
     if ray.is_initialized():
         return False
@@ -147,17 +147,22 @@ def plan_in_tree(tree: Path, suite: str | None, chip_class: str) -> Plan:
         plugin_dir = Path(raw.get("plugin_dir") or ".")
         if plugin_dir.is_absolute() and plugin_dir.resolve().is_relative_to(tree.resolve()):
             raw["plugin_dir"] = str(plugin_dir.resolve().relative_to(tree.resolve()))
-        jobs.append(Job.from_dict(raw))
+        jobs.append(job_from_dict(raw))  # an older commit's harness plans the untyped form: read as well
     return Plan(data["name"], data["source"], jobs)
 
 
-def run_on_cluster(request: RunRequest, *, progress: ClusterProgress | None = None,
+def run_on_cluster(request: ClusterRunRequest, *, progress: ClusterProgress | None = None,
                    log: Callable[[str], None] = print, checkout_timeout_s: float = 900,
                    deadline_s: float | None = None) -> ClusterOutcome:
-    """Run ``request`` (executor "ray") on every chip asked for; one stored run per chip, returned with errors."""
-    import ray
+    """Run ``request`` on every chip asked for; one stored run per chip, returned with errors."""
+    import ray  # loads ray: only when needed
 
-    from harness.execute.ray_executor import RayExecutor, chip_label_value, live_chips, no_node_message
+    from harness.execute.ray_executor import (  # loads ray: only when needed
+        RayExecutor,
+        chip_label_value,
+        live_chips,
+        no_node_message,
+    )
 
     connected = connect(request.address)
     try:
@@ -172,7 +177,7 @@ def run_on_cluster(request: RunRequest, *, progress: ClusterProgress | None = No
         source = prepare_source(request.repo, request.commit, checkout_timeout_s)
         log(f"commit {source.sha} from {store.mask_url(source.url) if '://' in source.url else source.url}")
         log(f"chips: {', '.join(f'{c} ({len(present[c])} node(s))' for c in wanted)}")
-        db = store.open_store(request.db_url)
+        db = outbox.open_store(request.db_url)
         log(f"database: {store.mask_url(db.url)}")
         plans: dict[str, Plan] = {}
         plan_lock = threading.Lock()
@@ -195,9 +200,9 @@ def run_on_cluster(request: RunRequest, *, progress: ClusterProgress | None = No
 
             options = {"suite": plan.source, "repo": source.commit["repo"], "nodes": [p["node"] for p in probes],
                        "ray_job": os.environ.get("HARNESS_RAY_JOB", "")}
-            return run_planned(db, plan.jobs, executor, ident=ident, facts=facts, commit=source.commit,
-                               dirty=False, suite=plan.suite, executor_name="ray", options=options,
-                               progress=on_progress)
+            context = RunContext(ident=ident, facts=facts, commit=source.commit, dirty=False, suite=plan.suite,
+                                 executor="ray", options=options)
+            return run_planned(db, plan.jobs, executor, context, progress=on_progress)
 
         try:
             with ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="chip") as pool:
@@ -221,7 +226,7 @@ def print_progress(chip: str, job: Job, result: JobResult, done: int, total: int
     node = f" on {result.node[:12]}" if result.node else ""
     again = f" (attempt {result.attempts})" if result.attempts > 1 else ""
     line = f"[{chip}] {done}/{total} {result.status:8s} {job.key}{node}{again}"
-    if result.status in BAD:
+    if is_run_failure(result.status):
         line += f": {result.detail[:200]}"
     print(line, flush=True)
 
@@ -239,9 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout-timeout", type=float, default=900.0, help="seconds to fetch and check out")
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    request = RunRequest(suite=args.suite, db_url=args.db, commit=args.commit, repo=args.repo,
-                         parallel=args.parallel, executor="ray", address=args.address,
-                         chips=tuple(c for c in args.chips.split(",") if c), max_attempts=args.max_attempts)
+    request = ClusterRunRequest(suite=args.suite, db_url=args.db, commit=args.commit, repo=args.repo,
+                                parallel=args.parallel, address=args.address,
+                                chips=tuple(c for c in args.chips.split(",") if c), max_attempts=args.max_attempts)
     try:
         outcome = run_on_cluster(request, progress=print_progress, checkout_timeout_s=args.checkout_timeout)
     except HarnessError as exc:

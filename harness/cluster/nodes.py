@@ -125,7 +125,7 @@ def head_command(*, port: int, host: str, dashboard_port: int, dashboard: bool =
 
 
 def _worker_args(chip: str) -> list[str]:
-    from harness.execute.ray_executor import node_labels, node_resources
+    from harness.execute.ray_executor import node_labels, node_resources  # loads ray: only when needed
 
     labels = ",".join(f"{k}={v}" for k, v in node_labels(chip).items())
     return ["--labels", labels, "--resources", json.dumps(node_resources())]

@@ -10,6 +10,7 @@ node label: two machines with the same key pool their samples.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import socket
@@ -153,7 +154,7 @@ def identity_from_facts(
 
 def detect(override_key: str | None = None) -> ChipIdentity:
     """The local chip's identity; ``override_key`` replaces the key (operator labels, tests)."""
-    import mlx.core as mx
+    import mlx.core as mx  # loads mlx: only when needed
 
     backend = detect_backend(mx)
     gpu_cores = macos_gpu_cores() if backend == "metal" else None
@@ -172,8 +173,6 @@ def detect(override_key: str | None = None) -> ChipIdentity:
 
 def machine_facts() -> dict[str, Any]:
     """Everything about the host that is not the chip: stored with every run, never part of the key."""
-    import os
-
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

@@ -318,6 +318,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import ndimage, stats
 
+from harness.core import defaults
+
 __all__ = [
     "CHANGE_KINDS",
     "MAX_MORE_SAMPLES",
@@ -352,10 +354,10 @@ VERDICTS: tuple[Verdict, ...] = ("regressed", "improved", "unchanged", "inconclu
 VARIANT_OUTCOMES: tuple[VariantOutcome, ...] = ("win", "lose", "tie", "inconclusive", "broken")
 CHANGE_KINDS: tuple[ChangeKind, ...] = ("step", "drift")
 
-DEFAULT_MIN_EFFECT = 0.02
-DEFAULT_ALPHA = 0.05
-DEFAULT_N_BOOT = 2000
-DEFAULT_MIN_SAMPLES = 5
+DEFAULT_MIN_EFFECT = defaults.MIN_EFFECT
+DEFAULT_ALPHA = defaults.ALPHA
+DEFAULT_N_BOOT = defaults.N_BOOT
+DEFAULT_MIN_SAMPLES = defaults.MIN_SAMPLES
 MAX_MORE_SAMPLES = 1000
 
 _EXACT_MWU_MAX_N = 100

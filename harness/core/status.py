@@ -1,4 +1,16 @@
-"""The status vocabulary: every status a job or test can have, and what counts as failed. Every module imports it."""
+"""The status vocabulary: every status a job or test can have, and what counts as failed. Every module imports it.
+
+A job's status says what happened to it; these groups say what that means, and each decision is made here only:
+
+- ``WRONG`` (failed, error): the code ran and was wrong (a check failed, a test failed or its fixture errored).
+- ``DIED`` (crashed, timeout): the job process died or hung: the code or the machine.
+- ``CODE_FAILURES`` = WRONG + DIED: the commit has no valid timing on that chip (performance is gated on it).
+- ``RUN_FAILURES`` = CODE_FAILURES + lost (the node died and no other node of its chip could take the job):
+  any of these makes a run fail (exit status 1).
+- ``NO_ANSWER`` = DIED + lost + skipped: a job that cannot say good or bad (bisect skips such a commit).
+- ``PASSES`` (passed, xfailed, xpassed): an expected failure and a non-strict xfail that passed are not failures.
+- "skipped" (e.g. "Metal not available" on a CUDA machine) is never a failure.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +20,31 @@ from typing import Literal
 Status = Literal["passed", "failed", "skipped", "crashed", "timeout", "lost", "error", "xfailed", "xpassed"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "skipped", "crashed", "timeout", "lost", "error", "xfailed",
                              "xpassed")
-# What makes a run fail (exit status 1). "error" is a test whose setup or teardown failed (a fixture error);
-# "xfailed" (an expected failure) and "xpassed" (a non-strict xfail that passed) are not failures, and
-# "skipped" (e.g. "Metal not available" on a CUDA machine) never is.
-BAD_STATUSES: tuple[str, ...] = ("failed", "error", "crashed", "timeout", "lost")
 TEST_OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+# The job kinds that say whether the code is correct: a kernel's checks, a pytest selection, and its tests.
+CORRECTNESS_KINDS: tuple[str, ...] = ("correctness", "pytest", "test")
+
+PASSES: tuple[str, ...] = ("passed", "xfailed", "xpassed")
+WRONG: tuple[str, ...] = ("failed", "error")
+DIED: tuple[str, ...] = ("crashed", "timeout")
+CODE_FAILURES: tuple[str, ...] = WRONG + DIED
+RUN_FAILURES: tuple[str, ...] = CODE_FAILURES + ("lost",)
+NO_ANSWER: tuple[str, ...] = DIED + ("lost", "skipped")
+
+
+def is_run_failure(status: str) -> bool:
+    """Whether a job (or a test) with this status makes its run fail."""
+    return status in RUN_FAILURES
+
+
+def is_code_failure(status: str) -> bool:
+    """Whether this status says the code under test is broken on that chip (no valid timing there)."""
+    return status in CODE_FAILURES
+
+
+def run_failures(counts: Mapping[str, int]) -> int:
+    """How many of the counted jobs fail their run."""
+    return sum(counts.get(status, 0) for status in RUN_FAILURES)
 
 
 def count_label(counts: Mapping[str, int], order: tuple[str, ...] = TEST_OUTCOMES) -> str:

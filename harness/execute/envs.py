@@ -37,6 +37,7 @@ into the next. So:
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -44,10 +45,12 @@ import site
 import subprocess
 import sys
 import time
+import venv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.core.config import cache_dir
 from harness.core.job import JobResult
 from harness.core.proc import exclusive_lock, file_tail, kill_group
 
@@ -58,8 +61,6 @@ PTH_NAME = "harness-parent.pth"
 
 
 def envs_dir() -> Path:
-    from harness.core.config import cache_dir
-
     return cache_dir() / "envs"
 
 
@@ -115,8 +116,6 @@ def _parent_site_dirs() -> list[str]:
 
 
 def _has_pip() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("pip") is not None
 
 
@@ -129,8 +128,6 @@ sys.exit(main())
 
 def create_venv(path: Path) -> None:
     """A virtual environment that sees the harness's packages (see the module docstring)."""
-    import venv
-
     parent_pip = _has_pip()
     venv.EnvBuilder(system_site_packages=True, with_pip=not parent_pip, symlinks=os.name != "nt",
                     clear=True).create(path)

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.core.config import SOURCE_ROOT
-from harness.core.job import PHASES, Job, JobResult
+from harness.core.job import PHASES, InstallJob, Job, JobResult, KernelJob
 from harness.core.proc import file_tail, kill_group
+from harness.execute import envs
+from harness.execute.envs import activated
+from harness.execute.worker import skip_reason
 
 OnResult = Callable[[Job, JobResult], None]
 
@@ -39,8 +42,6 @@ def worker_env(tree: str | None = None, venv: str | None = None) -> dict[str, st
         paths = (tree, src if os.path.isdir(src) else "", env.get("PYTHONPATH", ""), HARNESS_ROOT)
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
     if venv:
-        from harness.execute.envs import activated
-
         env = activated(env, venv)
     return env
 
@@ -54,22 +55,19 @@ def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.execu
     here first if needed (harness/execute/envs.py); the ``install`` job only does that.
     """
     start = time.perf_counter()
-    if tree is None and job.kind not in ("install", "pytest") and not job.is_function:
-        from harness.execute.worker import skip_reason
-
+    if tree is None and isinstance(job, KernelJob):
         reason = skip_reason(job)
         if reason:
             return JobResult(job.key, "skipped", reason, duration_s=time.perf_counter() - start)
     venv = None
-    if job.install:
-        from harness.execute import envs
-
+    install = {} if isinstance(job, KernelJob) else job.install  # a kernel job runs with the harness's python
+    if install:
         try:
-            environment = envs.ensure(job.install, tree or os.getcwd())
+            environment = envs.ensure(install, tree or os.getcwd())
         except Exception as exc:  # noqa: BLE001 - an unwritable cache or the like: this job's result, not a crash
             return JobResult(job.key, "crashed", f"cannot prepare the environment: {type(exc).__name__}: {exc}",
                              duration_s=time.perf_counter() - start)
-        if job.kind == "install" or not environment.ok:
+        if isinstance(job, InstallJob) or not environment.ok:
             result = envs.install_result(job.key, environment)
             result.duration_s = time.perf_counter() - start
             return result

@@ -27,16 +27,18 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from harness.core import chip as chip_id
 from harness.core.chip import ChipIdentity, validate_key
 from harness.core.errors import HarnessError
-from harness.core.job import PHASES, Job, JobResult
+from harness.core.job import PHASES, Job, JobResult, KernelJob, job_from_dict
 from harness.execute.local import OnResult, run_in_subprocess
+from harness.spec import git
 
 CHIP_LABEL = "chip"  # Ray node label key (label keys cannot contain ':')
 NODE_RESOURCE = "harness_node"  # custom resource, 1 per joined node: the unit timed jobs take whole
@@ -97,7 +99,6 @@ def _tree_for(repo: str | None, sha: str | None, timeout: float) -> tuple[str | 
     """The verified worktree of ``sha`` on this node (None: run the node's installed code, no commit)."""
     if not repo:
         return None, None
-    from harness.spec import git
 
     tree, head = git.checkout(repo, sha, timeout)
     git.verify_tree(tree, sha)  # exact and clean, checked again right before every job
@@ -108,10 +109,10 @@ def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_t
     """The Ray task body: check the commit out, run one job in its own process, return the result and where."""
     node = _node_id()
     os.environ[NODE_ENV] = node
-    job = Job.from_dict(json.loads(job_json))
+    job = job_from_dict(json.loads(job_json))
     tree, head = _tree_for(repo, sha, checkout_timeout_s)
-    if tree and job.plugin_dir and not os.path.isabs(job.plugin_dir):
-        job = Job.from_dict({**json.loads(job_json), "plugin_dir": os.path.join(tree, job.plugin_dir)})
+    if tree and isinstance(job, KernelJob) and job.plugin_dir and not os.path.isabs(job.plugin_dir):
+        job = replace(job, plugin_dir=os.path.join(tree, job.plugin_dir))
     result = run_in_subprocess(job, tree=tree)
     result.node = node
     return {"result": result.to_dict(), "node": node, "host": socket.gethostname(), "sha": head}
@@ -119,8 +120,6 @@ def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_t
 
 def probe_node(chip: str, repo: str | None, sha: str | None, checkout_timeout_s: float) -> dict:
     """The node's chip identity (its label as the key) and host facts; with a repo, the commit checked out."""
-    from harness.core import chip as chip_id
-
     ident = chip_id.detect(override_key=chip)
     _tree, head = _tree_for(repo, sha, checkout_timeout_s)
     return {"ident": ident.to_dict(), "facts": chip_id.machine_facts(), "node": _node_id(), "sha": head}

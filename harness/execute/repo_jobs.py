@@ -12,13 +12,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import unittest
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.core.job import Job, JobResult
+from harness import bench
+from harness.core.job import FunctionJob, JobResult, PytestJob
 from harness.core.proc import file_tail, kill_group
-from harness.core.status import count_label
+from harness.core.status import WRONG, count_label
 from harness.execute.timing import TimingProtocol, measure, measure_mlx
 
 OUT_ENV = "HARNESS_PYTEST_OUT"  # harness/execute/pytest_plugin.py's output file (not imported here: it imports pytest)
@@ -55,9 +57,9 @@ def read_outcomes(path: Path) -> list[dict[str, Any]]:
     return list(tests.values())
 
 
-def run_pytest(job: Job) -> JobResult:
+def run_pytest(job: PytestJob) -> JobResult:
     """Run the selection in the current folder (the commit's tree); status from the per-test outcomes."""
-    spec = job.spec
+    spec = job.selection
     timeout_s = float(spec.get("timeout_s", 900))
     with tempfile.TemporaryDirectory(prefix="harness-pytest-") as scratch:
         out, log_path = Path(scratch) / "outcomes.jsonl", Path(scratch) / "pytest.log"
@@ -77,7 +79,7 @@ def run_pytest(job: Job) -> JobResult:
     detail = count_label(counts)
     if timed_out:
         status, detail = "timeout", f"pytest did not finish within {timeout_s:g} s (killed); {detail}"
-    elif counts["failed"] or counts["error"]:
+    elif any(counts[s] for s in WRONG):
         status = "failed"
     elif code == 5 or (not tests and code == 0):
         status, detail = "skipped", "no tests collected"
@@ -92,8 +94,6 @@ def run_pytest(job: Job) -> JobResult:
 
 def _skip_reason(exc: BaseException) -> str | None:
     """The reason when ``exc`` says "skip this here" (harness.bench.skip, unittest.SkipTest, pytest.skip)."""
-    import unittest
-
     if isinstance(exc, unittest.SkipTest):
         return str(exc) or "skipped"
     if type(exc).__name__ == "Skipped" and type(exc).__module__.startswith("_pytest"):
@@ -115,11 +115,9 @@ def _is_mlx(value: Any) -> bool:
     return False
 
 
-def run_function(job: Job) -> JobResult:
+def run_function(job: FunctionJob) -> JobResult:
     """Build the benchmark at this grid point, time what it returns with the job's protocol, count its work."""
-    from harness import bench
-
-    module_name, _, name = job.spec["target"].partition(":")
+    module_name, _, name = job.target.partition(":")
     module = importlib.import_module(module_name)
     function = getattr(module, name, None)
     if not callable(function):
@@ -130,7 +128,7 @@ def run_function(job: Job) -> JobResult:
     try:
         call = function(**kwargs)
         if not callable(call):
-            return JobResult(job.key, "failed", f"{job.spec['target']} must return the callable to time, "
+            return JobResult(job.key, "failed", f"{job.target} must return the callable to time, "
                                                 f"not {type(call).__name__}")
         first = call()
     except BaseException as exc:

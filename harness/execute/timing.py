@@ -16,16 +16,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.core import defaults
+
 
 @dataclass(frozen=True)
 class TimingProtocol:
     """How one benchmark job is timed; every field is stored with the result."""
 
-    warmup_s: float = 0.2
-    warmup_calls: int = 3
-    min_sample_s: float = 0.02
-    samples: int = 10
-    max_inner: int = 10_000
+    warmup_s: float = defaults.WARMUP_S
+    warmup_calls: int = defaults.WARMUP_CALLS
+    min_sample_s: float = defaults.MIN_SAMPLE_S
+    samples: int = defaults.SAMPLES
+    max_inner: int = defaults.MAX_INNER
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def measure(call: Callable[[], None], sync: Callable[[], None], protocol: Timing
 
 def measure_mlx(fn: Callable[[], object], protocol: TimingProtocol) -> Measurement:
     """Time an MLX function: each call is ``mx.eval(fn())``."""
-    import mlx.core as mx
+    import mlx.core as mx  # loads mlx: only when needed
 
     return measure(lambda: mx.eval(fn()), mx.synchronize, protocol)
 

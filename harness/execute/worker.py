@@ -13,16 +13,17 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.core.job import Job, JobResult
+from harness.core.job import FunctionJob, Job, JobResult, KernelJob, PytestJob, job_from_dict
+from harness.execute import repo_jobs
 from harness.execute.timing import TimingProtocol, measure_mlx
 
 PROTOCOL_FIELDS = set(TimingProtocol.__dataclass_fields__)
 
 
-def _load_kernel(job: Job):
+def _load_kernel(job: KernelJob):
     if job.plugin_dir and job.plugin_dir not in sys.path:
         sys.path.insert(0, job.plugin_dir)
-    from kernels import REGISTRY
+    from kernels import REGISTRY  # loads mlx: only when needed
 
     for module in job.plugins:
         importlib.import_module(module)
@@ -33,7 +34,7 @@ def _load_kernel(job: Job):
 def skip_reason(job: Job) -> str | None:
     """Why the job's variant cannot run on this machine, or None (also None if it cannot be loaded:
     the job process then reports that failure properly)."""
-    if job.kind in ("install", "pytest") or job.is_function:
+    if not isinstance(job, KernelJob):
         return None  # a repository's job: it decides in its own process (harness/execute/repo_jobs.py)
     try:
         _, variant = _load_kernel(job)
@@ -42,14 +43,14 @@ def skip_reason(job: Job) -> str | None:
     return variant.unsupported(job.dtype)
 
 
-def _correctness(job: Job, kernel, variant) -> JobResult:
+def _correctness(job: KernelJob, kernel, variant) -> JobResult:
     check = kernel.checks[job.check]
     outcome = check(kernel, variant, job.shape, job.dtype)
     return JobResult(job.key, "passed" if outcome.passed else "failed", outcome.detail,
                      max_error=outcome.max_error, tolerance=outcome.tolerance)
 
 
-def _benchmark(job: Job, kernel, variant) -> JobResult:
+def _benchmark(job: KernelJob, kernel, variant) -> JobResult:
     inputs = kernel.make_inputs(job.shape, job.dtype, job.seed)
     protocol = TimingProtocol(**{k: v for k, v in job.timing.items() if k in PROTOCOL_FIELDS})
     measurement = measure_mlx(lambda: variant.fn(**inputs), protocol)
@@ -63,12 +64,12 @@ def run_job(job: Job) -> JobResult:
     """Run one job in this process; a Python exception from the kernel is a failure, not a crash."""
     start = time.perf_counter()
     try:
-        if job.kind == "pytest" or job.is_function:
-            from harness.execute import repo_jobs
-
-            result = repo_jobs.run_pytest(job) if job.kind == "pytest" else repo_jobs.run_function(job)
+        if isinstance(job, PytestJob | FunctionJob):
+            result = repo_jobs.run_pytest(job) if isinstance(job, PytestJob) else repo_jobs.run_function(job)
             result.duration_s = time.perf_counter() - start
             return result
+        if not isinstance(job, KernelJob):  # an install job: the executor does it (harness/execute/local.py)
+            return JobResult(job.key, "failed", f"a {job.kind} job runs no job process")
         kernel, variant = _load_kernel(job)
         reason = variant.unsupported(job.dtype)
         if reason:
@@ -86,7 +87,7 @@ def run_job(job: Job) -> JobResult:
 
 def main(argv: list[str]) -> int:
     job_path, result_path = Path(argv[0]), Path(argv[1])
-    job = Job.from_dict(json.loads(job_path.read_text()))
+    job = job_from_dict(json.loads(job_path.read_text()))
     result = run_job(job)
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result.to_dict()))

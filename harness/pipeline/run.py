@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,30 +10,49 @@ from pathlib import Path
 
 from harness.core import chip as chip_id
 from harness.core.errors import HarnessError
-from harness.core.job import Job, JobResult
+from harness.core.job import Job, JobResult, RunContext
 from harness.execute.local import Executor, LocalExecutor
-from harness.record import spool, store
+from harness.record import outbox, spool, store
 from harness.spec.plan import plan_suite
 from harness.spec.target import resolve_run
 
 Progress = Callable[[Job, JobResult, int, int], None]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunRequest:
-    """What the user asked for (CLI options, with their defaults)."""
+    """What to run, common to a local and a cluster run (CLI options, with their defaults)."""
 
     suite: str | None = None
     db_url: str | None = None
     commit: str | None = None
     repo: str = "."
-    chip_label: str | None = None
     parallel: int = 1
-    executor: str = "local"
-    address: str | None = None  # Ray cluster (executor "ray"): HEAD:PORT, or $RAY_ADDRESS
-    chips: tuple[str, ...] = ()  # a Ray run's chips; empty: every chip that has a live node
-    max_attempts: int = 2  # Ray: a job whose node dies is re-run on another node of its chip up to this many times
+
+
+@dataclass(frozen=True)
+class LocalRunRequest(RunRequest):
+    """A run on this machine's chip (``harness run``)."""
+
+    chip_label: str | None = None  # override the detected chip key
     resume: str | None = None  # an interrupted run's id: run only its missing jobs (harness run --resume)
+
+
+@dataclass(frozen=True)
+class ClusterRunRequest(RunRequest):
+    """A run on every chip of a Ray cluster, one stored run per chip (``harness submit``, ``--executor ray``)."""
+
+    address: str | None = None  # HEAD:PORT, or $RAY_ADDRESS
+    chips: tuple[str, ...] = ()  # empty: every chip that has a live node
+    max_attempts: int = 2  # a job whose node dies is re-run on another node of its chip up to this many times
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue a stored run: its id and the statuses of the jobs it already has."""
+
+    run_id: str
+    done: Counter
 
 
 @dataclass
@@ -52,34 +69,29 @@ class RunOutcome:
     spooled: int = 0  # results left in the spool (the database was unreachable): written by the next command
     spool_dir: str = ""
 
-    @property
-    def correctness_failed(self) -> bool:
-        return self.counts["failed"] > 0
 
-
-def execute_run(request: RunRequest, progress: Progress | None = None, executor: Executor | None = None,
+def execute_run(request: LocalRunRequest, progress: Progress | None = None,
                 on_planned: Callable[[int], None] | None = None) -> RunOutcome:
     """Plan the suite for the local chip, run every job, record every result; returns the counts."""
-    if request.executor == "ray" and executor is None:
-        raise HarnessError("a Ray run spans several chips, one run each: use harness.cluster.driver.run_on_cluster")
     if request.resume:
-        return _resume(request, progress, executor, on_planned)
+        return _resume(request, progress, on_planned)
     target, suite = resolve_run(request.repo, request.commit, request.suite)  # harness/spec/target.py
     ident = chip_id.detect(request.chip_label)
-    db = store.open_store(request.db_url)
+    db = outbox.open_store(request.db_url)
     try:
         jobs = plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent))
         if on_planned:
             on_planned(len(jobs))
-        executor = executor or LocalExecutor(parallel=request.parallel, tree=target.tree)
-        return run_planned(db, jobs, executor, ident=ident, facts=chip_id.machine_facts(), commit=target.commit,
-                           dirty=target.dirty, suite=suite.suite.name, executor_name=request.executor,
-                           options={"suite": suite.source, **_replay_options(request)}, progress=progress)
+        context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
+                             suite=suite.suite.name, executor="local",
+                             options={"suite": suite.source, **_replay_options(request)})
+        return run_planned(db, jobs, LocalExecutor(parallel=request.parallel, tree=target.tree), context,
+                           progress=progress)
     finally:
         db.close()
 
 
-def _replay_options(request: RunRequest) -> dict:
+def _replay_options(request: LocalRunRequest) -> dict:
     """What `harness run --resume` needs to plan the same jobs again (paths made absolute)."""
     def absolute(path: str | None) -> str | None:
         return str(Path(path).resolve()) if path and Path(path).exists() else path
@@ -88,69 +100,58 @@ def _replay_options(request: RunRequest) -> dict:
             "chip_label": request.chip_label}
 
 
-def _resume(request: RunRequest, progress: Progress | None, executor: Executor | None,
+def _resume(request: LocalRunRequest, progress: Progress | None,
             on_planned: Callable[[int], None] | None) -> RunOutcome:
     """`harness run --resume RUN_ID`: plan the run's suite again, run only the jobs it has no result for."""
-    from sqlalchemy import select
-
-    from harness.record.models import JobRecord, Run
-
-    db = store.open_store(request.db_url)
+    db = outbox.open_store(request.db_url)
     try:
-        with db.session() as session:
-            run = session.get(Run, request.resume)
-            if run is None:
-                raise HarnessError(f"no run {request.resume!r} in {store.mask_url(db.url)}")
-            opts, sha, chip_key = dict(run.options or {}), run.commit.sha, run.chip.key
-            stored = Counter(session.scalars(select(JobRecord.status).where(JobRecord.run_id == run.id,
-                                                                            JobRecord.kind != "test")))
-            keys = set(session.scalars(select(JobRecord.key).where(JobRecord.run_id == run.id)))
+        stored = store.stored_run(db, request.resume)
+        if stored is None:
+            raise HarnessError(f"no run {request.resume!r} in {store.mask_url(db.url)}")
+        opts = stored.options
         if "repo" not in opts:
             raise HarnessError(f"run {request.resume} was recorded without its options: it cannot be resumed")
         target, suite = resolve_run(opts["repo"], opts.get("commit_arg"), opts.get("suite_arg"))
-        if target.commit["sha"] != sha:
-            raise HarnessError(f"run {request.resume} ran commit {sha[:12]}, but {opts['repo']} now resolves to "
-                               f"{target.commit['sha'][:12]}: cannot resume it")
+        if target.commit["sha"] != stored.sha:
+            raise HarnessError(f"run {request.resume} ran commit {stored.sha[:12]}, but {opts['repo']} now resolves "
+                               f"to {target.commit['sha'][:12]}: cannot resume it")
         ident = chip_id.detect(opts.get("chip_label") or request.chip_label)
-        if ident.key != chip_key:
-            raise HarnessError(f"run {request.resume} ran on chip {chip_key}, this machine is {ident.key}")
+        if ident.key != stored.chip_key:
+            raise HarnessError(f"run {request.resume} ran on chip {stored.chip_key}, this machine is {ident.key}")
         jobs = plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent))
-        todo = [job for job in jobs if job.key not in keys]
+        todo = [job for job in jobs if job.key not in stored.keys]
         if on_planned:
             on_planned(len(jobs))
-        executor = executor or LocalExecutor(parallel=request.parallel, tree=target.tree)
-        return run_planned(db, todo, executor, ident=ident, facts=chip_id.machine_facts(), commit=target.commit,
-                           dirty=target.dirty, suite=suite.suite.name, executor_name=request.executor,
-                           progress=progress, resume=request.resume, done=stored)
+        context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
+                             suite=suite.suite.name, executor="local")
+        return run_planned(db, todo, LocalExecutor(parallel=request.parallel, tree=target.tree), context,
+                           progress=progress, resume=Resume(request.resume, stored.statuses))
     finally:
         db.close()
 
 
-def run_planned(db: store.Store, jobs: list[Job], executor: Executor, *, ident: chip_id.ChipIdentity, facts: dict,
-                commit: dict, dirty: bool, suite: str, executor_name: str, options: dict | None = None,
-                progress: Progress | None = None, resume: str | None = None,
-                done: Counter | None = None) -> RunOutcome:
+def run_planned(db: store.Store, jobs: list[Job], executor: Executor, context: RunContext, *,
+                progress: Progress | None = None, resume: Resume | None = None) -> RunOutcome:
     """One run (one commit on one chip): create it, execute its planned jobs, record each result once, finish it.
 
     Shared by the local path and the cluster driver (which calls it once per chip, each with its own executor).
-    ``resume``: an existing run's id (``jobs`` are then only its missing ones, ``done`` the stored statuses).
+    ``resume``: an existing run (``jobs`` are then only its missing ones).
     A result the database cannot take (unreachable, locked) is spooled to disk (harness/record/spool.py) and written
     at the end of the run, or by the next harness command that opens the database.
     """
-    planned = len(jobs) + sum((done or Counter()).values())
+    done = resume.done if resume else Counter()
+    planned = len(jobs) + sum(done.values())
     if resume:
-        run_id = resume
-        with db.session() as session:
-            from harness.record.models import Run
-
-            session.get(Run, run_id).status = "running"
+        run_id = resume.run_id
+        store.reopen_run(db, run_id)
     else:
-        run_id = store.create_run(db, ident=ident, facts=facts, commit=commit, suite=suite, dirty=dirty,
-                                  executor=executor_name, planned_jobs=len(jobs), options=options or {})
-    outcome = RunOutcome(run_id, ident.key, commit["sha"], dirty, planned=planned)
-    outcome.counts.update(done or Counter())
+        run_id = store.create_run(db, ident=context.ident, facts=context.facts, commit=context.commit,
+                                  suite=context.suite, dirty=context.dirty, executor=context.executor,
+                                  planned_jobs=len(jobs), options=context.options)
+    outcome = RunOutcome(run_id, context.ident.key, context.commit["sha"], context.dirty, planned=planned)
+    outcome.counts.update(done)
     lock = threading.Lock()
-    recorder = _Recorder(db, run_id)
+    recorder = outbox.Recorder(db, run_id)
 
     def on_result(job: Job, result: JobResult) -> None:
         recorder.record(job, result)
@@ -172,49 +173,3 @@ def run_planned(db: store.Store, jobs: list[Job], executor: Executor, *, ident: 
     outcome.peaks = recorder.finish(outcome.status)
     outcome.spooled, outcome.spool_dir = recorder.left, str(spool.folder(db.url))
     return outcome
-
-
-class _Recorder:
-    """record_result, or the spool while the database is unreachable (retried after a growing back-off)."""
-
-    def __init__(self, db: store.Store, run_id: str) -> None:
-        self.db, self.run_id = db, run_id
-        self.lock = threading.Lock()
-        self.spooled = 0  # results that went to the spool during the run
-        self.left = 0  # results still in the spool at the end
-        self.retry_at = 0.0
-        self.backoff = 1.0
-
-    def record(self, job: Job, result: JobResult) -> None:
-        if time.monotonic() >= self.retry_at:
-            try:
-                store.record_result(self.db, self.run_id, job, result)
-                with self.lock:
-                    self.backoff = 1.0
-                return
-            except Exception as exc:
-                if not spool.is_unreachable(exc):
-                    raise
-                with self.lock:
-                    self.retry_at = time.monotonic() + self.backoff
-                    self.backoff = min(self.backoff * 2, 15.0)
-        spool.put(self.db.url, self.run_id, job, result)
-        with self.lock:
-            self.spooled += 1
-
-    def finish(self, status: str) -> tuple[float | None, float | None]:
-        """Write what was spooled (bounded retry: $HARNESS_SPOOL_WAIT_S, default 60 s), then close the run."""
-        if self.spooled:
-            wait = float(os.environ.get("HARNESS_SPOOL_WAIT_S", "60"))
-            self.left = spool.drain_with_retry(self.db, wait).remaining
-        if not self.left:
-            try:
-                peaks = store.finalize_roofline(self.db, self.run_id)
-                store.finish_run(self.db, self.run_id, status)
-                return peaks
-            except Exception as exc:
-                if not spool.is_unreachable(exc):
-                    raise
-        spool.put_finish(self.db.url, self.run_id, status)
-        self.left = max(self.left, spool.pending(self.db.url))
-        return (None, None)

@@ -1,14 +1,28 @@
-"""Read side of the store: plain-data views of runs and results for the analysis and the report."""
+"""Read side of the store: every database read of the analysis and the report, returned as plain data.
+
+It owns the run views (``RunView``, ``runs``, ``latest_run``, ``get_run``, ``chips``), the resolution of commit and
+run references (``resolve_ref``), the samples and correctness failures of given runs (``series_samples``,
+``correctness_failures``, ``latest_runs``) and one chip's whole history as arrays (``chip_history``, cached per
+database state, and its correctness jobs); ``harness.analysis`` turns these rows and arrays into verdicts without
+touching SQLAlchemy or the models.
+"""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal, NamedTuple
 
-from sqlalchemy import select
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from harness.record.models import Chip, JobRecord, Run
+from harness.core.errors import HarnessError
+from harness.core.status import CODE_FAILURES
+from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.store import Store
 
 
@@ -84,3 +98,341 @@ def get_run(store: Store, run_id: str) -> RunView | None:
     with store.session() as session:
         run = session.get(Run, run_id)
         return _run_view(session, run, True) if run else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Series samples and correctness failures of given runs (compare, variants)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+MIN_PREFIX = 4  # shortest commit / run id prefix accepted (as git)
+
+
+class SeriesKey(NamedTuple):
+    """One benchmark series: a kernel variant at one dtype and shape, on one chip."""
+
+    kernel: str
+    variant: str
+    dtype: str
+    shape_key: str
+    chip: str
+
+
+class FailureRow(NamedTuple):
+    """A failed (or crashed, timed out) correctness job of a run."""
+
+    chip: str
+    kernel: str
+    variant: str
+    check: str
+    dtype: str
+    shape_key: str
+    status: str
+    detail: str
+    run_id: str
+    sha: str
+
+
+def _positive(values: Iterable[float]) -> npt.NDArray[np.float64]:
+    array = np.fromiter(values, dtype=np.float64)
+    return array[np.isfinite(array) & (array > 0)]
+
+
+def series_samples(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, npt.NDArray[np.float64]]:
+    """Raw benchmark samples of the given runs, pooled per series (chip included); only finite positive ones."""
+    if not run_ids:
+        return {}
+    with store.session() as session:
+        rows = session.execute(
+            select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key, Sample.seconds)
+            .select_from(Sample)
+            .join(JobRecord, Sample.job_id == JobRecord.id)
+            .join(Run, JobRecord.run_id == Run.id)
+            .join(Chip, Run.chip_id == Chip.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")
+            .order_by(JobRecord.id, Sample.idx)
+        )
+        pooled: dict[SeriesKey, list[float]] = {}
+        for kernel, variant, dtype, shape_key, chip, seconds in rows:
+            pooled.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), []).append(seconds)
+    return {key: _positive(values) for key, values in pooled.items()}
+
+
+def correctness_failures(store: Store, run_ids: Sequence[str]) -> list[FailureRow]:
+    """Failing correctness jobs (``CODE_FAILURES``) of the given runs, by chip, kernel, variant, check."""
+    if not run_ids:
+        return []
+    with store.session() as session:
+        rows = session.execute(
+            select(Chip.key, JobRecord.kernel, JobRecord.variant, JobRecord.check_name, JobRecord.dtype,
+                   JobRecord.shape_key, JobRecord.status, JobRecord.detail, JobRecord.run_id, Commit.sha)
+            .select_from(JobRecord)
+            .join(Run, JobRecord.run_id == Run.id)
+            .join(Chip, Run.chip_id == Chip.id)
+            .join(Commit, Run.commit_id == Commit.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "correctness",
+                   JobRecord.status.in_(CODE_FAILURES))
+            .order_by(Chip.key, JobRecord.kernel, JobRecord.variant, JobRecord.check_name, JobRecord.dtype,
+                      JobRecord.shape_key, JobRecord.run_id)
+        )
+        return [FailureRow(*row) for row in rows]
+
+
+def latest_runs(store: Store) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """Per chip (by key): its latest run (as a one-run tuple) and that run's commit sha; chips without runs left out."""
+    runs: dict[str, tuple[str, ...]] = {}
+    shas: dict[str, str] = {}
+    with store.session() as session:
+        for chip_key in list(session.scalars(select(Chip.key).order_by(Chip.key))):
+            latest = session.execute(
+                select(Run.id, Commit.sha).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
+                .where(Chip.key == chip_key).order_by(Run.started_at.desc(), Run.id.desc()).limit(1)
+            ).first()
+            if latest is not None:
+                runs[chip_key], shas[chip_key] = (latest[0],), latest[1]
+    return runs, shas
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Chips and commit / run references
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def chip_keys(store: Store) -> list[str]:
+    """Every chip key, sorted."""
+    with store.session() as session:
+        return list(session.scalars(select(Chip.key).order_by(Chip.key)))
+
+
+def _check_chip(session: Session, chip: str | None) -> None:
+    if chip is not None and session.scalar(select(Chip.id).where(Chip.key == chip)) is None:
+        known = ", ".join(session.scalars(select(Chip.key).order_by(Chip.key))) or "none"
+        raise HarnessError(f"unknown chip {chip!r} (known: {known})")
+
+
+def check_chip(store: Store, chip: str | None) -> None:
+    """Raise HarnessError, naming the known chips, unless ``chip`` is None or a stored chip key."""
+    with store.session() as session:
+        _check_chip(session, chip)
+
+
+class ResolvedRef(NamedTuple):
+    """What a commit or run reference denotes: a commit (all its runs) or one run, and its commit."""
+
+    kind: Literal["commit", "run"]
+    sha: str
+    message: str
+    branch: str
+    runs: dict[str, tuple[str, ...]]  # chip key -> run ids, in start order
+    dirty_runs: int
+
+
+def _resolved(kind: Literal["commit", "run"], commit: Commit, runs: Sequence[Run]) -> ResolvedRef:
+    per_chip: dict[str, list[str]] = {}
+    for run in sorted(runs, key=lambda r: (r.started_at, r.id)):
+        per_chip.setdefault(run.chip.key, []).append(run.id)
+    return ResolvedRef(kind, commit.sha, commit.message, commit.branch,
+                       {chip: tuple(ids) for chip, ids in sorted(per_chip.items())}, sum(bool(r.dirty) for r in runs))
+
+
+def _commit_runs(session: Session, commits: Sequence[Commit]) -> list[Run]:
+    ids = [c.id for c in commits]
+    return list(session.scalars(select(Run).where(Run.commit_id.in_(ids))))
+
+
+def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
+    """A commit sha (full or unique prefix: all its runs, per chip) or a run id (full or unique prefix).
+
+    ``chip`` keeps that chip's runs only.  HarnessError on an empty, unknown, too short or ambiguous reference, an
+    unknown chip, a run of another chip, or a commit without runs (on ``chip``).
+    """
+    ref = ref.strip()
+    if not ref:
+        raise HarnessError("empty commit or run id")
+    with store.session() as session:
+        _check_chip(session, chip)
+        exact_run = session.get(Run, ref)
+        exact_commits = session.scalars(select(Commit).where(Commit.sha == ref)).all()
+        if exact_run is not None and not exact_commits:
+            runs, kind, commits = [exact_run], "run", [exact_run.commit]
+        elif exact_commits:
+            runs, kind, commits = _commit_runs(session, exact_commits), "commit", exact_commits
+        else:
+            if len(ref) < MIN_PREFIX:
+                raise HarnessError(f"no commit or run {ref!r} (prefixes need at least {MIN_PREFIX} characters)")
+            commits = session.scalars(select(Commit).where(Commit.sha.startswith(ref, autoescape=True))).all()
+            prefix_runs = session.scalars(select(Run).where(Run.id.startswith(ref, autoescape=True))).all()
+            shas = sorted({c.sha for c in commits})
+            if len(shas) + len(prefix_runs) > 1:
+                listed = [f"commit {s[:12]}" for s in shas] + [f"run {r.id[:12]}" for r in prefix_runs]
+                more = f", ... ({len(listed)} in all)" if len(listed) > 3 else ""
+                raise HarnessError(f"{ref!r} is ambiguous: {', '.join(listed[:3])}{more}")
+            if not shas and not prefix_runs:
+                raise HarnessError(f"no commit or run {ref!r} in the database")
+            if prefix_runs:
+                runs, kind, commits = list(prefix_runs), "run", [prefix_runs[0].commit]
+            else:
+                runs, kind = _commit_runs(session, commits), "commit"
+        if chip is not None:
+            if kind == "run" and runs[0].chip.key != chip:
+                raise HarnessError(f"run {runs[0].id} ran on chip {runs[0].chip.key!r}, not {chip!r}")
+            runs = [r for r in runs if r.chip.key == chip]
+        if not runs:
+            where = f" on chip {chip!r}" if chip else ""
+            raise HarnessError(f"commit {commits[0].sha[:12]} has no runs{where}")
+        return _resolved(kind, commits[0], runs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One chip's whole history, as arrays (history and regressions), with a small cache
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChipHistory:
+    """All clean runs of one chip, pooled per (commit, series) cell; samples sorted within each cell."""
+
+    chip: str
+    commits: list[tuple[int, str, str, str, datetime | None]]  # (commit id, sha, message, branch, first start)
+    series: list[SeriesKey]
+    counts: npt.NDArray[np.int64]  # (n_commits, n_series): valid samples per cell
+    offsets: npt.NDArray[np.int64]  # (n_commits, n_series): start of each cell in ``values``
+    values: npt.NDArray[np.float64]  # samples sorted by (cell, seconds)
+
+    def cell_rows(self, cells: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.float64]:
+        """Sorted samples of flat cell indices that all have n samples: shape (len(cells), n)."""
+        return self.values[self.offsets.ravel()[cells][:, None] + np.arange(n)]
+
+    def samples(self, cell: int) -> npt.NDArray[np.float64]:
+        """Sorted samples of one flat cell index."""
+        start = self.offsets.ravel()[cell]
+        return self.values[start:start + self.counts.ravel()[cell]]
+
+
+def _run_filter(query, chip: str, include_dirty: bool):
+    query = query.where(Chip.key == chip)
+    return query if include_dirty else query.where(Run.dirty.is_(False))
+
+
+def _plain_rows(session: Session, statement) -> list[tuple]:
+    """DBAPI tuples of a SELECT, skipping SQLAlchemy's Row objects (seconds on millions of samples)."""
+    connection = session.connection()
+    compiled = statement.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.construct_params()
+    if compiled.positional:
+        params = tuple(params[name] for name in compiled.positiontup)
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(str(compiled), params)
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
+_CACHE: OrderedDict[tuple, ChipHistory] = OrderedDict()
+_CACHE_SIZE = 8  # chip histories; ~20 MB each at 1000 commits x 200 series x 10 samples
+
+
+def clear_history_cache() -> None:
+    """Forget the loaded chip histories (they are also dropped whenever the database gains runs or jobs)."""
+    _CACHE.clear()
+
+
+def _fingerprint(session: Session) -> tuple:
+    """Changes whenever a run or job is added or removed, or a run's start time moves."""
+    runs = session.execute(select(func.count(Run.id), func.max(Run.started_at))).one()
+    jobs = session.execute(select(func.count(JobRecord.id), func.max(JobRecord.id))).one()
+    return (*runs, *jobs)
+
+
+def chip_history(store: Store, chip: str, kernel: str | None = None, *, include_dirty: bool = False,
+                 last: int | None = None) -> ChipHistory:
+    """The chip's benchmark history (its commits in order of their first run's start; ``last``: the last N only),
+    from a small cache keyed on the database's state (history then regressions of the same chip, as the report
+    does, load it once)."""
+    with store.session() as session:
+        key = (store.url, chip, kernel, include_dirty, last, _fingerprint(session))
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+        data = _query_chip(session, chip, kernel, include_dirty, last)
+    _CACHE[key] = data
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return data
+
+
+def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: bool,
+                last: int | None) -> ChipHistory:
+    first_start = func.min(Run.started_at)
+    commit_rows = session.execute(_run_filter(
+        select(Commit.id, Commit.sha, Commit.message, Commit.branch, first_start)
+        .select_from(Run).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id),
+        chip, include_dirty).group_by(Commit.id, Commit.sha, Commit.message, Commit.branch)
+        .order_by(first_start, Commit.id)).all()
+    commits = [tuple(row) for row in commit_rows]
+    if last is not None:
+        commits = commits[-last:] if last > 0 else []
+    commit_index = {row[0]: i for i, row in enumerate(commits)}
+    runs = _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
+    if last is not None:
+        runs = runs.where(Run.commit_id.in_(list(commit_index)))
+    run_commit = {run_id: commit_index[commit_id] for run_id, commit_id in session.execute(
+        runs.with_only_columns(Run.id, Run.commit_id))}
+
+    def benchmark_jobs(query):
+        # Runs first, then their jobs by index: SQLite would otherwise scan the whole job table.
+        query = query.where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark")
+        return query.where(JobRecord.kernel == kernel) if kernel is not None else query
+
+    job_rows = _plain_rows(session, benchmark_jobs(
+        select(JobRecord.id, JobRecord.run_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
+               JobRecord.shape_key)))
+    series_index: dict[tuple[str, str, str, str], int] = {}
+    job_ids = np.empty(len(job_rows), dtype=np.int64)
+    job_cells = np.empty(len(job_rows), dtype=np.int64)
+    job_commit = np.empty(len(job_rows), dtype=np.int64)
+    for i, (job_id, run_id, *series) in enumerate(job_rows):
+        job_ids[i] = job_id
+        job_commit[i] = run_commit[run_id]
+        job_cells[i] = series_index.setdefault(tuple(series), len(series_index))
+    n_commits, n_series = len(commits), len(series_index)
+    job_cells += job_commit * n_series
+    sample_rows = _plain_rows(session, benchmark_jobs(
+        select(Sample.job_id, Sample.seconds).join(JobRecord, Sample.job_id == JobRecord.id)))
+    sample_jobs = np.fromiter((row[0] for row in sample_rows), dtype=np.int64, count=len(sample_rows))
+    seconds = np.fromiter((row[1] for row in sample_rows), dtype=np.float64, count=len(sample_rows))
+    del sample_rows
+    valid = np.isfinite(seconds) & (seconds > 0)
+    sample_jobs, seconds = sample_jobs[valid], seconds[valid]
+    order = np.argsort(job_ids)
+    cells = job_cells[order][np.searchsorted(job_ids[order], sample_jobs)] if job_ids.size else sample_jobs[:0]
+    by_cell = np.lexsort((seconds, cells))
+    counts = np.bincount(cells, minlength=n_commits * n_series).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if counts.size else counts
+    return ChipHistory(chip, commits, [SeriesKey(*series, chip) for series in series_index],
+                       counts.reshape(n_commits, n_series), offsets.reshape(n_commits, n_series), seconds[by_cell])
+
+
+def correctness_statuses(store: Store, chip: str, *, include_dirty: bool = False) -> list[tuple[int, str, str]]:
+    """``(commit id, job key, status)`` of every correctness job of the chip's clean runs (all with
+    ``include_dirty``), unordered."""
+    with store.session() as session:
+        return _plain_rows(session, _run_filter(
+            select(Run.commit_id, JobRecord.key, JobRecord.status).select_from(JobRecord)
+            .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
+            .where(JobRecord.kind == "correctness"))
+
+
+def failing_correctness_jobs(store: Store, chip: str, *, include_dirty: bool = False) -> list[tuple]:
+    """``(commit id, job key, kernel, variant, dtype, shape_key, check, status, detail)`` of every failing
+    correctness job (``CODE_FAILURES``) of the chip's clean runs (all with ``include_dirty``), in run start
+    order, then job order."""
+    with store.session() as session:
+        return [tuple(row) for row in session.execute(_run_filter(
+            select(Run.commit_id, JobRecord.key, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
+                   JobRecord.shape_key, JobRecord.check_name, JobRecord.status, JobRecord.detail)
+            .select_from(JobRecord).join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id),
+            chip, include_dirty)
+            .where(JobRecord.kind == "correctness", JobRecord.status.in_(CODE_FAILURES))
+            .order_by(Run.started_at, JobRecord.id))]

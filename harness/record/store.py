@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,8 +114,11 @@ class Store:
         self.engine.dispose()
 
 
-def open_store(url: str | None = None) -> Store:
-    """Open (creating and migrating if needed) the database at ``url``; one clear error if unreachable."""
+def open_database(url: str | None = None) -> Store:
+    """Open (creating and migrating if needed) the database at ``url``; one clear error if unreachable.
+
+    Commands open it through :func:`harness.record.outbox.open_store`, which also writes the spooled results.
+    """
     url = url or default_db_url()
     engine = make_engine(url)
     try:
@@ -123,12 +127,7 @@ def open_store(url: str | None = None) -> Store:
         engine.dispose()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise HarnessError(f"cannot open database {mask_url(url)}: {reason}") from None
-    opened = Store(engine, url)
-    from harness.record import spool  # results spooled while this database was unreachable are written first
-
-    if spool.folder(url).is_dir():
-        spool.drain(opened)
-    return opened
+    return Store(engine, url)
 
 
 # --- writing -------------------------------------------------------------------------------------------------
@@ -190,9 +189,10 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
 
 
 def _job_record(run_id: str, job: Job, result: JobResult, peaks: tuple[float | None, float | None]) -> JobRecord:
-    record = JobRecord(run_id=run_id, key=job.key, kind=job.kind, name=job.name, kernel=job.kernel,
-                       variant=job.variant, dtype=job.dtype, shape=job.shape, shape_key=job.shape_key,
-                       check_name=job.check, status=result.status, detail=result.detail[:4000],
+    labels = job.labels  # what each job type is stored under (harness/core/job.py)
+    record = JobRecord(run_id=run_id, key=job.key, kind=job.kind, name=job.name, kernel=labels.kernel,
+                       variant=labels.variant, dtype=labels.dtype, shape=labels.shape, shape_key=labels.shape_key,
+                       check_name=labels.check, status=result.status, detail=result.detail[:4000],
                        output_tail=result.output_tail[-4000:], max_error=result.max_error,
                        tolerance=result.tolerance, duration_s=result.duration_s, node=result.node,
                        attempts=result.attempts)
@@ -247,11 +247,12 @@ def record_result(store: Store, run_id: str, job: Job, result: JobResult,
 def _test_records(run_id: str, job: Job, result: JobResult) -> list[JobRecord]:
     """One row per test of a pytest job: kind "test", key test/<selection>/<nodeid>, status its outcome."""
     records: dict[str, JobRecord] = {}
+    labels = job.labels
     for test in result.tests:
         key = per_test_key(job.name, str(test["nodeid"]))
         records.setdefault(key, JobRecord(
-            run_id=run_id, key=key, kind="test", name=str(test["nodeid"])[:255], kernel=job.kernel,
-            variant=job.variant, dtype=job.dtype, shape={}, shape_key="", check_name="", status=test["outcome"],
+            run_id=run_id, key=key, kind="test", name=str(test["nodeid"])[:255], kernel=labels.kernel,
+            variant=labels.variant, dtype=labels.dtype, shape={}, shape_key="", check_name="", status=test["outcome"],
             detail=str(test.get("detail", ""))[:4000], output_tail=str(test.get("longrepr", ""))[-4000:],
             duration_s=float(test.get("duration_s") or 0.0), node=result.node, attempts=result.attempts))
     return list(records.values())
@@ -287,6 +288,34 @@ def set_peaks(store: Store, run_id: str, peak_flops: float | None, peak_bytes_pe
     with store.session() as session:
         run = session.get(Run, run_id)
         run.peak_flops, run.peak_bytes_per_s = peak_flops, peak_bytes_per_s
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """What resuming a run needs: its options, commit, chip, and the jobs it already has."""
+
+    options: dict[str, Any]
+    sha: str
+    chip_key: str
+    statuses: Counter  # of its stored jobs (per-test rows not counted)
+    keys: set[str]  # every stored key, per-test rows included
+
+
+def stored_run(store: Store, run_id: str) -> StoredRun | None:
+    with store.session() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return None
+        statuses = Counter(session.scalars(select(JobRecord.status).where(JobRecord.run_id == run.id,
+                                                                          JobRecord.kind != "test")))
+        keys = set(session.scalars(select(JobRecord.key).where(JobRecord.run_id == run.id)))
+        return StoredRun(dict(run.options or {}), run.commit.sha, run.chip.key, statuses, keys)
+
+
+def reopen_run(store: Store, run_id: str) -> None:
+    """Mark a stored run as running again (``harness run --resume``)."""
+    with store.session() as session:
+        session.get(Run, run_id).status = "running"
 
 
 def finish_run(store: Store, run_id: str, status: str) -> None:

@@ -8,19 +8,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.analysis import grid as analysis
+from harness.analysis.history import history
+from harness.analysis.records import RegressionEvidence, SeriesHistory, VariantMatrix
+from harness.analysis.regressions import regressions as find_regressions
+from harness.analysis.variants import default_variants, variant_matrix
 from harness.record import query
 from harness.record.store import Store, mask_url
 from reports.render import render_site
 
 DEFAULT_REPORT_DIR = Path("harness-out") / "report"
-
-
-def kernel_baselines() -> dict[str, str]:
-    """Each kernel's default (baseline) variant, from the registry."""
-    from kernels import REGISTRY
-
-    return {name: kernel.default_variant for name, kernel in REGISTRY.items()}
 
 
 @dataclass
@@ -30,9 +26,9 @@ class SiteData:
     chips: list[dict[str, Any]]
     latest: dict[str, query.RunView | None]
     baselines: dict[str, str]
-    matrix: analysis.VariantMatrix
-    histories: dict[str, list[analysis.SeriesHistory]]
-    regressions: list[analysis.RegressionEvidence]
+    matrix: VariantMatrix
+    histories: dict[str, list[SeriesHistory]]
+    regressions: list[RegressionEvidence]
     db_label: str
     last: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -49,16 +45,16 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     latest = {chip["key"]: query.latest_run(store, chip["key"]) for chip in chips}
     timings["latest runs"] = time.perf_counter() - start
     start = time.perf_counter()
-    matrix = analysis.variant_matrix(store)
+    matrix = variant_matrix(store)
     timings["variant matrix"] = time.perf_counter() - start
     start = time.perf_counter()
-    histories = {chip["key"]: analysis.history(store, chip["key"], change_points=change_points, last=last)
+    histories = {chip["key"]: history(store, chip["key"], change_points=change_points, last=last)
                  for chip in chips}
     timings["histories"] = time.perf_counter() - start
     start = time.perf_counter()
-    regressions = analysis.regressions(store, last=last)
+    regressions = find_regressions(store, last=last)
     timings["regressions"] = time.perf_counter() - start
-    return SiteData(chips, latest, kernel_baselines(), matrix, histories, regressions, mask_url(store.url), last,
+    return SiteData(chips, latest, default_variants(), matrix, histories, regressions, mask_url(store.url), last,
                     timings)
 
 

@@ -108,6 +108,26 @@ def verify_tree(path: str | Path, sha: str) -> None:
         raise HarnessError(f"tree {path} has local changes; refusing to run a dirty tree as {sha[:12]}")
 
 
+# --- history between two commits (harness bisect) ------------------------------------------------------------
+
+
+def is_ancestor(repo: str | Path, ancestor: str, descendant: str) -> bool:
+    """Whether commit ``ancestor`` is ``descendant`` or one of its ancestors (``git merge-base --is-ancestor``)."""
+    sha = _has_commit(Path(repo), ancestor)
+    return bool(sha) and _git(repo, "merge-base", ancestor, descendant, check=False) == sha
+
+
+def ancestry_path(repo: str | Path, good: str, bad: str, timeout: float = 300) -> list[tuple[str, str]]:
+    """(sha, subject) of the commits after ``good`` up to ``bad`` on the ancestry path, oldest first."""
+    out = _git(repo, "log", "--reverse", "--ancestry-path", "--format=%H%x00%s", f"{good}..{bad}", timeout=timeout)
+    return [(sha, subject) for sha, _, subject in (line.partition("\x00") for line in out.splitlines() if line)]
+
+
+def subject(repo: str | Path, rev: str, timeout: float = 300) -> str:
+    """The first line of ``rev``'s commit message."""
+    return _git(repo, "log", "-1", "--format=%s", rev, timeout=timeout)
+
+
 # --- a repository reached by URL (cluster nodes) ------------------------------------------------------------
 
 

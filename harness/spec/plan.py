@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from harness.core.job import Job, job_key
+from harness.core.job import FunctionJob, InstallJob, Job, KernelJob, PytestJob
 from harness.spec.suite import BenchmarkSpec, CorrectnessSpec, Suite, TimingSpec
 
 
@@ -17,8 +17,7 @@ def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]
     """All jobs of a suite for one chip class: calibration first, then correctness, then benchmarks."""
     from kernels import REGISTRY  # imports mlx: only when a suite is planned
 
-    plugins = tuple(suite.suite.plugins)
-    common = {"plugins": plugins, "plugin_dir": plugin_dir}
+    common = {"plugins": tuple(suite.suite.plugins), "plugin_dir": plugin_dir}  # what a kernel job imports first
     jobs: list[Job] = []
     calibration = suite.calibration.get(chip_class)
     if calibration is not None:
@@ -27,9 +26,9 @@ def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]
             kernel = REGISTRY[kernel_name]
             for n in sizes:
                 shape = kernel.normalize_shape({"N": n})
-                jobs.append(Job(job_key("calibration", kernel_name, kernel.default_variant, shape, calibration.dtype),
-                                "calibration", "calibration", kernel_name, kernel.default_variant, shape,
-                                calibration.dtype, timeout_s=suite.timing.timeout_s, timing=timing, **common))
+                jobs.append(KernelJob.of("calibration", kernel_name, kernel.default_variant, shape, calibration.dtype,
+                                         name="calibration", timeout_s=suite.timing.timeout_s, timing=timing,
+                                         **common))
     for spec in suite.correctness:
         kernel = REGISTRY[spec.kernel]
         for variant in _variants(spec, kernel):
@@ -37,9 +36,8 @@ def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]
                 for raw_shape in spec.shapes:
                     shape = kernel.normalize_shape(raw_shape)
                     for check in spec.checks:
-                        jobs.append(Job(job_key("correctness", spec.kernel, variant, shape, dtype, check),
-                                        "correctness", spec.name, spec.kernel, variant, shape, dtype, check,
-                                        seed=spec.seed, timeout_s=spec.timeout_s, **common))
+                        jobs.append(KernelJob.of("correctness", spec.kernel, variant, shape, dtype, check,
+                                                 name=spec.name, seed=spec.seed, timeout_s=spec.timeout_s, **common))
     for spec in suite.benchmark:
         kernel = REGISTRY[spec.kernel]
         timing = TimingSpec(**{**suite.timing.model_dump(), **spec.timing}).model_dump()
@@ -47,14 +45,13 @@ def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]
             for dtype in spec.dtypes:
                 for raw_shape in suite.grid_shapes(spec, chip_class):
                     shape = kernel.normalize_shape(raw_shape)
-                    jobs.append(Job(job_key("benchmark", spec.kernel, variant, shape, dtype), "benchmark",
-                                    spec.name, spec.kernel, variant, shape, dtype,
-                                    timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing, **common))
-    jobs += _plan_repo_sections(suite, chip_class, common)
+                    jobs.append(KernelJob.of("benchmark", spec.kernel, variant, shape, dtype, name=spec.name,
+                                             timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing,
+                                             **common))
+    jobs += _plan_repo_sections(suite, chip_class)
     return _dedupe(jobs)
 
 
-INSTALL_KEY = "install"
 PYTEST_GRACE_S = 60.0  # the job process outlives pytest's own timeout by this much, to report partial results
 
 
@@ -66,28 +63,24 @@ def install_spec(suite: Suite) -> dict[str, Any]:
     return {**suite.install.model_dump(), "nonce": uuid.uuid4().hex}
 
 
-def _plan_repo_sections(suite: Suite, chip_class: str, common: dict[str, Any]) -> list[Job]:
+def _plan_repo_sections(suite: Suite, chip_class: str) -> list[Job]:
     """The install job, pytest selections and benchmark functions of a repository suite."""
     install = install_spec(suite)
     jobs: list[Job] = []
     if install:
-        jobs.append(Job(INSTALL_KEY, "install", "install", "install", "default", {}, "",
-                        timeout_s=install["timeout_s"] + PYTEST_GRACE_S, install=install, **common))
+        jobs.append(InstallJob.of(install, timeout_s=install["timeout_s"] + PYTEST_GRACE_S))
     for spec in suite.pytest:
         if chip_class not in spec.chips:
             continue
         selection = {"selection": spec.name, "paths": spec.paths, "k": spec.k, "m": spec.m, "args": spec.args,
                      "workers": spec.workers, "timeout_s": spec.timeout_s}
-        jobs.append(Job(f"pytest/{spec.name}", "pytest", spec.name, spec.name, "default", {}, "",
-                        timeout_s=spec.timeout_s + PYTEST_GRACE_S, spec=selection, install=install, **common))
+        jobs.append(PytestJob.of(selection, timeout_s=spec.timeout_s + PYTEST_GRACE_S, install=install))
     for spec in suite.function:
         timing = TimingSpec(**{**suite.timing.model_dump(), **spec.timing}).model_dump()
         for dtype in spec.dtypes or [""]:
             for shape in suite.function_shapes(spec, chip_class):
-                jobs.append(Job(job_key("benchmark", spec.target, "default", shape, dtype or "-"), "benchmark",
-                                spec.label, spec.target, "default", shape, dtype,
-                                timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing,
-                                spec={"target": spec.target}, install=install, **common))
+                jobs.append(FunctionJob.of(spec.target, shape, dtype, name=spec.label, timing=timing, install=install,
+                                           timeout_s=max(spec.timeout_s, timing["timeout_s"])))
     return jobs
 
 

@@ -69,6 +69,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from harness.core import defaults
 from harness.core.config import SOURCE_ROOT
 from harness.core.errors import SuiteError
 
@@ -88,12 +89,12 @@ class SuiteMeta(_Strict):
 
 
 class TimingSpec(_Strict):
-    warmup_s: float = Field(0.2, ge=0)
-    warmup_calls: int = Field(3, ge=0)
-    min_sample_s: float = Field(0.02, gt=0)
-    samples: int = Field(10, ge=1, le=10_000)
-    max_inner: int = Field(10_000, ge=1)
-    timeout_s: float = Field(300.0, gt=0)
+    warmup_s: float = Field(defaults.WARMUP_S, ge=0)
+    warmup_calls: int = Field(defaults.WARMUP_CALLS, ge=0)
+    min_sample_s: float = Field(defaults.MIN_SAMPLE_S, gt=0)
+    samples: int = Field(defaults.SAMPLES, ge=1, le=10_000)
+    max_inner: int = Field(defaults.MAX_INNER, ge=1)
+    timeout_s: float = Field(defaults.TIMEOUT_S, gt=0)
 
 
 class CalibrationSpec(_Strict):
@@ -309,7 +310,7 @@ def check_tree(suite: Suite, tree: str | Path) -> None:
 def _check_against_registry(suite: Suite, source: str) -> None:
     if not (suite.correctness or suite.benchmark or suite.calibration):
         return  # a repository suite without built-in kernel sections never needs the kernel registry
-    from kernels import REGISTRY
+    from kernels import REGISTRY  # loads mlx: only when needed
 
     seen: set[str] = set()
     for section, specs in (("correctness", suite.correctness), ("benchmark", suite.benchmark)):

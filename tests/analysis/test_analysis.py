@@ -8,11 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from harness.analysis import grid as analysis
-from harness.analysis.grid import SeriesKey
+from harness.analysis.compare import compare, resolve_side
+from harness.analysis.history import history
+from harness.analysis.regressions import regressions
+from harness.analysis.variants import tuning_drift, variant_matrix
 from harness.core import stats
 from harness.core.errors import HarnessError
-from harness.record import store
+from harness.core.status import CODE_FAILURES
+from harness.record import outbox
+from harness.record.query import SeriesKey
 from testkit.analysis import add_run, checks, grid_results, sha_of
 from testkit.pg import scratch_database
 
@@ -22,7 +26,7 @@ SLOW_KEY = SeriesKey("swiglu", "fused_gateup", "float32", "B=1,D=32,H=1,S=128", 
 
 @pytest.fixture
 def db(db_url):
-    handle = store.open_store(db_url)
+    handle = outbox.open_store(db_url)
     yield handle
     handle.close()
 
@@ -35,7 +39,7 @@ def history_store(request, tmp_path_factory):
             url = f"sqlite:///{tmp_path_factory.mktemp('history') / 'results.db'}"
         else:
             url = stack.enter_context(scratch_database(request.getfixturevalue("pg_server")))
-        handle = store.open_store(url)
+        handle = outbox.open_store(url)
         history_db(handle)
         yield handle
         handle.close()
@@ -54,7 +58,7 @@ def two_commits(db, head_factors=None, head_statuses=None, seed=1):
 
 def test_a_planted_regression_is_the_only_change_and_fails_the_compare(db):
     two_commits(db, head_factors={SLOW_SERIES: 1.10})
-    report = analysis.compare(db, sha_of(1), sha_of(2))
+    report = compare(db, sha_of(1), sha_of(2))
     assert len(report.rows) == 16 and report.only_base == report.only_head == 0
     flagged = [row for row in report.rows if row.verdict in ("regressed", "improved")]
     assert [(row.key, row.verdict) for row in flagged] == [(SLOW_KEY, "regressed")]
@@ -69,23 +73,23 @@ def test_a_planted_regression_is_the_only_change_and_fails_the_compare(db):
 
 def test_a_null_commit_pair_is_unchanged(db):
     two_commits(db)
-    report = analysis.compare(db, sha_of(1)[:8], sha_of(2)[:8])
+    report = compare(db, sha_of(1)[:8], sha_of(2)[:8])
     assert report.counts["regressed"] == report.counts["improved"] == report.counts["broken"] == 0
     assert report.counts["unchanged"] >= 14 and report.exit_code == 0
 
 
 def test_loaded_histories_are_reloaded_when_the_database_changes(db):
     two_commits(db)
-    assert {len(h.points) for h in analysis.history(db, "chip-b", change_points=False)} == {2}
+    assert {len(h.points) for h in history(db, "chip-b", change_points=False)} == {2}
     add_run(db, "chip-b", 3, grid_results(np.random.default_rng(9)), minutes=20)
-    assert {len(h.points) for h in analysis.history(db, "chip-b", change_points=False)} == {3}
+    assert {len(h.points) for h in history(db, "chip-b", change_points=False)} == {3}
 
 
 def test_a_correctness_failure_breaks_that_kernel_on_that_chip_only(db):
     # The slowdown would be a regression, but flash_prefill is wrong on chip A in head: no timing verdict there.
     two_commits(db, head_factors={("flash_prefill", "flash_bq16_bk32", 0): 1.3},
                 head_statuses={("flash_prefill", "flash_bq16_bk32"): "failed"})
-    report = analysis.compare(db, sha_of(1), sha_of(2))
+    report = compare(db, sha_of(1), sha_of(2))
     verdicts = {row.key: row.verdict for row in report.rows}
     broken = {key for key, verdict in verdicts.items() if verdict == "broken"}
     assert broken == {key for key in verdicts if key.kernel == "flash_prefill" and key.chip == "chip-a"}
@@ -96,7 +100,7 @@ def test_a_correctness_failure_breaks_that_kernel_on_that_chip_only(db):
         "chip-a", "flash_prefill", "flash_bq16_bk32", "reference", "failed")
     assert "tolerance" in failure.detail and failure.sha == sha_of(2)
     assert report.exit_code == 1 and report.counts["regressed"] == 0
-    only_b = analysis.compare(db, sha_of(1), sha_of(2), chip="chip-b")
+    only_b = compare(db, sha_of(1), sha_of(2), chip="chip-b")
     assert only_b.exit_code == 0 and not only_b.correctness_failures and {r.key.chip for r in only_b.rows} == {
         "chip-b"}
 
@@ -106,38 +110,38 @@ def test_sides_resolve_commits_prefixes_and_runs(db):
     first = add_run(db, "chip-a", 1, grid_results(rng), minutes=0)
     second = add_run(db, "chip-a", 1, grid_results(rng), minutes=1)
     add_run(db, "chip-b", 1, grid_results(rng), minutes=2, dirty=True)
-    side = analysis.resolve_side(db, sha_of(1)[:6])
+    side = resolve_side(db, sha_of(1)[:6])
     assert side.kind == "commit" and side.sha == sha_of(1) and side.runs == {"chip-a": (first, second),
                                                                              "chip-b": side.runs["chip-b"]}
     assert side.dirty_runs == 1 and len(side.run_ids) == 3
-    assert analysis.resolve_side(db, sha_of(1), chip="chip-a").runs == {"chip-a": (first, second)}
-    run_side = analysis.resolve_side(db, second)
+    assert resolve_side(db, sha_of(1), chip="chip-a").runs == {"chip-a": (first, second)}
+    run_side = resolve_side(db, second)
     assert run_side.kind == "run" and run_side.runs == {"chip-a": (second,)} and run_side.sha == sha_of(1)
-    assert analysis.resolve_side(db, second[:10]).runs == {"chip-a": (second,)}
+    assert resolve_side(db, second[:10]).runs == {"chip-a": (second,)}
     # pooled: commit vs itself is trivially identical; run vs run compares the runs
-    same = analysis.compare(db, sha_of(1), sha_of(1), chip="chip-a")
+    same = compare(db, sha_of(1), sha_of(1), chip="chip-a")
     assert {row.ratio for row in same.rows} == {1.0} and same.counts["unchanged"] == 8
-    runs = analysis.compare(db, first, second)
+    runs = compare(db, first, second)
     assert len(runs.rows) == 8 and all(row.n_base == row.n_head == 10 for row in runs.rows)
     add_run(db, "chip-a", 0xABCD, [], minutes=3)  # sha abcdc0ffee..., shares no prefix with 0001c0ffee
     with pytest.raises(HarnessError, match="no commit or run 'deadbeef'"):
-        analysis.resolve_side(db, "deadbeef")
+        resolve_side(db, "deadbeef")
     with pytest.raises(HarnessError, match="commit abcdc0ffeec0 has no runs on chip 'chip-b'"):
-        analysis.resolve_side(db, "abcd", chip="chip-b")
+        resolve_side(db, "abcd", chip="chip-b")
     with pytest.raises(HarnessError, match="unknown chip 'chip-z'"):
-        analysis.resolve_side(db, sha_of(1), chip="chip-z")
+        resolve_side(db, sha_of(1), chip="chip-z")
     with pytest.raises(HarnessError, match="not 'chip-b'"):
-        analysis.resolve_side(db, first, chip="chip-b")
+        resolve_side(db, first, chip="chip-b")
 
 
 def test_prefixes_shared_by_two_commits_are_ambiguous(db):
     add_run(db, "chip-a", 0x12340, [], minutes=0)
     add_run(db, "chip-a", 0x12341, [], minutes=1)
     with pytest.raises(HarnessError, match="'1234' is ambiguous: commit 12340c0ffeec, commit 12341c0ffeec"):
-        analysis.resolve_side(db, "1234")
-    assert analysis.resolve_side(db, "12341").sha == sha_of(0x12341)
+        resolve_side(db, "1234")
+    assert resolve_side(db, "12341").sha == sha_of(0x12341)
     with pytest.raises(HarnessError, match="at least 4 characters"):
-        analysis.resolve_side(db, "123")
+        resolve_side(db, "123")
 
 
 def variant_runs(db, commit: int, minutes: float, factors: dict[str, float], seed: int) -> None:
@@ -149,7 +153,7 @@ def variant_runs(db, commit: int, minutes: float, factors: dict[str, float], see
 
 def test_a_variant_winning_on_one_chip_and_losing_on_another_is_divergent(db):
     variant_runs(db, 1, 0, {"chip-a": 0.8, "chip-b": 1.25}, seed=3)
-    matrix = analysis.variant_matrix(db)
+    matrix = variant_matrix(db)
     assert set(matrix.runs) == {"chip-a", "chip-b"} and set(matrix.shas.values()) == {sha_of(1)}
     assert len(matrix.cells) == 8  # 2 kernels x 1 non-default variant x 2 shapes x 2 chips
     (divergent,) = matrix.divergent
@@ -171,7 +175,7 @@ def test_a_variant_whose_correctness_failed_is_broken_not_a_winner(db):
     rng = np.random.default_rng(4)
     add_run(db, "chip-a", 1, grid_results(rng, {("flash_prefill", "flash_bq16_bk32", 0): 0.8})
             + checks({("flash_prefill", "flash_bq16_bk32"): "crashed"}), minutes=0)
-    matrix = analysis.variant_matrix(db, commit=sha_of(1))
+    matrix = variant_matrix(db, commit=sha_of(1))
     outcomes = {(c.kernel, c.shape_key): c.outcome for c in matrix.cells}
     assert outcomes[("flash_prefill", "B=1,D=32,H=1,S=64")] == "broken"
     assert outcomes[("flash_prefill", "B=1,D=32,H=1,S=128")] == "broken"
@@ -182,8 +186,8 @@ def test_a_variant_whose_correctness_failed_is_broken_not_a_winner(db):
 def test_tuning_drift_names_the_changed_best_variant_with_evidence(db):
     variant_runs(db, 1, 0, {"chip-a": 0.8, "chip-b": 1.0}, seed=5)
     variant_runs(db, 2, 10, {"chip-a": 1.0, "chip-b": 1.0}, seed=6)
-    assert analysis.variant_matrix(db).shas == {"chip-a": sha_of(2), "chip-b": sha_of(2)}  # latest runs
-    (drift,) = analysis.tuning_drift(db, sha_of(1), sha_of(2))
+    assert variant_matrix(db).shas == {"chip-a": sha_of(2), "chip-b": sha_of(2)}  # latest runs
+    (drift,) = tuning_drift(db, sha_of(1), sha_of(2))
     assert (drift.kernel, drift.chip, drift.shape_key, drift.before, drift.after) == (
         "flash_prefill", "chip-a", "B=1,D=32,H=1,S=64", "flash_bq16_bk32", "sdpa")
     assert drift.before_evidence.outcome == "win" and drift.after_evidence is None
@@ -212,7 +216,7 @@ def history_db(db, commits: int = 14, broken_at=(10, 11), seed: int = 7):
 
 def test_history_orders_commits_by_first_run_pools_runs_and_flags_the_step(history_store):
     db = history_store
-    histories = analysis.history(db, "chip-a")
+    histories = history(db, "chip-a")
     assert len(histories) == 8 and all(h.key.chip == "chip-a" for h in histories)
     by_key = {h.key: h for h in histories}
     stepped = by_key[SeriesKey("flash_prefill", "sdpa", "float32", "B=1,D=32,H=1,S=64", "chip-a")]
@@ -225,18 +229,18 @@ def test_history_orders_commits_by_first_run_pools_runs_and_flags_the_step(histo
     assert (flag.kind, flag.index, flag.sha) == ("step", STEP_AT, sha_of(STEP_AT)) and 1.2 < flag.ratio < 1.3
     flat = by_key[SeriesKey("swiglu", "unfused", "float32", "B=1,D=32,H=1,S=128", "chip-a")]
     assert flat.change_points == () and max(p.median for p in flat.points) < 2.3e-3  # dirty run left out
-    with_dirty = analysis.history(db, "chip-a", kernel="swiglu", include_dirty=True, change_points=False)
+    with_dirty = history(db, "chip-a", kernel="swiglu", include_dirty=True, change_points=False)
     assert {h.key.kernel for h in with_dirty} == {"swiglu"} and len(with_dirty) == 4
     assert max(p.median for h in with_dirty for p in h.points) > 2.5e-3
     json.dumps([h.to_dict() for h in histories], allow_nan=False)
-    recent = analysis.history(db, "chip-a", last=5, change_points=False)
+    recent = history(db, "chip-a", last=5, change_points=False)
     assert {tuple(p.sha for p in h.points) for h in recent} == {tuple(sha_of(i) for i in range(9, 14))}
     with pytest.raises(HarnessError, match="unknown chip"):
-        analysis.history(db, "nope")
+        history(db, "nope")
 
 
 def brute_force_regressions(db, chip: str) -> list[tuple]:
-    """compare_grid of every commit against each series' previous point, straight from analysis.history's order."""
+    """compare_grid of every commit against each series' previous point, straight from history()'s order."""
     from sqlalchemy import select
 
     from harness.record.models import Chip, Commit, JobRecord, Run, Sample
@@ -254,7 +258,7 @@ def brute_force_regressions(db, chip: str) -> list[tuple]:
         first[sha] = min(first.get(sha, started), started)
         if kind == "benchmark" and seconds is not None:
             samples.setdefault((sha, SeriesKey(kernel, variant, dtype, shape_key, chip)), []).append(seconds)
-        if kind == "correctness" and status in analysis.FAILING_STATUSES:
+        if kind == "correctness" and status in CODE_FAILURES:
             failing.add((sha, kernel))
     order = sorted(first, key=lambda sha: first[sha])
     found = []
@@ -270,7 +274,7 @@ def brute_force_regressions(db, chip: str) -> list[tuple]:
 
 def test_regressions_match_compare_grid_and_list_new_correctness_failures_first(history_store):
     db = history_store
-    found = analysis.regressions(db)
+    found = regressions(db)
     correctness = [e for e in found if e.kind == "correctness"]
     performance = [e for e in found if e.kind == "performance"]
     assert found == correctness + performance
@@ -283,10 +287,10 @@ def test_regressions_match_compare_grid_and_list_new_correctness_failures_first(
     step = [e for e in performance if e.head_sha == sha_of(STEP_AT)]
     assert [(e.kernel, e.variant, e.shape_key) for e in step] == [("flash_prefill", "sdpa", "B=1,D=32,H=1,S=64")]
     assert 1.2 < step[0].ratio < 1.3 and step[0].n_base == step[0].n_head == 10 and step[0].base_sha == sha_of(6)
-    assert analysis.regressions(db, chip="chip-a") == found
-    window = analysis.regressions(db, "chip-a", last=STEP_AT)  # commits 7..13, judged against 6..12
+    assert regressions(db, chip="chip-a") == found
+    window = regressions(db, "chip-a", last=STEP_AT)  # commits 7..13, judged against 6..12
     assert window == [e for e in found if e.head_sha >= sha_of(STEP_AT)]
-    assert [e for e in analysis.regressions(db, last=3) if e.kind == "performance"] == [
+    assert [e for e in regressions(db, last=3) if e.kind == "performance"] == [
         e for e in performance if e.head_sha >= sha_of(11)]
     json.dumps([e.to_dict() for e in found], allow_nan=False)
 
@@ -298,7 +302,7 @@ def test_regressions_screen_agrees_with_compare_grid_on_a_noisy_many_change_grid
         factors = {(k, v, s): float(np.exp(rng.normal(0, 0.08))) for k, v in
                    (("flash_prefill", "sdpa"), ("swiglu", "unfused"), ("swiglu", "fused_gateup")) for s in (0, 1)}
         add_run(db, "chip-b", i, grid_results(rng, factors, n=int(rng.choice([6, 10])), cv=0.03), minutes=i)
-    performance = [e for e in analysis.regressions(db, "chip-b") if e.kind == "performance"]
+    performance = [e for e in regressions(db, "chip-b") if e.kind == "performance"]
     expected = brute_force_regressions(db, "chip-b")
     assert len(expected) >= 3
     assert sorted(((e.key, e.base_sha, e.head_sha, e.ratio, e.ci_low, e.ci_high, e.p_adjusted)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from harness.bisect import search as bisect
-from harness.bisect.run import (
+from harness.bisect.probes import (
     BisectRequest,
     JobRow,
     Series,
@@ -486,7 +486,7 @@ def test_ray_bisect_probes_two_commits_per_round_at_once(tmp_path_factory):
 
     from harness.bisect.run import run_bisect
     from harness.record.models import Commit, Run
-    from harness.record.store import open_store
+    from harness.record.outbox import open_store
     from testkit.ray import restore_env, set_env, start_cluster
 
     tmp = tmp_path_factory.mktemp("ray-bisect")

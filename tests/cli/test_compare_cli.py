@@ -16,7 +16,7 @@ import pytest
 import harness.cli.compare  # noqa: F401 - registers the verb (until harness.cli.main lists it)
 import harness.cli.variants  # noqa: F401
 from harness.cli.main import main
-from harness.record import store
+from harness.record import outbox
 from testkit.analysis import add_run, checks, grid_results, sha_of
 from testkit.e2e import git
 from testkit.e2e import harness as run_harness
@@ -50,7 +50,7 @@ def cli_subprocess(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def planted(db_url):
     """Commit 1 -> 2 on two chips: swiglu/fused_gateup 10 % slower on chip A, flash_bq8_bk16 wrong on chip A;
     flash_prefill/flash_bq16_bk32 shape 0 wins on chip A (0.8) and loses on chip B (1.25) at both commits."""
-    handle = store.open_store(db_url)
+    handle = outbox.open_store(db_url)
     rng = np.random.default_rng(1)
     for commit in (1, 2):
         for chip in ("chip-a", "chip-b"):
@@ -112,7 +112,7 @@ def test_variants_lists_the_divergent_variant_first_with_both_cells(planted, cap
 
 def one_run_db(tmp_path: Path) -> str:
     db = f"sqlite:///{tmp_path / 'results.db'}"
-    handle = store.open_store(db)
+    handle = outbox.open_store(db)
     add_run(handle, "chip-a", 1, grid_results(np.random.default_rng(0)), minutes=0)
     handle.close()
     return db

@@ -52,7 +52,7 @@ def test_submit_wait_runs_the_commit_on_every_chip_into_postgres(jobs_cluster, p
     from sqlalchemy.engine import make_url
 
     from harness.record.models import Commit, JobRecord, Run
-    from harness.record.store import open_store
+    from harness.record.outbox import open_store
 
     _cluster, api, repo, sha = jobs_cluster
     summary = tmp_path / "summary.md"
@@ -219,7 +219,7 @@ def test_checkout_gives_exactly_the_commit_and_refuses_a_dirty_tree(tmp_path):
         assert sha == first and git.resolve(tree, "HEAD").sha == first
         tree2, sha2 = git.checkout(str(repo), "main")  # a branch name resolves to the remote's newest commit
         assert sha2 == second and tree2 != tree
-        (tree / "harness" / "plan.py").write_text("# changed\n")
+        (tree / "harness" / "spec" / "plan.py").write_text("# changed\n")
         with pytest.raises(HarnessError, match="local changes"):
             git.checkout(str(repo), first)
         with pytest.raises(HarnessError, match="is not in"):
@@ -234,7 +234,7 @@ def test_a_cluster_run_refuses_uncommitted_changes(tmp_path):
     previous = set_env(tmp_path)
     try:
         repo, _sha = make_remote_repo(tmp_path / "remote")
-        (repo / "harness" / "plan.py").write_text("# uncommitted\n")
+        (repo / "harness" / "spec" / "plan.py").write_text("# uncommitted\n")
         with pytest.raises(HarnessError, match="uncommitted changes"):
             prepare_source(str(repo), None)
         with pytest.raises(HarnessError, match="needs --repo"):

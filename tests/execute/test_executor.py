@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from harness.core.job import Job, job_key
+from harness.core.job import KernelJob
 from harness.execute.local import LocalExecutor, run_in_subprocess
 from testkit.paths import PLUGINS
 
 
-def toy_job(variant: str, kind: str = "correctness", timeout_s: float = 60.0, check: str = "reference") -> Job:
-    shape = {"N": 16}
-    return Job(job_key(kind, "toy", variant, shape, "float32", check if kind == "correctness" else ""), kind,
-               "toy", "toy", variant, shape, "float32", check=check if kind == "correctness" else "",
-               timeout_s=timeout_s, timing={"warmup_s": 0.0, "warmup_calls": 1, "min_sample_s": 0.001,
-                                            "samples": 3},
-               plugins=("broken_kernels",), plugin_dir=str(PLUGINS))
+def toy_job(variant: str, kind: str = "correctness", timeout_s: float = 60.0, check: str = "reference") -> KernelJob:
+    return KernelJob.of(kind, "toy", variant, {"N": 16}, "float32", check if kind == "correctness" else "",
+                        timeout_s=timeout_s, timing={"warmup_s": 0.0, "warmup_calls": 1, "min_sample_s": 0.001,
+                                                     "samples": 3},
+                        plugins=("broken_kernels",), plugin_dir=str(PLUGINS))
 
 
 def test_a_passing_correctness_job_reports_its_error():

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from harness.core.chip import detect
 from harness.core.errors import HarnessError
 from harness.core.job import JobResult
-from harness.pipeline.run import RunRequest
+from harness.pipeline.run import ClusterRunRequest
 from harness.record.models import Commit, JobRecord, Run
 from harness.spec import git
 from testkit.ray import (
@@ -71,13 +71,13 @@ def test_run_lands_every_job_on_a_node_of_its_chip(ray_cluster, remote_repo, tmp
     repo, sha = remote_repo
     db_url = f"sqlite:///{tmp_path / 'results.db'}"
     chips = ("tiny-a", "tiny-b", "tiny-c")
-    outcome = run_on_cluster(RunRequest(suite=SUITE, db_url=db_url, commit=sha, repo=str(repo), executor="ray",
-                                        chips=chips), log=lambda line: None)
+    outcome = run_on_cluster(ClusterRunRequest(suite=SUITE, db_url=db_url, commit=sha, repo=str(repo),
+                                               chips=chips), log=lambda line: None)
     assert outcome.errors == {}
     assert sorted(r.chip_key for r in outcome.runs) == sorted(chips)
     assert all(r.counts["passed"] == r.planned == 2 for r in outcome.runs)
 
-    from harness.record.store import open_store
+    from harness.record.outbox import open_store
 
     db = open_store(db_url)
     try:
@@ -107,8 +107,8 @@ def test_chip_without_a_live_node_fails_fast(ray_cluster, tmp_path):
         RayExecutor("tiny-zz").execute([sched_job("ok", 1)], lambda job, result: None)
     db_path = tmp_path / "never.db"
     with pytest.raises(HarnessError, match="chip=tiny-zz"):
-        run_on_cluster(RunRequest(suite=SUITE, db_url=f"sqlite:///{db_path}", commit="HEAD", repo=".",
-                                  executor="ray", chips=("tiny-a", "tiny-zz")), log=lambda line: None)
+        run_on_cluster(ClusterRunRequest(suite=SUITE, db_url=f"sqlite:///{db_path}", commit="HEAD", repo=".",
+                                         chips=("tiny-a", "tiny-zz")), log=lambda line: None)
     assert time.monotonic() - start < 10
     assert not db_path.exists()  # nothing was scheduled or stored
 
@@ -169,7 +169,8 @@ def test_node_dying_without_a_spare_records_its_jobs_lost(ray_cluster, tmp_path)
 
 def test_store_is_idempotent_for_a_result_delivered_twice(tmp_path):
     """What makes a re-run safe: a second result for the same (run, key) is not stored again."""
-    from harness.record.store import open_store, record_result
+    from harness.record.outbox import open_store
+    from harness.record.store import record_result
 
     db = open_store(f"sqlite:///{tmp_path / 'r.db'}")
     try:

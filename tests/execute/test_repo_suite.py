@@ -14,9 +14,18 @@ from sqlalchemy import func, select
 from harness.bench import benchmark, counts
 from harness.core.chip import ChipIdentity
 from harness.core.errors import SuiteError
-from harness.core.job import KEY_CHARS, PHASES, Job, JobResult, per_test_key
+from harness.core.job import (
+    KEY_CHARS,
+    PHASES,
+    FunctionJob,
+    InstallJob,
+    JobResult,
+    PytestJob,
+    job_from_dict,
+    per_test_key,
+)
 from harness.execute import envs
-from harness.record import store
+from harness.record import outbox, store
 from harness.record.models import JobRecord
 from harness.spec.plan import plan_suite
 from harness.spec.suite import check_tree, parse_suite
@@ -74,12 +83,13 @@ def test_a_repository_suite_plans_install_selections_and_grid_points():
                                     "benchmark/pkg.bench:bench_bare/default/float16/",
                                     "benchmark/pkg.bench:bench_bare/default/float32/"}
     install, unit = cpu[0], cpu[1]
+    assert isinstance(install, InstallJob) and isinstance(unit, PytestJob)
     assert install.kind == "install" and unit.install == install.install and unit.install["nonce"]
-    assert unit.spec == {"selection": "unit", "paths": ["tests"], "k": "not slow", "m": "", "args": [], "workers": 2,
-                         "timeout_s": 900.0}
-    assert all(j.is_function and j.install for j in cpu[2:]) and cpu[2].kernel == "pkg.bench:bench_mm"
+    assert unit.selection == {"selection": "unit", "paths": ["tests"], "k": "not slow", "m": "", "args": [],
+                              "workers": 2, "timeout_s": 900.0}
+    assert all(isinstance(j, FunctionJob) and j.install for j in cpu[2:]) and cpu[2].target == "pkg.bench:bench_mm"
     assert plan_suite(suite, "cpu")[0].install["nonce"] != install.install["nonce"]  # a new plan, a new try
-    assert Job.from_dict(json.loads(unit.to_json())) == unit  # what the Ray executor ships
+    assert job_from_dict(json.loads(unit.to_json())) == unit  # what the Ray executor ships
     assert [kind for kind, _ in PHASES] == ["install", "calibration", "correctness", "pytest", "benchmark"]
 
 
@@ -166,11 +176,11 @@ CHIP = ChipIdentity(key="test-chip", backend="cpu", device_name="Test", architec
 
 
 def test_tests_are_stored_once_per_run_and_key(db_url):
-    db = store.open_store(db_url)
+    db = outbox.open_store(db_url)
     try:
         run_id = store.create_run(db, ident=CHIP, facts={"hostname": "h"}, commit={"sha": "abc"}, suite="s",
                                   dirty=False, executor="local", planned_jobs=1)
-        job = Job("pytest/unit", "pytest", "unit", "unit", "default", {}, "", spec={"selection": "unit"})
+        job = PytestJob.of({"selection": "unit"})
         long_id = "tests/test_x.py::test_param[" + "x" * 600 + "]"
         tests = [{"nodeid": "tests/test_x.py::test_a", "outcome": "passed", "duration_s": 0.5},
                  {"nodeid": "tests/test_x.py::test_b", "outcome": "skipped", "detail": "Metal not available"},
@@ -216,8 +226,8 @@ def test_a_function_job_times_mlx_and_plain_callables_and_skips(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     timing = {"warmup_s": 0.0, "warmup_calls": 1, "min_sample_s": 0.001, "samples": 3}
 
-    def job(target: str, shape: dict, dtype: str = "") -> Job:
-        return Job("k", "benchmark", "b", target, "default", shape, dtype, timing=timing, spec={"target": target})
+    def job(target: str, shape: dict, dtype: str = "") -> FunctionJob:
+        return FunctionJob.of(target, shape, dtype, name="b", timing=timing)
 
     mlx = repo_jobs.run_function(job("kb:bench_mx", {"N": 8}, "float16"))
     assert mlx.status == "passed" and len(mlx.samples) == 3 and mlx.flops == 64 and "mx.eval" in mlx.detail

@@ -98,7 +98,7 @@ H200_FLASH_BUNDLE = EXAMPLES / "h200-88a6d6f-flash.bundle"
 def h200_flash(tmp_path_factory):
     """The flash slice of the built-in suite as run on the lent H200 at 88a6d6f (reports/examples/README.md)."""
     from harness.record.bundle import import_bundle
-    from harness.record.store import open_store
+    from harness.record.outbox import open_store
 
     db = open_store(f"sqlite:///{tmp_path_factory.mktemp('h200') / 'h200.db'}")
     import_bundle(db, H200_FLASH_BUNDLE)
@@ -126,7 +126,7 @@ def test_every_mma_variant_passed_every_half_precision_correctness_job_on_the_h2
 
 def test_on_the_h200_the_mma_kernels_beat_the_wmma_kernels_at_every_benchmarked_shape(h200_flash):
     """The figures docs/ and the README quote: variant / SDPA time, from the harness's own variant verdicts."""
-    from harness.analysis.grid import variant_matrix
+    from harness.analysis.variants import variant_matrix
 
     matrix = variant_matrix(h200_flash)
     cells = [c for c in matrix.cells if c.kernel == "flash_prefill" and c.dtype == "float16"]

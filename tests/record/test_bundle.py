@@ -20,8 +20,8 @@ from sqlalchemy.engine import make_url
 
 from harness.core.chip import ChipIdentity
 from harness.core.errors import HarnessError
-from harness.core.job import Job, JobResult, job_key
-from harness.record import bundle, store
+from harness.core.job import JobResult, KernelJob
+from harness.record import bundle, outbox, store
 from harness.record.bundle import export_bundle, import_bundle, read_header
 from harness.record.models import Base, Chip, Commit, JobRecord, Machine, Run, Sample
 from testkit.paths import ROOT
@@ -40,10 +40,8 @@ COMMIT_B = {"sha": "b2" * 20, "repo": REPO, "message": "wip", "author": "Bob", "
 CLI_RUNNER = "import harness.cli.bundle; from harness.cli.main import main; main()"
 
 
-def job(kind: str, kernel: str, variant: str, n: int, dtype: str = "float32", check: str = "") -> Job:
-    shape = {"B": 1, "N": n}
-    return Job(job_key(kind, kernel, variant, shape, dtype, check), kind, f"{kernel}-{kind}", kernel, variant, shape,
-               dtype, check=check)
+def job(kind: str, kernel: str, variant: str, n: int, dtype: str = "float32", check: str = "") -> KernelJob:
+    return KernelJob.of(kind, kernel, variant, {"B": 1, "N": n}, dtype, check, name=f"{kernel}-{kind}")
 
 
 def samples(rng: random.Random, median: float, n: int) -> list[float]:
@@ -141,7 +139,7 @@ def counts(db: store.Store) -> dict[str, int]:
 
 @pytest.fixture
 def source(tmp_path: Path):
-    db = store.open_store(f"sqlite:///{tmp_path / 'source.db'}")
+    db = outbox.open_store(f"sqlite:///{tmp_path / 'source.db'}")
     runs = fill(db)
     yield db, runs
     db.close()
@@ -149,7 +147,7 @@ def source(tmp_path: Path):
 
 @pytest.fixture
 def target(db_url: str):
-    db = store.open_store(db_url)
+    db = outbox.open_store(db_url)
     yield db
     db.close()
 
@@ -175,13 +173,13 @@ def test_round_trip_sqlite_to_postgresql_and_back_is_lossless(tmp_path: Path, so
     first = export_bundle(src, tmp_path / "from-sqlite.bundle")
     assert (first.runs, first.jobs, first.samples) == (3, 12, 30 + 30 + 200 + 50 + 50 + 39)
 
-    pg = store.open_store(pg_url)
+    pg = outbox.open_store(pg_url)
     try:
         added = import_bundle(pg, first.path)
         assert (added.runs_added, added.jobs_added, added.samples_added) == (3, 12, first.samples)
         assert (added.chips_added, added.machines_added, added.commits_added) == (2, 2, 2)
         second = export_bundle(pg, tmp_path / "from-postgresql.bundle")
-        back = store.open_store(f"sqlite:///{tmp_path / 'back.db'}")
+        back = outbox.open_store(f"sqlite:///{tmp_path / 'back.db'}")
         import_bundle(back, second.path)
         original, in_pg, in_sqlite = dump(src), dump(pg), dump(back)
         back.close()
@@ -313,7 +311,7 @@ def test_export_selects_runs_by_id_commit_and_chip(tmp_path: Path, source):
     def exported(**selection) -> set[str]:
         path = tmp_path / f"{len(list(tmp_path.iterdir()))}.bundle"
         export_bundle(src, path, **selection)
-        db = store.open_store(f"sqlite:///{path}.db")
+        db = outbox.open_store(f"sqlite:///{path}.db")
         import_bundle(db, path)
         with db.session() as session:
             ids = set(session.scalars(select(Run.id)))
@@ -347,7 +345,7 @@ def test_export_selection_errors(tmp_path: Path, source, selection, message):
 def test_the_database_password_never_reaches_a_bundle(tmp_path: Path, source, pg_url: str):
     secret = "s3cret-Pa55word"
     url = make_url(pg_url).set(password=secret).render_as_string(hide_password=False)
-    pg = store.open_store(url)  # trust authentication: the password is accepted and ignored
+    pg = outbox.open_store(url)  # trust authentication: the password is accepted and ignored
     try:
         import_bundle(pg, export_bundle(source[0], tmp_path / "a.bundle").path)
         path = export_bundle(pg, tmp_path / "b.bundle").path
@@ -444,7 +442,7 @@ def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source,
     assert len(lines) == 1 and lines[0].startswith(message), done.stderr
     assert "Traceback" not in done.stderr
     if (tmp_path / "target.db").exists():
-        target = store.open_store(f"sqlite:///{tmp_path / 'target.db'}")
+        target = outbox.open_store(f"sqlite:///{tmp_path / 'target.db'}")
         assert counts(target) == dict.fromkeys(counts(target), 0)
         target.close()
 
@@ -460,7 +458,7 @@ def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source,
 def test_more_bad_bundles(tmp_path: Path, source, damage, message):
     path = export_bundle(source[0], tmp_path / "b.bundle").path
     damage(path)
-    target = store.open_store(f"sqlite:///{tmp_path / 'target.db'}")
+    target = outbox.open_store(f"sqlite:///{tmp_path / 'target.db'}")
     with pytest.raises(HarnessError) as caught:
         import_bundle(target, path)
     assert str(caught.value) == message.format(path) and "\n" not in str(caught.value)

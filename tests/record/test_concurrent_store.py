@@ -15,8 +15,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from sqlalchemy import func, select
 
 from harness.core.chip import ChipIdentity
-from harness.core.job import Job, JobResult, job_key
-from harness.record import store
+from harness.core.job import JobResult, KernelJob
+from harness.record import outbox, store
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample
 
 WRITERS = 4
@@ -28,15 +28,14 @@ def chip(index: int) -> ChipIdentity:
     return ChipIdentity(key=f"conc-chip-{index}", backend="cpu", device_name="Test", architecture="x86_64")
 
 
-def job(index: int) -> Job:
+def job(index: int) -> KernelJob:
     shape = {"N": index}
     if index % 2:
-        return Job(job_key("benchmark", "k", "v", shape, "float32"), "benchmark", "b", "k", "v", shape, "float32")
-    return Job(job_key("correctness", "k", "v", shape, "float32", "c"), "correctness", "c", "k", "v", shape,
-               "float32", "c")
+        return KernelJob.of("benchmark", "k", "v", shape, "float32", name="b")
+    return KernelJob.of("correctness", "k", "v", shape, "float32", "c", name="c")
 
 
-def result(j: Job, writer: int) -> JobResult:
+def result(j: KernelJob, writer: int) -> JobResult:
     samples = [1e-3 * (i + 1) for i in range(SAMPLES)] if j.kind == "benchmark" else []
     return JobResult(j.key, "passed", f"written by {writer}", samples=samples, inner=1 if samples else None,
                      node=f"writer-{writer}")
@@ -48,7 +47,7 @@ def _wait_until(start_at: float) -> None:
 
 def create_runs(db_url: str, writer: int, start_at: float) -> str:
     """One new run for a commit and chip every other writer is creating too (get-or-create races)."""
-    db = store.open_store(db_url)
+    db = outbox.open_store(db_url)
     try:
         _wait_until(start_at)
         return store.create_run(db, ident=chip(writer % 2), facts={"hostname": "shared-host"},
@@ -60,7 +59,7 @@ def create_runs(db_url: str, writer: int, start_at: float) -> str:
 
 def write_results(db_url: str, run_ids: list[str], writer: int, start_at: float) -> int:
     """Write every key into every run; returns how many writes this writer won."""
-    db = store.open_store(db_url)
+    db = outbox.open_store(db_url)
     try:
         _wait_until(start_at)
         order = range(KEYS) if writer % 2 else reversed(range(KEYS))  # meet the others head-on
@@ -85,7 +84,7 @@ def check_exactly_once(db: store.Store, run_ids: list[str], wins: int) -> None:
 
 
 def test_processes_create_runs_and_write_results_concurrently(db_url):
-    db = store.open_store(db_url)  # migrated once, before the writers start
+    db = outbox.open_store(db_url)  # migrated once, before the writers start
     try:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(WRITERS, mp_context=context) as pool:
@@ -106,7 +105,7 @@ def test_processes_create_runs_and_write_results_concurrently(db_url):
 
 def test_threads_sharing_one_store_write_concurrently(db_url):
     """The cluster driver's case: one Store, one thread per chip, results arriving from Ray at once."""
-    db = store.open_store(db_url)
+    db = outbox.open_store(db_url)
     try:
         run_ids = [create_runs(db_url, 0, 0.0), create_runs(db_url, 1, 0.0)]
         barrier = threading.Barrier(WRITERS)

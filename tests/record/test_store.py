@@ -7,18 +7,16 @@ from sqlalchemy import func, select
 
 from harness.core.chip import ChipIdentity
 from harness.core.errors import HarnessError
-from harness.core.job import Job, JobResult, job_key
-from harness.record import query, store
+from harness.core.job import FunctionJob, InstallJob, JobResult, KernelJob, PytestJob
+from harness.record import outbox, query, store
 from harness.record.models import JobRecord, Run, Sample
 
 CHIP = ChipIdentity(key="test-chip", backend="cpu", device_name="Test", architecture="x86_64", memory_bytes=141 << 30)
 FACTS = {"hostname": "host-a"}
 
 
-def bench_job(variant: str = "v", kernel: str = "k") -> Job:
-    shape = {"N": 8}
-    return Job(job_key("benchmark", kernel, variant, shape, "float32"), "benchmark", "b", kernel, variant, shape,
-               "float32")
+def bench_job(variant: str = "v", kernel: str = "k") -> KernelJob:
+    return KernelJob.of("benchmark", kernel, variant, {"N": 8}, "float32", name="b")
 
 
 def new_run(db: store.Store, sha: str = "abc123") -> str:
@@ -28,7 +26,7 @@ def new_run(db: store.Store, sha: str = "abc123") -> str:
 
 @pytest.fixture
 def db(db_url):
-    handle = store.open_store(db_url)
+    handle = outbox.open_store(db_url)
     yield handle
     handle.close()
 
@@ -65,8 +63,7 @@ def test_running_the_same_commit_again_is_a_new_run_with_new_samples(db):
 
 def test_summary_and_roofline_from_calibration(db):
     run_id = new_run(db)
-    calib = Job(job_key("calibration", "calib_matmul", "matmul", {"N": 4}, "float32"), "calibration", "calibration",
-                "calib_matmul", "matmul", {"N": 4}, "float32")
+    calib = KernelJob.of("calibration", "calib_matmul", "matmul", {"N": 4}, "float32", name="calibration")
     store.record_result(db, run_id, calib, JobResult(calib.key, "passed", samples=[1.0] * 3, flops=100.0,
                                                      bytes_moved=1.0))
     job = bench_job()
@@ -77,6 +74,33 @@ def test_summary_and_roofline_from_calibration(db):
     record = next(j for j in query.get_run(db, run_id).jobs if j["key"] == job.key)
     assert record["median_s"] == 2.0 and record["achieved_flops"] == 25.0
     assert record["pct_peak"] == pytest.approx(25.0) and record["bound"] == "compute"
+
+
+def test_every_job_type_is_stored_under_the_labels_of_the_single_job_type(db):
+    run_id = new_run(db)
+    install = {"command": "true", "nonce": "n"}
+    jobs = [KernelJob.of("correctness", "k", "v", {"N": 8, "B": 1}, "float32", "reference", name="c"),
+            FunctionJob.of("pkg.bench:mm", {"N": 8}, name="mm", install=install),
+            FunctionJob.of("pkg.bench:bare", {}, "float16", name="bare"),
+            PytestJob.of({"selection": "unit", "paths": ["tests"]}, install=install),
+            InstallJob.of(install)]
+    for job in jobs:
+        tests = [{"nodeid": "t.py::a", "outcome": "passed"}] if job.kind == "pytest" else []
+        assert store.record_result(db, run_id, job, JobResult(job.key, "passed", tests=tests))
+    with db.session() as session:
+        rows = {r.key: (r.kind, r.name, r.kernel, r.variant, r.shape, r.shape_key, r.dtype, r.check_name)
+                for r in session.scalars(select(JobRecord))}
+    assert rows == {  # what the single Job type stored for these jobs (kernel "install", a selection's name...)
+        "correctness/k/v/float32/B=1,N=8/reference": ("correctness", "c", "k", "v", {"B": 1, "N": 8}, "B=1,N=8",
+                                                      "float32", "reference"),
+        "benchmark/pkg.bench:mm/default/-/N=8": ("benchmark", "mm", "pkg.bench:mm", "default", {"N": 8}, "N=8", "",
+                                                 ""),
+        "benchmark/pkg.bench:bare/default/float16/": ("benchmark", "bare", "pkg.bench:bare", "default", {}, "",
+                                                      "float16", ""),
+        "pytest/unit": ("pytest", "unit", "unit", "default", {}, "", "", ""),
+        "test/unit/t.py::a": ("test", "t.py::a", "unit", "default", {}, "", "", ""),
+        "install": ("install", "install", "install", "default", {}, "", "", ""),
+    }
 
 
 def test_big_memory_sizes_fit(db):
@@ -91,7 +115,7 @@ def test_passwords_are_masked():
 
 def test_bad_urls_are_one_line_errors_without_the_password(tmp_path):
     with pytest.raises(HarnessError, match="not a database URL"):
-        store.open_store("definitely not a url")
+        outbox.open_store("definitely not a url")
     with pytest.raises(HarnessError) as info:
-        store.open_store("postgresql://alice:s3cret@127.0.0.1:1/x")
+        outbox.open_store("postgresql://alice:s3cret@127.0.0.1:1/x")
     assert "s3cret" not in str(info.value) and "cannot open database" in str(info.value)

@@ -17,10 +17,11 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pytest
 
-from harness.analysis import grid as analysis
+from harness.analysis.regressions import regressions as find_regressions
 from harness.core.chip import ChipIdentity
-from harness.core.job import Job, JobResult, job_key
-from harness.record.store import Store, create_run, finish_run, open_store, record_result, set_peaks
+from harness.core.job import JobResult, KernelJob
+from harness.record.outbox import open_store
+from harness.record.store import Store, create_run, finish_run, record_result, set_peaks
 from harness.render.site import build_report
 from reports.render import chip_page_name, commit_anchor, history_page_name
 from testkit.e2e import git, harness, write_suite
@@ -70,26 +71,23 @@ def add_synthetic_history(store: Store) -> None:
             set_peaks(store, run_id, *PEAKS[ident.key])
             for variant in ("sdpa", "flash_bq8_bk16", "flash_bq16_bk32"):
                 for shape in SHAPES:
-                    job = Job(job_key("benchmark", "flash_prefill", variant, shape, "float16"), "benchmark",
-                              "flash-bench", "flash_prefill", variant, shape, "float16")
+                    job = KernelJob.of("benchmark", "flash_prefill", variant, shape, "float16", name="flash-bench")
                     t = speed(ident.key, variant, shape, i)
                     samples = (t * np.exp(rng.normal(0.0, 0.005, 12))).tolist()
                     record_result(store, run_id, job, JobResult(job.key, "passed", samples=samples, inner=4,
                                                                 flops=4 * shape["S_q"] ** 2 * 64 * 8,
                                                                 bytes_moved=4 * shape["S_q"] * 64 * 8 * 2),
                                   PEAKS[ident.key])
-                    check = Job(job_key("correctness", "flash_prefill", variant, shape, "float16", "reference"),
-                                "correctness", "flash-small", "flash_prefill", variant, shape, "float16", "reference")
+                    check = KernelJob.of("correctness", "flash_prefill", variant, shape, "float16", "reference",
+                                         name="flash-small")
                     record_result(store, run_id, check, JobResult(check.key, "passed", max_error=1e-4 * (1 + i % 3),
                                                                   tolerance=2e-3))
             # A hostile kernel / variant / check name: benchmarked on every commit, failing correctness from commit 7.
             shape = SHAPES[0]
-            job = Job(job_key("benchmark", EVIL, EVIL, shape, "float16"), "benchmark", EVIL, EVIL, EVIL, shape,
-                      "float16")
+            job = KernelJob.of("benchmark", EVIL, EVIL, shape, "float16", name=EVIL)
             samples = (speed(ident.key, EVIL, shape, i) * np.exp(rng.normal(0.0, 0.005, 12))).tolist()
             record_result(store, run_id, job, JobResult(job.key, "passed", samples=samples, inner=1))
-            check = Job(job_key("correctness", EVIL, EVIL, shape, "float16", EVIL), "correctness", EVIL, EVIL, EVIL,
-                        shape, "float16", EVIL)
+            check = KernelJob.of("correctness", EVIL, EVIL, shape, "float16", EVIL, name=EVIL)
             failing = ident.key == APPLE.key and i >= 7
             record_result(store, run_id, check, JobResult(check.key, "failed" if failing else "passed",
                                                           detail=EVIL if failing else "", max_error=0.5 if failing
@@ -112,7 +110,7 @@ def site(tmp_path_factory) -> dict:
     store = open_store(url)
     try:
         add_synthetic_history(store)
-        regressions = analysis.regressions(store)
+        regressions = find_regressions(store)
     finally:
         store.close()
     out = repo / "site"

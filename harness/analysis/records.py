@@ -1,0 +1,287 @@
+"""Plain records of the analysis views (compare, variants, history, regressions) and their JSON form.
+
+Frozen dataclasses with ``to_dict()`` (via ``json_safe``: dataclasses and named tuples become dicts, datetimes ISO
+strings, nan/inf None), built by ``harness.analysis.compare``, ``.variants``, ``.history`` and ``.regressions`` and
+read by the CLI, the report and bisect; no logic beyond a few derived properties.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+
+from harness.record.query import SeriesKey
+
+__all__ = [
+    "BestVariant",
+    "ChangeFlag",
+    "CompareReport",
+    "CompareRow",
+    "CorrectnessFailure",
+    "DivergentVariant",
+    "HistoryPoint",
+    "RegressionEvidence",
+    "SeriesHistory",
+    "Side",
+    "TuningDrift",
+    "VariantCell",
+    "VariantMatrix",
+    "json_safe",
+]
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-safe copy: dataclasses and named tuples become dicts, datetimes ISO strings, nan/inf None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "to_dict"):
+            return value.to_dict()
+        return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return {k: json_safe(v) for k, v in value._asdict().items()}
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+class _Plain:
+    """``to_dict()`` for the frozen records below: every field, JSON-serialisable."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: json_safe(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Side(_Plain):
+    """One side of a comparison: a commit (all its runs on each chip, pooled) or a single run."""
+
+    ref: str
+    kind: Literal["commit", "run"]
+    sha: str
+    message: str
+    branch: str
+    runs: dict[str, tuple[str, ...]]  # chip key -> run ids
+    dirty_runs: int
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [run_id for ids in self.runs.values() for run_id in ids]
+
+    @property
+    def label(self) -> str:
+        return f"run {self.ref}" if self.kind == "run" else self.sha[:12]
+
+
+@dataclass(frozen=True)
+class CorrectnessFailure(_Plain):
+    """A failed, crashed or timed-out correctness job of a run (its run and commit named)."""
+
+    chip: str
+    kernel: str
+    variant: str
+    check: str
+    dtype: str
+    shape_key: str
+    status: str
+    detail: str
+    run_id: str
+    sha: str
+
+
+@dataclass(frozen=True)
+class CompareRow(_Plain):
+    """One series, head vs base; ``ratio`` = median(head) / median(base), > 1 is slower."""
+
+    key: SeriesKey
+    verdict: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    p_adjusted: float
+    n_base: int
+    n_head: int
+    more_samples_needed: int
+    base_median: float
+    head_median: float
+
+
+@dataclass(frozen=True)
+class CompareReport(_Plain):
+    base: Side
+    head: Side
+    rows: tuple[CompareRow, ...]
+    correctness_failures: tuple[CorrectnessFailure, ...]
+    counts: dict[str, int]
+    only_base: int  # series with samples on the base side only (per chip)
+    only_head: int
+    min_effect: float
+    alpha: float
+
+    @property
+    def exit_code(self) -> int:
+        """1 on any confirmed regression or any correctness failure on the head side, else 0."""
+        return 1 if self.correctness_failures or self.counts.get("regressed", 0) else 0
+
+    @property
+    def changed(self) -> tuple[CompareRow, ...]:
+        return tuple(row for row in self.rows if row.verdict != "unchanged")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "exit_code": self.exit_code}
+
+
+@dataclass(frozen=True)
+class VariantCell(_Plain):
+    """A variant vs its kernel's default variant on one chip; ``ratio`` = variant / default time (< 1 wins)."""
+
+    kernel: str
+    variant: str
+    dtype: str
+    shape_key: str
+    chip: str
+    default_variant: str
+    outcome: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    p_adjusted: float
+    n_default: int
+    n_variant: int
+    more_samples_needed: int
+
+
+@dataclass(frozen=True)
+class DivergentVariant(_Plain):
+    """A variant that wins on one chip and loses on another, with both cells' evidence."""
+
+    kernel: str
+    variant: str
+    dtype: str
+    shape_key: str
+    winning_chip: str
+    losing_chip: str
+    win: VariantCell
+    lose: VariantCell
+
+
+@dataclass(frozen=True)
+class BestVariant(_Plain):
+    """The best variant of one (kernel, dtype, shape, chip); the default unless a variant wins outright."""
+
+    kernel: str
+    dtype: str
+    shape_key: str
+    chip: str
+    variant: str
+    default_variant: str
+    evidence: VariantCell | None  # the winning cell, None when the default is best
+
+
+@dataclass(frozen=True)
+class VariantMatrix(_Plain):
+    runs: dict[str, tuple[str, ...]]  # chip -> the run ids analysed
+    shas: dict[str, str]  # chip -> commit sha of those runs
+    cells: tuple[VariantCell, ...]
+    divergent: tuple[DivergentVariant, ...]
+    best: tuple[BestVariant, ...]
+    correctness_failures: tuple[CorrectnessFailure, ...]
+
+    def best_for(self, kernel: str, dtype: str, shape_key: str, chip: str) -> str | None:
+        for best in self.best:
+            if (best.kernel, best.dtype, best.shape_key, best.chip) == (kernel, dtype, shape_key, chip):
+                return best.variant
+        return None
+
+
+@dataclass(frozen=True)
+class TuningDrift(_Plain):
+    """The best variant of (kernel, dtype, shape, chip) changed between two commits."""
+
+    kernel: str
+    dtype: str
+    shape_key: str
+    chip: str
+    before: str
+    after: str
+    before_evidence: VariantCell | None  # ``before``'s cell at the base commit (None: the default)
+    after_evidence: VariantCell | None  # ``after``'s cell at the head commit (None: the default)
+
+
+@dataclass(frozen=True)
+class HistoryPoint(_Plain):
+    sha: str
+    message: str
+    branch: str
+    started_at: datetime | None  # start of the commit's first run on the chip
+    median: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+@dataclass(frozen=True)
+class ChangeFlag(_Plain):
+    """A step or drift found in a history; indices refer to ``SeriesHistory.points``."""
+
+    kind: str
+    index: int
+    end_index: int
+    sha: str
+    end_sha: str
+    before: float
+    after: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class SeriesHistory(_Plain):
+    key: SeriesKey
+    points: tuple[HistoryPoint, ...]
+    change_points: tuple[ChangeFlag, ...]
+
+
+@dataclass(frozen=True)
+class RegressionEvidence(_Plain):
+    """An entry of the regression list: a new correctness failure, or a confirmed slowdown vs the previous point."""
+
+    kind: Literal["correctness", "performance"]
+    chip: str
+    kernel: str
+    variant: str
+    dtype: str
+    shape_key: str
+    head_sha: str
+    head_message: str
+    head_started_at: datetime | None
+    base_sha: str | None  # previous commit (performance: the series' previous point; correctness: None if first)
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    n_base: int | None = None
+    n_head: int | None = None
+    base_median: float | None = None
+    head_median: float | None = None
+    check: str = ""
+    status: str = ""
+    detail: str = ""
+
+    @property
+    def key(self) -> SeriesKey:
+        return SeriesKey(self.kernel, self.variant, self.dtype, self.shape_key, self.chip)

@@ -1,0 +1,205 @@
+"""What one run says about a commit, for `harness bisect`: pure classification of a run's job rows. It owns the request
+(:class:`BisectRequest`), the plain job row a stored run is read into (:class:`JobRow`), the benchmark series a perf
+bisect follows (:class:`Series`) and the rules that turn one run's rows into an answer: the install job failed ->
+skip ("does not install"); perf mode: a correctness job of the kernel (or of a ``--gate`` selection) failed, crashed
+or timed out -> skip ("fails correctness"), the benchmark job itself failed, crashed or timed out or is missing ->
+skip, else its job id (whose samples are the measurement); correctness mode: a matching job failed (pytest: a test
+failed or errored) -> bad, crashed / timed out / lost / skipped / missing -> skip, passed -> good. No database, no
+git, no subprocess: the rows come in as plain records (:mod:`harness.bisect.run` reads them through
+:mod:`harness.record.runs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.bisect import search as bisect
+from harness.core import defaults
+from harness.core.errors import HarnessError
+from harness.core.job import shape_label
+from harness.core.status import CORRECTNESS_KINDS, NO_ANSWER, WRONG, is_code_failure
+
+Mode = Literal["perf", "correctness"]
+
+
+
+@dataclass
+class BisectRequest:
+    good: str
+    bad: str
+    kernel: str
+    mode: Mode = "perf"
+    chip: str | None = None  # default: this machine's chip (local executor); required with Ray
+    variant: str | None = None
+    shape: str | None = None  # "N=256" or "B=1,H=4,S=128,D=64" (any order)
+    dtype: str | None = None
+    check: str | None = None  # correctness mode: a check name, or a pytest test's node id (or "::name" suffix)
+    repo: str = "."
+    suite: str | None = None
+    db_url: str | None = None
+    executor: str = "local"
+    address: str | None = None
+    parallel: int = 1
+    max_rounds: int | None = None
+    probes_per_round: int | None = None  # default: 1 locally, the chip's live nodes with Ray
+    max_runs: int = bisect.DEFAULT_MAX_RUNS
+    min_effect: float = defaults.MIN_EFFECT
+    alpha: float = defaults.ALPHA
+    gates: tuple[str, ...] = ()  # perf mode: more correctness jobs / pytest selections whose failure skips a commit
+    reuse: bool = True
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: int
+    run_id: str
+    kind: str
+    key: str
+    kernel: str
+    name: str
+    variant: str
+    dtype: str
+    shape_key: str
+    check: str
+    status: str
+    detail: str
+
+    @property
+    def first_line(self) -> str:
+        return (self.detail.splitlines() or [""])[0][:300]
+
+
+def normalize_shape(text: str | None) -> str | None:
+    """'S=128, B=1' -> 'B=1,S=128' (the stored shape key)."""
+    if text is None:
+        return None
+    shape: dict[str, int] = {}
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        try:
+            shape[name.strip()] = int(value)
+        except ValueError:
+            raise HarnessError(f"--shape {text!r}: expected NAME=INT pairs, e.g. N=256 or B=1,H=4") from None
+        if not sep or not name.strip():
+            raise HarnessError(f"--shape {text!r}: expected NAME=INT pairs, e.g. N=256 or B=1,H=4")
+    return shape_label(shape)
+
+
+@dataclass(frozen=True)
+class Series:
+    kernel: str
+    variant: str
+    dtype: str
+    shape_key: str
+
+    def __str__(self) -> str:
+        parts = [self.variant, self.dtype or "", self.shape_key or "no shape"]
+        return f"{self.kernel} [{', '.join(p for p in parts if p)}]"
+
+
+def _names(job: JobRow, name: str) -> bool:
+    return name in (job.kernel, job.name)
+
+
+def find_series(jobs: Sequence[JobRow], request: BisectRequest) -> Series:
+    """The one benchmark series the request names, among the given jobs; a clear error if none or several."""
+    shape = normalize_shape(request.shape)
+    found = sorted({Series(j.kernel, j.variant, j.dtype, j.shape_key) for j in jobs
+                    if _benchmark_matches(j, request, shape)}, key=str)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        known = sorted({f"{j.kernel}" for j in jobs if j.kind == "benchmark"})
+        raise HarnessError(f"no benchmark of {request.kernel!r} matching the options at the endpoints "
+                           f"(benchmarks there: {', '.join(known) or 'none'})")
+    listed = "; ".join(str(s) for s in found[:6]) + (f"; ... ({len(found)} in all)" if len(found) > 6 else "")
+    raise HarnessError(f"{len(found)} series of {request.kernel!r} match: {listed}; pick one with --variant, "
+                       "--dtype or --shape")
+
+
+def _benchmark_matches(job: JobRow, request: BisectRequest, shape: str | None) -> bool:
+    return (job.kind == "benchmark" and _names(job, request.kernel) and request.variant in (None, job.variant)
+            and request.dtype in (None, job.dtype) and shape in (None, job.shape_key))
+
+
+def answers(request: BisectRequest) -> Callable[[Sequence[JobRow]], bool]:
+    """Whether a stored run can be reused for this request: it failed to install, or it ran the job in question."""
+    shape = normalize_shape(request.shape)
+    wanted = _benchmark_matches if request.mode == "perf" else _matches
+
+    def usable(jobs: Sequence[JobRow]) -> bool:
+        return _install_failure(jobs) is not None or any(wanted(job, request, shape) for job in jobs)
+
+    return usable
+
+
+def _install_failure(jobs: Sequence[JobRow]) -> str | None:
+    for job in jobs:
+        if job.kind == "install" and job.status != "passed":
+            return f"does not install: {job.first_line}"
+    return None
+
+
+def perf_outcome(jobs: Sequence[JobRow], series: Series, gates: Sequence[str] = ()) -> tuple[int | None, str]:
+    """(the series' benchmark job id, "") or (None, why the commit is skipped), from one run's job rows."""
+    failed = _install_failure(jobs)
+    if failed:
+        return None, failed
+    for job in jobs:
+        gated = (job.kind == "correctness" and job.kernel == series.kernel) or \
+                (job.kind in CORRECTNESS_KINDS and any(_names(job, gate) for gate in gates))
+        if gated and is_code_failure(job.status):
+            return None, f"fails correctness: {job.key} {job.status}: {job.first_line}"
+    for job in jobs:
+        if job.kind == "benchmark" and Series(job.kernel, job.variant, job.dtype, job.shape_key) == series:
+            if job.status != "passed":
+                return None, f"benchmark {job.status}: {job.first_line}"
+            return job.job_id, ""
+    return None, f"no benchmark {series} in this run"
+
+
+def _matches(job: JobRow, request: BisectRequest, shape: str | None) -> bool:
+    if job.kind not in CORRECTNESS_KINDS or not _names(job, request.kernel):
+        return False
+    if request.variant not in (None, job.variant) or request.dtype not in (None, job.dtype):
+        return False
+    if shape is not None and job.kind == "correctness" and job.shape_key != shape:
+        return False
+    if request.check:
+        if job.kind == "correctness":
+            return job.check == request.check
+        if job.kind == "test":
+            return job.name == request.check or job.name.endswith("::" + request.check.removeprefix("::"))
+        return False
+    return True
+
+
+def correctness_outcome(jobs: Sequence[JobRow], request: BisectRequest) -> bisect.Classification:
+    """good / bad / skip from one run's job rows, for the correctness job(s) the request names."""
+    failed = _install_failure(jobs)
+    if failed:
+        return bisect.Classification("skip", failed, runs=1)
+    shape = normalize_shape(request.shape)
+    order = {"test": 0, "correctness": 1, "pytest": 2}  # the most specific failure first
+    matched = sorted((job for job in jobs if _matches(job, request, shape)), key=lambda job: order[job.kind])
+    if not matched:
+        return bisect.Classification("skip", f"no correctness job matching {describe_selection(request)} in this run",
+                                     runs=1)
+    for job in matched:
+        if job.status in WRONG:
+            return bisect.Classification("bad", f"{job.key} {job.status}: {job.first_line}", runs=1)
+    for job in matched:
+        if job.status in NO_ANSWER:
+            return bisect.Classification("skip", f"{job.key} {job.status}: {job.first_line}", runs=1)
+    return bisect.Classification("good", f"{len(matched)} job(s) passed", runs=1)
+
+
+def describe_selection(request: BisectRequest) -> str:
+    parts = [f"variant {request.variant}" if request.variant else "", f"check {request.check}" if request.check else "",
+             f"dtype {request.dtype}" if request.dtype else "", f"shape {request.shape}" if request.shape else ""]
+    extra = ", ".join(p for p in parts if p)
+    return f"{request.kernel}" + (f" ({extra})" if extra else "")
