@@ -1,5 +1,5 @@
-"""What one run says about a commit, for `harness bisect`: pure classification of a run's job rows. It owns the request
-(:class:`BisectRequest`), the plain job row a stored run is read into (:class:`JobRow`), the benchmark series a perf
+"""What one run says about a commit, for `harness bisect`: pure classification of a run's job rows
+(:class:`harness.record.runs.StoredJob`). It owns the request (:class:`BisectRequest`), the benchmark series a perf
 bisect follows (:class:`Series`) and the rules that turn one run's rows into an answer: the install job failed ->
 skip ("does not install"); perf mode: a correctness job of the kernel (or of a ``--gate`` selection) failed, crashed
 or timed out -> skip ("fails correctness"), the benchmark job itself failed, crashed or timed out or is missing ->
@@ -20,6 +20,7 @@ from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.job import shape_label
 from harness.core.status import CORRECTNESS_KINDS, NO_ANSWER, WRONG, is_code_failure
+from harness.record.runs import StoredJob
 
 Mode = Literal["perf", "correctness"]
 
@@ -49,26 +50,6 @@ class BisectRequest:
     alpha: float = defaults.ALPHA
     gates: tuple[str, ...] = ()  # perf mode: more correctness jobs / pytest selections whose failure skips a commit
     reuse: bool = True
-
-
-@dataclass(frozen=True)
-class JobRow:
-    job_id: int
-    run_id: str
-    kind: str
-    key: str
-    kernel: str
-    name: str
-    variant: str
-    dtype: str
-    shape_key: str
-    check: str
-    status: str
-    detail: str
-
-    @property
-    def first_line(self) -> str:
-        return (self.detail.splitlines() or [""])[0][:300]
 
 
 def normalize_shape(text: str | None) -> str | None:
@@ -101,11 +82,11 @@ class Series:
         return f"{self.kernel} [{', '.join(p for p in parts if p)}]"
 
 
-def _names(job: JobRow, name: str) -> bool:
+def _names(job: StoredJob, name: str) -> bool:
     return name in (job.kernel, job.name)
 
 
-def find_series(jobs: Sequence[JobRow], request: BisectRequest) -> Series:
+def find_series(jobs: Sequence[StoredJob], request: BisectRequest) -> Series:
     """The one benchmark series the request names, among the given jobs; a clear error if none or several."""
     shape = normalize_shape(request.shape)
     found = sorted({Series(j.kernel, j.variant, j.dtype, j.shape_key) for j in jobs
@@ -121,30 +102,30 @@ def find_series(jobs: Sequence[JobRow], request: BisectRequest) -> Series:
                        "--dtype or --shape")
 
 
-def _benchmark_matches(job: JobRow, request: BisectRequest, shape: str | None) -> bool:
+def _benchmark_matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
     return (job.kind == "benchmark" and _names(job, request.kernel) and request.variant in (None, job.variant)
             and request.dtype in (None, job.dtype) and shape in (None, job.shape_key))
 
 
-def answers(request: BisectRequest) -> Callable[[Sequence[JobRow]], bool]:
+def answers(request: BisectRequest) -> Callable[[Sequence[StoredJob]], bool]:
     """Whether a stored run can be reused for this request: it failed to install, or it ran the job in question."""
     shape = normalize_shape(request.shape)
     wanted = _benchmark_matches if request.mode == "perf" else _matches
 
-    def usable(jobs: Sequence[JobRow]) -> bool:
+    def usable(jobs: Sequence[StoredJob]) -> bool:
         return _install_failure(jobs) is not None or any(wanted(job, request, shape) for job in jobs)
 
     return usable
 
 
-def _install_failure(jobs: Sequence[JobRow]) -> str | None:
+def _install_failure(jobs: Sequence[StoredJob]) -> str | None:
     for job in jobs:
         if job.kind == "install" and job.status != "passed":
             return f"does not install: {job.first_line}"
     return None
 
 
-def perf_outcome(jobs: Sequence[JobRow], series: Series, gates: Sequence[str] = ()) -> tuple[int | None, str]:
+def perf_outcome(jobs: Sequence[StoredJob], series: Series, gates: Sequence[str] = ()) -> tuple[int | None, str]:
     """(the series' benchmark job id, "") or (None, why the commit is skipped), from one run's job rows."""
     failed = _install_failure(jobs)
     if failed:
@@ -162,7 +143,7 @@ def perf_outcome(jobs: Sequence[JobRow], series: Series, gates: Sequence[str] = 
     return None, f"no benchmark {series} in this run"
 
 
-def _matches(job: JobRow, request: BisectRequest, shape: str | None) -> bool:
+def _matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
     if job.kind not in CORRECTNESS_KINDS or not _names(job, request.kernel):
         return False
     if request.variant not in (None, job.variant) or request.dtype not in (None, job.dtype):
@@ -178,7 +159,7 @@ def _matches(job: JobRow, request: BisectRequest, shape: str | None) -> bool:
     return True
 
 
-def correctness_outcome(jobs: Sequence[JobRow], request: BisectRequest) -> bisect.Classification:
+def correctness_outcome(jobs: Sequence[StoredJob], request: BisectRequest) -> bisect.Classification:
     """good / bad / skip from one run's job rows, for the correctness job(s) the request names."""
     failed = _install_failure(jobs)
     if failed:

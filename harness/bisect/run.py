@@ -29,7 +29,6 @@ from harness.analysis.records import json_safe
 from harness.bisect import search as bisect
 from harness.bisect.probes import (
     BisectRequest,
-    JobRow,
     Series,
     answers,
     correctness_outcome,
@@ -44,7 +43,7 @@ from harness.core import stats
 from harness.core.errors import HarnessError
 from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
 from harness.record.outbox import open_store
-from harness.record.runs import clean_runs, job_rows, job_samples
+from harness.record.runs import StoredJob, clean_runs, job_rows, job_samples
 from harness.record.store import Store
 from harness.spec import git
 
@@ -160,11 +159,6 @@ def commit_range(repo: str, good: str, bad: str) -> tuple[CommitRef, CommitRef, 
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def run_jobs(store: Store, run_ids: Sequence[str]) -> dict[str, list[JobRow]]:
-    """Every job row of the given runs, per run."""
-    return {run_id: [JobRow(**row._asdict()) for row in rows] for run_id, rows in job_rows(store, run_ids).items()}
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Running probes
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,7 +179,7 @@ class Prober:
     reuse: bool = True
     log: Log = lambda line: None  # noqa: E731
     subjects: dict[str, str] = field(default_factory=dict)
-    usable: Callable[[Sequence[JobRow]], bool] = lambda jobs: True  # noqa: E731 - does a stored run answer?
+    usable: Callable[[Sequence[StoredJob]], bool] = lambda jobs: True  # noqa: E731 - does a stored run answer?
     seen: set[str] = field(default_factory=set)
     new_runs: list[str] = field(default_factory=list)
 
@@ -205,7 +199,7 @@ class Prober:
         for sha in shas:
             stored = clean_runs(self.store, sha, self.chip) if self.reuse and sha not in self.seen else []
             if stored:  # only runs that answer the question (another suite's run, or an unfinished one, does not)
-                jobs = run_jobs(self.store, stored)
+                jobs = job_rows(self.store, stored)
                 stored = [run_id for run_id in stored if self.usable(jobs[run_id])]
             self.seen.add(sha)
             if stored:
@@ -225,7 +219,7 @@ class Prober:
 def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], series: Series,
                   gates: Sequence[str]) -> dict[str, bisect.Measured]:
     """What :class:`harness.bisect.search.PerfProber` measures: the samples of each commit's (new or stored) runs."""
-    jobs = run_jobs(prober.store, [run_id for ids, _, _ in got.values() for run_id in ids])
+    jobs = job_rows(prober.store, [run_id for ids, _, _ in got.values() for run_id in ids])
     out = {}
     for sha, (run_ids, reused, why) in got.items():
         if not run_ids:
@@ -404,7 +398,7 @@ def _perf(context: _Context) -> BisectReport:
                 if not ids:
                     which = "good" if sha == context.good.sha else "bad"
                     raise HarnessError(f"the {which} endpoint {sha[:12]} cannot be run: {why}")
-            jobs = run_jobs(context.prober.store, [r for ids, _, _ in got.values() for r in ids])
+            jobs = job_rows(context.prober.store, [r for ids, _, _ in got.values() for r in ids])
             chosen.append(find_series([j for rows in jobs.values() for j in rows], request))
         return perf_measured(context.prober, got, chosen[0], request.gates)
 
@@ -444,7 +438,7 @@ def _correctness(context: _Context) -> BisectReport:
 
     def classify(shas: Sequence[str]) -> dict[str, bisect.Classification]:
         got = context.prober.runs(shas)
-        jobs = run_jobs(context.prober.store, [ids[-1] for ids, _, _ in got.values() if ids])
+        jobs = job_rows(context.prober.store, [ids[-1] for ids, _, _ in got.values() if ids])
         out = {}
         for sha, (ids, reused, why) in got.items():
             counts["runs"] += min(len(ids), 1)

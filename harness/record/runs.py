@@ -17,7 +17,7 @@ from harness.record.store import Store
 
 
 class StoredJob(NamedTuple):
-    """One stored job row, as a bisect classifies it."""
+    """One stored job row, as a bisect classifies it (no ORM object: plain values)."""
 
     job_id: int
     run_id: str
@@ -31,6 +31,10 @@ class StoredJob(NamedTuple):
     check: str
     status: str
     detail: str
+
+    @property
+    def first_line(self) -> str:
+        return (self.detail.splitlines() or [""])[0][:300]
 
 
 def clean_runs(store: Store, sha: str, chip: str) -> list[str]:

@@ -18,7 +18,6 @@ import pytest
 from harness.bisect import search as bisect
 from harness.bisect.probes import (
     BisectRequest,
-    JobRow,
     Series,
     answers,
     correctness_outcome,
@@ -28,6 +27,7 @@ from harness.bisect.probes import (
 )
 from harness.bisect.search import Classification, Measured, PerfProber, max_rounds_needed, search, split_points
 from harness.core.errors import HarnessError
+from harness.record.runs import StoredJob
 from testkit.paths import ROOT
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -210,8 +210,8 @@ def test_endpoints_that_do_not_differ_are_measured_to_the_cap_then_reported():
 
 
 def job(kind: str, key: str, status: str = "passed", *, kernel: str = "", name: str = "", variant: str = "default",
-        dtype: str = "", shape_key: str = "", check: str = "", detail: str = "", job_id: int = 1) -> JobRow:
-    return JobRow(job_id, "r", kind, key, kernel or key, name or key, variant, dtype, shape_key, check, status,
+        dtype: str = "", shape_key: str = "", check: str = "", detail: str = "", job_id: int = 1) -> StoredJob:
+    return StoredJob(job_id, "r", kind, key, kernel or key, name or key, variant, dtype, shape_key, check, status,
                   detail)
 
 
