@@ -333,11 +333,6 @@ _CACHE: OrderedDict[tuple, ChipHistory] = OrderedDict()
 _CACHE_SIZE = 8  # chip histories; ~20 MB each at 1000 commits x 200 series x 10 samples
 
 
-def clear_history_cache() -> None:
-    """Forget the loaded chip histories (they are also dropped whenever the database gains runs or jobs)."""
-    _CACHE.clear()
-
-
 def _fingerprint(session: Session) -> tuple:
     """Changes whenever a run or job is added or removed, or a run's start time moves."""
     runs = session.execute(select(func.count(Run.id), func.max(Run.started_at))).one()
