@@ -30,7 +30,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from harness.core.status import is_code_failure
+from harness.core.status import CORRECTNESS_KINDS, PASSES, is_code_failure
 from reports import svg
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -191,15 +191,58 @@ def correctness_tables(jobs: Iterable[Mapping[str, Any]], baselines: Mapping[str
     return tables
 
 
+def correctness_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """A run's correctness evidence, each thing once: kernel checks, repository tests, and a pytest selection's own
+    job only where no test of it was stored (it did not collect, crashed or timed out)."""
+    jobs = list(jobs)
+    with_tests = {job["kernel"] for job in jobs if job["kind"] == "test"}
+    return [job for job in jobs if job["kind"] in CORRECTNESS_KINDS
+            and not (job["kind"] == "pytest" and job["kernel"] in with_tests)]
+
+
 def correctness_counts(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """passed / failed (failed, crashed, timeout) / skipped counts of the correctness jobs of a run."""
+    """passed / failed (failed, error, crashed, timeout) / skipped counts of a run's correctness jobs and tests
+    (an expected failure, xfailed or xpassed, counts as passed)."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for job in jobs:
-        if job["kind"] == "correctness":
-            status = job["status"]
-            bucket = "failed" if is_code_failure(status) else status if status in counts else "failed"
-            counts[bucket] += 1
+    for job in correctness_jobs(jobs):
+        status = job["status"]
+        counts["failed" if is_code_failure(status) else "passed" if status in PASSES else
+               "skipped" if status == "skipped" else "failed"] += 1
     return counts
+
+
+@dataclass
+class Selection:
+    """One pytest selection of a run: its own job and its distinct tests' outcomes."""
+
+    name: str
+    status: str
+    detail: str
+    counts: dict[str, int]
+
+
+def test_selections(jobs: Iterable[Mapping[str, Any]]) -> list[Selection]:
+    jobs = list(jobs)
+    outcomes: dict[str, dict[str, str]] = defaultdict(dict)
+    for job in jobs:
+        if job["kind"] == "test":
+            outcomes[job["kernel"]][job["key"]] = job["status"]
+    selections = []
+    for job in jobs:
+        if job["kind"] == "pytest":
+            counts: dict[str, int] = defaultdict(int)
+            for status in outcomes[job["kernel"]].values():
+                counts[status] += 1
+            selections.append(Selection(job["kernel"], job["status"], job["detail"] or "", dict(counts)))
+    return sorted(selections, key=attrgetter("name"))
+
+
+def failing_tests(jobs: Iterable[Mapping[str, Any]], failing_before: set[str]) -> list[dict[str, Any]]:
+    """The run's failing tests (and selections that failed without a test), newly failing first: ``new`` is true
+    for one that did not fail in the chip's run before."""
+    failing = [{**job, "new": job["key"] not in failing_before} for job in correctness_jobs(jobs)
+               if job["kind"] != "correctness" and is_code_failure(job["status"])]
+    return sorted(failing, key=lambda job: (not job["new"], job["kernel"], job["name"]))
 
 
 def cell_title(job: Mapping[str, Any]) -> str:
@@ -411,12 +454,15 @@ def _plot_id(key: Any) -> str:
 def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[str, Any],
                 baselines: dict[str, str], db_label: str, *, matrix: Any = None,
                 histories: Mapping[str, Sequence[Any]] | None = None, regressions: Sequence[Any] = (),
-                last: int | None = None, generated_at: str = "") -> Path:
+                last: int | None = None, generated_at: str = "",
+                failing_before: Mapping[str, set[str]] | None = None) -> Path:
     """Write every page into ``out_dir``; returns the index path.
 
     ``latest``: chip key -> the latest ``RunView`` (with jobs) or None; ``matrix``: a ``VariantMatrix``;
     ``histories``: chip key -> its ``SeriesHistory`` list; ``regressions``: ``RegressionEvidence`` records,
-    correctness failures first; ``last``: the histories and regressions cover each chip's last N commits only.
+    correctness failures first; ``last``: the histories and regressions cover each chip's last N commits only;
+    ``failing_before``: chip key -> the job keys that failed correctness in the run before its latest (a failing
+    test not among them is shown as new).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -453,7 +499,9 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
               failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
               benchmarks=[j for j in jobs if j["kind"] == "benchmark"],
               calibration=[j for j in jobs if j["kind"] == "calibration"],
-              variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []))
+              variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []),
+              selections=test_selections(jobs),
+              failing_tests=failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))
     for page in pages:
         write(page.name, "history.html.j2", page=page, legend=svg.legend(), max_points=MAX_PLOT_POINTS)
     write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows)

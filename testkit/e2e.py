@@ -39,14 +39,35 @@ grid.cpu = {{B = [1], H = [1], S = [32], D = [32]}}
 """
 
 
-def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def harness(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` in ``cwd``; ``env``: more environment variables (e.g. ``HARNESS_CACHE``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def new_repo(path: Path, files: dict[str, str], message: str = "initial") -> str:
+    """A git repository at ``path`` with ``files`` (relative path -> text) committed; the commit's sha."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q")
+    git(path, "config", "user.email", "k@example.com")
+    git(path, "config", "user.name", "K")
+    return commit(path, files, message)
+
+
+def commit(repo: Path, files: dict[str, str], message: str) -> str:
+    """Write ``files`` (relative path -> text) into ``repo`` and commit everything; the new commit's sha."""
+    for name, text in files.items():
+        target = repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
 
 
 def write_suite(repo: Path, variants: str, plugins: str = "[]") -> Path:

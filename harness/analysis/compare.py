@@ -35,15 +35,19 @@ def compare(
 ) -> CompareReport:
     """Every benchmark series present on both sides (per chip): pooled samples, BH across the whole grid, gated.
 
-    A kernel whose correctness failed (failed / crashed / timeout) on the head side on a chip has every series on
-    that chip ``broken``.  Comparing a commit with itself pools the same runs on both sides (trivially unchanged):
-    compare two run ids to compare runs.
+    Correctness failures on the head side (kernel checks and repository tests, ``harness.core.status``) are listed,
+    each marked new or already failing at base; any of them fails the gate. A kernel whose correctness check failed
+    on the head side on a chip has every series of it on that chip ``broken``. Comparing a commit with itself pools
+    the same runs on both sides (trivially unchanged): compare two run ids to compare runs.
     """
     base_side, head_side = resolve_side(store, base, chip), resolve_side(store, head, chip)
     base_samples = query.series_samples(store, base_side.run_ids)
     head_samples = query.series_samples(store, head_side.run_ids)
-    failures = [CorrectnessFailure(*row) for row in query.correctness_failures(store, head_side.run_ids)]
-    broken_kernels = {(f.chip, f.kernel) for f in failures}
+    failing_at_base = {(row.chip, row.key) for row in query.correctness_failures(store, base_side.run_ids)}
+    failures = [CorrectnessFailure(*row, new=(row.chip, row.key) not in failing_at_base)
+                for row in query.correctness_failures(store, head_side.run_ids)]
+    failures.sort(key=lambda f: not f.new)  # newly failing first
+    broken_kernels = {(f.chip, f.kernel) for f in failures if f.kind == "correctness"}
     common = sorted(base_samples.keys() & head_samples.keys())
     pairs = {key: (base_samples[key], head_samples[key]) for key in common}
     broken = {key for key in common if (key.chip, key.kernel) in broken_kernels}

@@ -87,7 +87,9 @@ class Side(_Plain):
 
 @dataclass(frozen=True)
 class CorrectnessFailure(_Plain):
-    """A failed, crashed or timed-out correctness job of a run (its run and commit named)."""
+    """A failing correctness job of a run (its run and commit named): a kernel check (kind "correctness"), a
+    repository test (kind "test", ``name`` its node id, ``kernel`` its selection), or a pytest selection that failed
+    without a failing test (kind "pytest"). ``new``: it did not fail on the base side of a comparison."""
 
     chip: str
     kernel: str
@@ -99,6 +101,19 @@ class CorrectnessFailure(_Plain):
     detail: str
     run_id: str
     sha: str
+    kind: str = "correctness"
+    key: str = ""
+    name: str = ""
+    new: bool = True
+
+    @property
+    def what(self) -> str:
+        """What failed, in a few words: ``kernel/variant check`` or ``selection: test node id``."""
+        if self.kind == "test":
+            return f"{self.kernel}: {self.name}"
+        if self.kind == "pytest":
+            return f"{self.kernel} (pytest selection)"
+        return f"{self.kernel}/{self.variant} {self.check}"
 
 
 @dataclass(frozen=True)
@@ -133,15 +148,25 @@ class CompareReport(_Plain):
 
     @property
     def exit_code(self) -> int:
-        """1 on any confirmed regression or any correctness failure on the head side, else 0."""
+        """1 on any confirmed regression or any correctness failure on the head side (kernel checks and repository
+        tests alike, newly failing or already failing at base), else 0."""
         return 1 if self.correctness_failures or self.counts.get("regressed", 0) else 0
+
+    @property
+    def newly_failing(self) -> tuple[CorrectnessFailure, ...]:
+        return tuple(f for f in self.correctness_failures if f.new)
+
+    @property
+    def already_failing(self) -> tuple[CorrectnessFailure, ...]:
+        return tuple(f for f in self.correctness_failures if not f.new)
 
     @property
     def changed(self) -> tuple[CompareRow, ...]:
         return tuple(row for row in self.rows if row.verdict != "unchanged")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "exit_code": self.exit_code}
+        return {**super().to_dict(), "exit_code": self.exit_code, "newly_failing": len(self.newly_failing),
+                "already_failing": len(self.already_failing)}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ commit (:mod:`harness.bisect.probes`); this module feeds them:
   nothing. A perf probe that stays inconclusive is run again (a new run each time) and its samples are pooled,
   up to ``max_runs`` runs in all.
 - **What a run says**: :func:`harness.bisect.probes.perf_outcome` / ``correctness_outcome`` on its job rows; a
-  run that could not be made at all (no suite at that commit, checkout failed...) -> skip.
+  run that could not be made at all (no suite at that commit, checkout failed...) -> skip. In correctness mode
+  the good endpoint's rows first say which tests of a pytest selection to follow (:func:`harness.bisect.probes.
+  follow`: those passing there; the ones failing there are reported as pre-existing failures).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from typing import Any
 from harness.analysis.records import json_safe
 from harness.bisect import search as bisect
 from harness.bisect.probes import (
+    Baseline,
     BisectRequest,
     Series,
     answers,
     correctness_outcome,
     describe_selection,
     find_series,
+    follow,
     normalize_shape,
     perf_outcome,
 )
@@ -73,6 +77,22 @@ class SkippedCommit(_Record):
     sha: str
     subject: str
     reason: str
+
+
+@dataclass(frozen=True)
+class TestAtGood(_Record):
+    """A test of the selection at the good commit that the bisect does not follow (failing or skipped there)."""
+
+    __test__ = False  # not a pytest test class
+
+    key: str
+    name: str
+    status: str
+    reason: str
+
+    @classmethod
+    def of(cls, job: StoredJob) -> TestAtGood:
+        return cls(job.key, job.name, job.status, job.first_line)
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,11 @@ class BisectReport(_Record):
     new_runs: tuple[str, ...]  # run ids made by this bisect
     history: tuple[ProbeLine, ...]
     notes: tuple[str, ...] = ()
+    # correctness of a pytest selection: the tests passing at good that the bisect follows (how many), the tests
+    # failing there (pre-existing failures: ignored) and those skipped there (ignored)
+    followed_tests: int = 0
+    pre_existing_failures: tuple[TestAtGood, ...] = ()
+    ignored_at_good: tuple[TestAtGood, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -359,8 +384,10 @@ def _lines(context: _Context, result: bisect.BisectResult) -> tuple[ProbeLine, .
 
 def _report(context: _Context, result: bisect.BisectResult | None, *, target: str, status: str, message: str,
             runs: int, reused: int, evidence: stats.Comparison | None = None,
-            endpoints: stats.Comparison | None = None, detail: str = "") -> BisectReport:
+            endpoints: stats.Comparison | None = None, detail: str = "",
+            baseline: Baseline | None = None) -> BisectReport:
     request = context.request
+    baseline = baseline or Baseline()
     skipped = tuple(SkippedCommit(sha, context.subjects.get(sha, ""), why) for sha, why in result.skipped) \
         if result else ()
     return BisectReport(
@@ -374,7 +401,9 @@ def _report(context: _Context, result: bisect.BisectResult | None, *, target: st
         round_bound=bisect.max_rounds_needed(len(context.commits), context.per_round),
         probes=result.probes if result else 0, probes_per_round=context.per_round, runs=runs, reused_runs=reused,
         new_runs=tuple(context.prober.new_runs), history=_lines(context, result) if result else (),
-        notes=result.notes if result else ())
+        notes=result.notes if result else (), followed_tests=len(baseline.followed),
+        pre_existing_failures=tuple(TestAtGood.of(job) for job in baseline.pre_existing),
+        ignored_at_good=tuple(TestAtGood.of(job) for job in baseline.ignored))
 
 
 def _summary(result: bisect.BisectResult, what: str) -> str:
@@ -436,30 +465,50 @@ def _correctness(context: _Context) -> BisectReport:
     request = context.request
     counts = {"runs": 0, "reused": 0}
 
-    def classify(shas: Sequence[str]) -> dict[str, bisect.Classification]:
+    def rows(shas: Sequence[str]) -> dict[str, list[StoredJob] | str]:
+        """Per commit: the job rows of its latest run, or why it could not be run."""
         got = context.prober.runs(shas)
         jobs = job_rows(context.prober.store, [ids[-1] for ids, _, _ in got.values() if ids])
-        out = {}
+        out: dict[str, list[StoredJob] | str] = {}
         for sha, (ids, reused, why) in got.items():
             counts["runs"] += min(len(ids), 1)
             counts["reused"] += min(reused, 1)
-            out[sha] = correctness_outcome(jobs[ids[-1]], request) if ids else \
-                bisect.Classification("skip", why)
+            out[sha] = jobs[ids[-1]] if ids else why
         return out
 
+    baseline = Baseline()
+
+    def outcome(found: list[StoredJob] | str) -> bisect.Classification:
+        if isinstance(found, str):
+            return bisect.Classification("skip", found)
+        return correctness_outcome(found, request, baseline)
+
+    def classify(shas: Sequence[str]) -> dict[str, bisect.Classification]:
+        return {sha: outcome(found) for sha, found in rows(shas).items()}
+
     target = describe_selection(request)
-    ends = classify([context.good.sha, context.bad.sha])
-    good, bad = ends[context.good.sha], ends[context.bad.sha]
+    ends = rows([context.good.sha, context.bad.sha])
+    at_good = ends[context.good.sha]
+    if not isinstance(at_good, str):  # the tests to follow: those passing at good (raises the --check errors)
+        baseline = follow(at_good, request, where=f"the good endpoint {context.good.sha[:12]}")
+    good, bad = outcome(at_good), outcome(ends[context.bad.sha])
+    if baseline.followed:
+        context.log(f"following {len(baseline.followed)} test(s) passing at the good commit; ignored there: "
+                    f"{len(baseline.pre_existing)} failing, {len(baseline.ignored)} skipped")
     if good.state != "good":
         what = "cannot be tested" if good.state == "skip" else "already fails"
         raise HarnessError(f"the good endpoint {context.good.sha[:12]} {what}: {good.reason}")
     if bad.state != "bad":
         if bad.state == "skip":
             raise HarnessError(f"the bad endpoint {context.bad.sha[:12]} cannot be tested: {bad.reason}")
-        message = (f"{target} passes at the bad commit {context.bad.sha[:12]} on {context.chip}: nothing to "
-                   "bisect")
+        if baseline.followed:
+            message = (f"no test of {target} that passed at the good commit fails at the bad commit "
+                       f"{context.bad.sha[:12]} on {context.chip}: nothing to bisect")
+        else:
+            message = (f"{target} passes at the bad commit {context.bad.sha[:12]} on {context.chip}: nothing to "
+                       "bisect")
         return _report(context, None, target=target, status="no-regression", message=message, runs=counts["runs"],
-                       reused=counts["reused"])
+                       reused=counts["reused"], baseline=baseline)
     result = bisect.search([c.sha for c in context.commits], classify, probes_per_round=context.per_round,
                            max_rounds=request.max_rounds, on_round=context.on_round)
     detail = ""
@@ -467,4 +516,4 @@ def _correctness(context: _Context) -> BisectReport:
         detail = (result.classifications.get(result.culprit) or bad).reason
     message = _summary(result, "failing") + (f": {detail}" if detail else "")
     return _report(context, result, target=target, status=result.status, message=message, runs=counts["runs"],
-                   reused=counts["reused"], detail=detail)
+                   reused=counts["reused"], detail=detail, baseline=baseline)

@@ -21,6 +21,10 @@ HELP = "\n\n".join((
     "while it is inconclusive (--max-runs runs at most, samples pooled). Commits that do not install, cannot be "
     "run, crash, or (perf) fail correctness of the kernel are skipped like `git bisect skip`; when skips hide the "
     "culprit, the range it lies in is named.",
+    "Correctness of a pytest selection follows the tests that pass at --good (or the one --check names): the "
+    "culprit is the first commit where one of them fails or errors. Tests skipped or already failing at --good are "
+    "ignored (the failing ones are listed as pre-existing failures); a followed test skipped or missing at a commit "
+    "makes that commit a skip.",
     "With --executor ray, the probes of a round (default: one per live node of the chip) run at once: P probes "
     "cut the range into P+1 parts, so about log_(P+1) N rounds. Locally probes run one after another.",
     "Exit status: 0 one culprit named; 1 skips hide it, --max-rounds stopped the search, or the bad commit is not "
@@ -101,6 +105,13 @@ def _render(report) -> None:
         e = report.endpoints
         out.print(f"endpoints: bad / good = {ratio(e.ratio)} (95% CI {interval(e.ci_low, e.ci_high)}), "
                   f"{e.verdict}, {e.n_base}/{e.n_head} samples", markup=False)
+    if report.followed_tests:
+        out.print(f"following {report.followed_tests} test(s) of {report.target} that pass at the good commit "
+                  f"({len(report.pre_existing_failures)} failing and {len(report.ignored_at_good)} skipped there: "
+                  "ignored)", markup=False)
+    for test in report.pre_existing_failures:
+        reason = f": {test.reason}" if test.reason else ""
+        out.print(f"pre-existing failure (ignored): {test.name} {test.status}{reason}", markup=False)
     for line in report.history:
         ratios = f" {ratio(line.ratio_vs_good)}x good" if line.ratio_vs_good is not None and line.state != "skip" \
             else ""

@@ -25,7 +25,7 @@ from harness.record.outbox import open_store
 
 SERIES_HEADERS = ("verdict", "chip", "kernel", "variant", "dtype", "shape", "change", "ratio", "95% CI", "p (BH)",
                   "n base/head", "median base → head", "more samples")
-FAILURE_HEADERS = ("chip", "kernel", "variant", "check", "dtype", "shape", "status", "detail")
+FAILURE_HEADERS = ("chip", "kind", "what", "dtype", "shape", "status", "detail")
 
 
 HELP = "\n\n".join((
@@ -94,11 +94,12 @@ def _render(report, fmt: str, all_series: bool) -> None:
     else:
         console.print(_side_line("base", report.base))
         console.print(_side_line("head", report.head))
-    if report.correctness_failures:
-        emit_table(console, fmt, f"Correctness failures on head ({len(report.correctness_failures)})",
-                   FAILURE_HEADERS, [(f.chip, f.kernel, f.variant, f.check, f.dtype, f.shape_key, f.status,
-                                      f.detail.splitlines()[0] if f.detail else "")
-                                     for f in report.correctness_failures])
+    for title, failures in ((f"Newly failing on head ({len(report.newly_failing)})", report.newly_failing),
+                            (f"Already failing at base ({len(report.already_failing)})", report.already_failing)):
+        if failures:
+            emit_table(console, fmt, title, FAILURE_HEADERS,
+                       [(f.chip, f.kind, f.what, f.dtype, f.shape_key, f.status,
+                         f.detail.splitlines()[0] if f.detail else "") for f in failures])
     shown = report.rows if all_series else report.changed
     if shown:
         title = "All series" if all_series else f"Changed series ({len(shown)})"
@@ -117,7 +118,8 @@ def _render(report, fmt: str, all_series: bool) -> None:
     if report.only_base or report.only_head:
         notes.append(f"{report.only_base} series only on base, {report.only_head} only on head (not compared)")
     lines = [*notes, f"{status}: {summary}; {len(report.correctness_failures)} correctness failure(s) on head "
-             f"(min effect {report.min_effect:g}, FDR {report.alpha:g})"]
+             f"({len(report.newly_failing)} new, {len(report.already_failing)} already failing at base; "
+             f"min effect {report.min_effect:g}, FDR {report.alpha:g})"]
     if fmt == "markdown":
         print()
         for line in lines:

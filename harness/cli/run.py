@@ -70,7 +70,7 @@ def run(
         def progress(job, result, done, total) -> None:
             bar.update(task, completed=done, description=f"{job.kind[:5]} {job.labels.kernel}/{job.labels.variant}")
             if is_run_failure(result.status):
-                bar.console.print(f"[red]{result.status}[/red] {job.key}: {result.detail[:200]}", highlight=False)
+                bar.console.print(f"[red]{result.status}[/red] {job.key}: {_detail(job, result)}", highlight=False)
             for test in result.tests:  # a pytest job's failing tests, one line each (skips are not failures)
                 if is_run_failure(test["outcome"]):
                     first = (test.get("detail") or "").splitlines()[:1]
@@ -91,7 +91,9 @@ def run(
                   + "".join(f", {counts[s]} {s}" for s in ("error", "xfailed", "xpassed") if counts[s])
                   + f" (of {outcome.planned})")
     if outcome.tests:
-        console.print(f"tests: {count_label(outcome.tests)}")
+        console.print(f"tests: {sum(outcome.tests.values())} distinct: {count_label(outcome.tests)}")
+        for name, counts in sorted(outcome.selections.items()):
+            console.print(f"  {name}: {count_label(counts)}", highlight=False)
     flops, bandwidth = outcome.peaks
     if flops or bandwidth:
         console.print(f"calibrated peak: {(flops or 0) / 1e9:.1f} GFLOP/s matmul, "
@@ -136,3 +138,9 @@ def _run_on_cluster(request: ClusterRunRequest, report: Path | None) -> None:
     if report is not None:
         _render_report(db_url, report)
     raise typer.Exit(outcome.exit_code)
+
+
+def _detail(job, result) -> str:
+    """A failed job's detail for the console: an install failure in full (its decisive line and its log's path),
+    anything else cut at 200 characters (the database keeps it whole)."""
+    return result.detail if job.kind == "install" else result.detail[:200]

@@ -20,3 +20,4 @@ MIN_SAMPLE_S = 0.02  # one sample times enough back-to-back calls to last this l
 SAMPLES = 10  # samples per job
 MAX_INNER = 10_000  # at most this many calls per sample
 TIMEOUT_S = 300.0  # a benchmark job is killed after this long
+THREADS = None  # BLAS/OpenMP threads of a timed job process: None leaves OMP_NUM_THREADS & co. as inherited

@@ -1,7 +1,9 @@
 """Isolated environments for repository suites: the ``[install]`` step, run once per install key.
 
 A repository suite (``harness.toml`` with an ``[install]`` section, docs/external-repos.md) says how its code is
-made runnable, e.g. ``pip install -e . --no-deps --no-build-isolation``. Installing per commit would cost
+made runnable, e.g. ``pip install -e . --no-deps`` (pip builds in isolation: it fetches the build backend the
+project's ``[build-system]`` asks for, a current setuptools and wheel, per build; the environment's own setuptools is
+whatever the harness's interpreter has, often too old for a modern ``pyproject.toml``). Installing per commit would cost
 minutes per commit, and installing into the harness's own environment would let one commit's install leak
 into the next. So:
 
@@ -28,10 +30,13 @@ into the next. So:
   reused environment still imports exactly the commit's code: an editable install of an older tree, or a
   copy installed from it, comes after PYTHONPATH on ``sys.path``. (Compiled extension modules built in place
   are the exception: use ``per_commit``.)
-- **A failed install** (non-zero exit or timeout) records the log's tail. The run's ``install`` job is
-  failed with detail ``install failed: ...`` and every job that needs the environment is failed with the
-  same detail and the log tail (``harness bisect`` treats such a commit as "does not install" and skips it).
-  Within one run (the same plan ``nonce``) the failure is reused, not retried per job; the next run retries.
+- **A failed install** (non-zero exit or timeout) keeps its whole log under ``<cache>/envs/logs/`` (the
+  environment's folder is wiped by the next attempt) and records the log's tail. The run's ``install`` job is
+  failed with detail ``install failed: `COMMAND` exited with status N (log: PATH): DECISIVE LINE``, the
+  decisive line being the last error or exception line of the log that is not one of pip's generic
+  follow-ups (:func:`decisive_line`), and every job that needs the environment is failed with the same detail
+  and the log tail (``harness bisect`` treats such a commit as "does not install" and skips it). Within one run
+  (the same plan ``nonce``) the failure is reused, not retried per job; the next run retries.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -58,10 +64,64 @@ OK_MARKER = ".harness-installed"
 FAILED_MARKER = ".harness-install-failed"
 LOG_NAME = "harness-install.log"
 PTH_NAME = "harness-parent.pth"
+LOGS_DIR = "logs"  # under envs_dir(): the logs of failed installs, kept
+SCAN_BYTES = 256 * 1024  # how much of a log's end is searched for the decisive line
 
 
 def envs_dir() -> Path:
     return cache_dir() / "envs"
+
+
+# An error line: "error: ...", "ERROR: ...", a compiler's "x.c:3:1: error: ...", "fatal error: ...".
+ERROR_LINE = re.compile(r"(?:^|:\s*)(?:fatal error|error|Error|ERROR)\s*:\s*\S")
+# A Python exception line ending a traceback: "ValueError: ...", "subprocess.CalledProcessError: ...", "SystemExit: 1".
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::\s*\S.*)?$")
+# pip's generic follow-ups to a failed build: they say that something failed, never what.
+GENERIC_LINE = re.compile(
+    r"^(?:error: [a-z0-9]+(?:-[a-z0-9]+)+$"  # pip's diagnostic codes: subprocess-exited-with-error, ...
+    r"|ERROR: Could not build wheels for "
+    r"|ERROR: Failed (?:building|to build) "
+    r"|hint: See above|note: This (?:error originates|is an issue)"
+    r"|[×╰│]|\[end of output\]|exit code: )")
+
+
+def _log_lines(text: str) -> list[str]:
+    """The log's non-blank lines, stripped of indentation and pip's box-drawing prefixes."""
+    lines = (line.strip().lstrip("│").strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def decisive_line(text: str) -> str:
+    """The line of a failed install's log that says what went wrong: the last error or exception line that is not
+    one of pip's generic follow-ups ("error: metadata-generation-failed", "hint: See above for details", ...),
+    else the last line that is not such a follow-up, else the last line."""
+    lines = _log_lines(text)
+    specific = [line for line in lines if not GENERIC_LINE.match(line)]
+    errors = [line for line in specific if ERROR_LINE.search(line) or EXCEPTION_LINE.match(line)]
+    for found in (errors, specific, lines):
+        if found:
+            return found[-1]
+    return "no output"
+
+
+def _read_end(path: Path, size: int = SCAN_BYTES) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - size))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def keep_log(log: Path, key: str) -> Path:
+    """A copy of a failed install's log that outlives the environment's folder (the next attempt wipes it)."""
+    kept = envs_dir() / LOGS_DIR / f"{key[:16]}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.copyfile(log, kept)
+    except OSError:
+        kept.write_text("(no install log was written)\n")
+    return kept
 
 
 def key_files(tree: str | Path, patterns: list[str]) -> list[Path]:
@@ -152,7 +212,8 @@ def activated(env: dict[str, str], venv_path: str | Path) -> dict[str, str]:
 
 
 def _run_install(command: str, tree: Path, path: Path, timeout_s: float) -> tuple[bool, str]:
-    """Run the install command in the tree with the environment active; (ok, why not)."""
+    """Run the install command in the tree with the environment active, its output in the environment's log;
+    (ok, how it failed: the exit status or the timeout)."""
     log_path = path / LOG_NAME
     env = activated(os.environ, path)
     env.update({"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
@@ -167,10 +228,15 @@ def _run_install(command: str, tree: Path, path: Path, timeout_s: float) -> tupl
             kill_group(proc)
             return False, f"`{command}` did not finish within {timeout_s:g} s (killed)"
     if code != 0:
-        lines = [line.strip() for line in file_tail(log_path).splitlines() if line.strip()]
-        last = lines[-1] if lines else "no output"
-        return False, f"`{command}` exited with status {code}: {last[:300]}"
+        return False, f"`{command}` exited with status {code}"
     return True, ""
+
+
+def _failure(how: str, log: Path, key: str) -> str:
+    """A failed install's reason: how it failed, where its whole log is kept, and the log's decisive line (last, so
+    that a reason cut short on a console still shows where to look)."""
+    kept = keep_log(log, key)
+    return f"{how} (log: {kept}): {decisive_line(_read_end(kept))[:300]}"
 
 
 def ensure(install: dict[str, Any], tree: str | Path) -> Environment:
@@ -197,8 +263,11 @@ def ensure(install: dict[str, Any], tree: str | Path) -> Environment:
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True, exist_ok=True)
             ok, reason = False, f"cannot create a virtual environment: {type(exc).__name__}: {exc}"
+            (path / LOG_NAME).write_text(f"{reason}\n")
         else:
             ok, reason = _run_install(install["command"], tree, path, float(install.get("timeout_s", 900)))
+            if not ok:
+                reason = _failure(reason, path / LOG_NAME, key)
         seconds = time.perf_counter() - start
         tail = file_tail(path / LOG_NAME)
         if ok:

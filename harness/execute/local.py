@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.core.config import SOURCE_ROOT
-from harness.core.job import PHASES, InstallJob, Job, JobResult, KernelJob
+from harness.core.job import PHASES, FunctionJob, InstallJob, Job, JobResult, KernelJob
 from harness.core.proc import file_tail, kill_group
 from harness.execute import envs
 from harness.execute.envs import activated
@@ -46,13 +46,29 @@ def worker_env(tree: str | None = None, venv: str | None = None) -> dict[str, st
     return env
 
 
+# The thread pools a job process's numpy / BLAS / OpenMP / numexpr size from their environment at import.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+               "NUMEXPR_NUM_THREADS")
+
+
+def thread_env(job: Job) -> dict[str, str]:
+    """The thread variables a job's ``[timing] threads`` sets (none without it: the job inherits the harness's).
+
+    They must be in the environment the job process starts with: a BLAS sizes its thread pool once, when numpy (or
+    MLX, or the repository's package) first loads it, which may well be before the module under test sets them.
+    """
+    threads = job.timing.get("threads") if isinstance(job, KernelJob | FunctionJob) else None
+    return {name: str(int(threads)) for name in THREAD_VARS} if threads else {}
+
+
 def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.executable) -> JobResult:
     """Run one job in a fresh process (its own process group); crash and hang become results, not exceptions.
 
     A job whose variant cannot run here (wrong backend, unsupported dtype) is skipped without a
     process when the code under test is this process's own (``tree`` None): nothing is measured.
     A job of a suite with ``[install]`` runs with the python of the install key's environment, installed
-    here first if needed (harness/execute/envs.py); the ``install`` job only does that.
+    here first if needed (harness/execute/envs.py); the ``install`` job only does that. A timed job whose protocol
+    sets ``threads`` starts with the BLAS/OpenMP thread variables set (:func:`thread_env`).
     """
     start = time.perf_counter()
     if tree is None and isinstance(job, KernelJob):
@@ -78,7 +94,8 @@ def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.execu
         with open(log_path, "wb") as log:
             proc = subprocess.Popen([python, "-m", "harness.execute.worker", str(job_path), str(result_path)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=tree or None, env=worker_env(tree, venv), start_new_session=True)
+                                    cwd=tree or None, env={**worker_env(tree, venv), **thread_env(job)},
+                                    start_new_session=True)
             try:
                 code = proc.wait(timeout=job.timeout_s)
             except subprocess.TimeoutExpired:

@@ -11,6 +11,7 @@ from pathlib import Path
 from harness.core import chip as chip_id
 from harness.core.errors import HarnessError
 from harness.core.job import Job, JobResult, RunContext
+from harness.core.status import is_run_failure
 from harness.execute.local import Executor, LocalExecutor
 from harness.record import outbox, spool, store
 from harness.spec.plan import plan_suite
@@ -62,12 +63,18 @@ class RunOutcome:
     sha: str
     dirty: bool
     counts: Counter = field(default_factory=Counter)
-    tests: Counter = field(default_factory=Counter)  # pytest jobs' per-test outcomes (passed, xfailed, error...)
+    test_outcomes: dict[str, str] = field(default_factory=dict)  # node id -> outcome: each test once
+    selections: dict[str, Counter] = field(default_factory=dict)  # pytest selection -> its tests' outcomes
     planned: int = 0
     peaks: tuple[float | None, float | None] = (None, None)
     status: str = "complete"
     spooled: int = 0  # results left in the spool (the database was unreachable): written by the next command
     spool_dir: str = ""
+
+    @property
+    def tests(self) -> Counter:
+        """The distinct tests' outcomes (passed, xfailed, error...) over every pytest selection of the run."""
+        return Counter(self.test_outcomes.values())
 
 
 def execute_run(request: LocalRunRequest, progress: Progress | None = None,
@@ -157,7 +164,11 @@ def run_planned(db: store.Store, jobs: list[Job], executor: Executor, context: R
         recorder.record(job, result)
         with lock:
             outcome.counts[result.status] += 1
-            outcome.tests.update(test["outcome"] for test in result.tests)
+            if result.tests:
+                outcome.selections[job.name] = Counter(test["outcome"] for test in result.tests)
+            for test in result.tests:  # a test in two selections counts once, failing if it failed in either
+                if not is_run_failure(outcome.test_outcomes.get(test["nodeid"], "")):
+                    outcome.test_outcomes[test["nodeid"]] = test["outcome"]
             finished = sum(outcome.counts.values())
         if progress:
             progress(job, result, finished, planned)

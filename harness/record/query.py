@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from harness.core.errors import HarnessError
-from harness.core.status import CODE_FAILURES
+from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.store import Store
 
@@ -69,6 +69,16 @@ def _run_view(session: Session, run: Run, with_jobs: bool) -> RunView:
         records = session.scalars(select(JobRecord).where(JobRecord.run_id == run.id).order_by(JobRecord.id))
         view.jobs = [_job_dict(r) for r in records]
     return view
+
+
+def previous_run_id(store: Store, run_id: str) -> str | None:
+    """The same chip's run started just before ``run_id`` (time order, not yet ancestry), or None."""
+    with store.session() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return None
+        return session.scalars(select(Run.id).where(Run.chip_id == run.chip_id, Run.started_at < run.started_at)
+                               .order_by(Run.started_at.desc()).limit(1)).first()
 
 
 def chips(store: Store) -> list[dict[str, Any]]:
@@ -119,7 +129,8 @@ class SeriesKey(NamedTuple):
 
 
 class FailureRow(NamedTuple):
-    """A failed (or crashed, timed out) correctness job of a run."""
+    """A failing correctness job of a run: a kernel check, or a repository test (kind "test"; ``name`` its node id),
+    or a pytest selection that failed without a failing test to show for it (collection error, crash, timeout)."""
 
     chip: str
     kernel: str
@@ -131,6 +142,9 @@ class FailureRow(NamedTuple):
     detail: str
     run_id: str
     sha: str
+    kind: str
+    key: str
+    name: str
 
 
 def _positive(values: Iterable[float]) -> npt.NDArray[np.float64]:
@@ -159,23 +173,30 @@ def series_samples(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, npt.
 
 
 def correctness_failures(store: Store, run_ids: Sequence[str]) -> list[FailureRow]:
-    """Failing correctness jobs (``CODE_FAILURES``) of the given runs, by chip, kernel, variant, check."""
+    """Failing correctness jobs (``CODE_FAILURES``, kinds ``CORRECTNESS_KINDS``) of the given runs, by chip, kernel,
+    variant, check, test.
+
+    A pytest selection's own row fails whenever one of its tests does; it is listed only when none of its tests is
+    (a collection error, a crash, a timeout), so each failure is named once, by the test that failed.
+    """
     if not run_ids:
         return []
     with store.session() as session:
-        rows = session.execute(
+        rows = [FailureRow(*row) for row in session.execute(
             select(Chip.key, JobRecord.kernel, JobRecord.variant, JobRecord.check_name, JobRecord.dtype,
-                   JobRecord.shape_key, JobRecord.status, JobRecord.detail, JobRecord.run_id, Commit.sha)
+                   JobRecord.shape_key, JobRecord.status, JobRecord.detail, JobRecord.run_id, Commit.sha,
+                   JobRecord.kind, JobRecord.key, JobRecord.name)
             .select_from(JobRecord)
             .join(Run, JobRecord.run_id == Run.id)
             .join(Chip, Run.chip_id == Chip.id)
             .join(Commit, Run.commit_id == Commit.id)
-            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "correctness",
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind.in_(CORRECTNESS_KINDS),
                    JobRecord.status.in_(CODE_FAILURES))
             .order_by(Chip.key, JobRecord.kernel, JobRecord.variant, JobRecord.check_name, JobRecord.dtype,
-                      JobRecord.shape_key, JobRecord.run_id)
-        )
-        return [FailureRow(*row) for row in rows]
+                      JobRecord.shape_key, JobRecord.name, JobRecord.run_id)
+        )]
+    explained = {(row.run_id, row.kernel) for row in rows if row.kind == "test"}
+    return [row for row in rows if not (row.kind == "pytest" and (row.run_id, row.kernel) in explained)]
 
 
 def latest_runs(store: Store) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:

@@ -25,6 +25,7 @@ class SiteData:
 
     chips: list[dict[str, Any]]
     latest: dict[str, query.RunView | None]
+    failing_before: dict[str, set[str]]  # per chip: job keys failing correctness in the run before the latest
     baselines: dict[str, str]
     matrix: VariantMatrix
     histories: dict[str, list[SeriesHistory]]
@@ -43,6 +44,7 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     chips = query.chips(store)
     latest = {chip["key"]: query.latest_run(store, chip["key"]) for chip in chips}
+    failing_before = {key: _failing_before(store, run) for key, run in latest.items()}
     timings["latest runs"] = time.perf_counter() - start
     start = time.perf_counter()
     matrix = variant_matrix(store)
@@ -54,13 +56,19 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     regressions = find_regressions(store, last=last)
     timings["regressions"] = time.perf_counter() - start
-    return SiteData(chips, latest, default_variants(), matrix, histories, regressions, mask_url(store.url), last,
-                    timings)
+    return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
+                    mask_url(store.url), last, timings)
+
+
+def _failing_before(store: Store, run: query.RunView | None) -> set[str]:
+    previous = query.previous_run_id(store, run.id) if run else None
+    return {row.key for row in query.correctness_failures(store, [previous])} if previous else set()
 
 
 def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR) -> Path:
     start = time.perf_counter()
     index = render_site(out_dir, data.chips, data.latest, data.baselines, data.db_label, matrix=data.matrix,
+                        failing_before=data.failing_before,
                         histories=data.histories, regressions=data.regressions, last=data.last,
                         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     data.timings["render"] = time.perf_counter() - start

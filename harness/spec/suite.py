@@ -8,6 +8,7 @@ A suite document looks like::
 
     [timing]                     # default timing protocol for every benchmark
     samples = 10
+    threads = 4                  # optional: BLAS/OpenMP threads of the job process (default: inherited)
 
     [calibration.cpu]            # roofline calibration sizes per chip class (cpu | gpu)
     matmul_n = [256, 512]
@@ -33,7 +34,7 @@ Another repository's suite (``harness.toml`` at its root; docs/external-repos.md
 three more sections, which need the repository's tree (``harness run --repo PATH_OR_URL --commit SHA``)::
 
     [install]                    # optional: an isolated environment per install key (harness/execute/envs.py)
-    command = "pip install -e . --no-deps --no-build-isolation"
+    command = "pip install -e . --no-deps"   # pip builds in isolation: a current setuptools and wheel per build
     key_files = ["pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "*.lock"]   # the default
     timeout_s = 900
     per_commit = false           # true: a fresh environment for every commit (compiled extensions)
@@ -54,7 +55,7 @@ three more sections, which need the repository's tree (``harness run --repo PATH
     grid.cpu = {N = [128, 256]}  # per chip class, as [[benchmark]]; no grid at all: one call without arguments
     grid.gpu = {N = [2048, 4096]}
     dtypes = []                  # optional: also pass dtype="..." (one job per dtype)
-    timing = {samples = 5}       # overrides [timing]
+    timing = {samples = 5, threads = 1}   # overrides [timing]
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ class TimingSpec(_Strict):
     samples: int = Field(defaults.SAMPLES, ge=1, le=10_000)
     max_inner: int = Field(defaults.MAX_INNER, ge=1)
     timeout_s: float = Field(defaults.TIMEOUT_S, gt=0)
+    # BLAS/OpenMP threads of the job process (harness.execute.local.thread_env): None inherits the harness's env.
+    threads: int | None = Field(defaults.THREADS, ge=1)
 
 
 class CalibrationSpec(_Strict):

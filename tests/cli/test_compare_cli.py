@@ -68,7 +68,7 @@ def test_compare_fails_on_a_regression_or_a_correctness_failure_and_prints_the_e
     code, out, _ = cli(capsys, "compare", sha_of(1)[:8], sha_of(2)[:8], "--db", planted)
     assert code == 1
     lines = out.splitlines()
-    failures_at = next(i for i, line in enumerate(lines) if "Correctness failures on head (1)" in line)
+    failures_at = next(i for i, line in enumerate(lines) if "Newly failing on head (1)" in line)
     changed_at = next(i for i, line in enumerate(lines) if "Changed series" in line)
     assert failures_at < changed_at  # correctness failures first
     assert "max error 0.5 > tolerance 1e-3" in out and "regressed" in out and "fused_gateup" in out

@@ -113,7 +113,9 @@ def test_an_environment_sees_the_harness_packages_and_a_failure_is_kept_for_its_
     attempts = tmp_path / "attempts"
     command = f"echo try >> {attempts}; python -c 'import sys; print(sys.prefix); sys.exit(7)'"
     failed = envs.ensure({"command": command, "nonce": "run-1"}, tree)
-    assert not failed.ok and failed.reason.endswith("exited with status 7: " + str(failed.path))
+    assert not failed.ok and failed.reason.endswith("): " + str(failed.path))  # no error line: the last line
+    kept = envs.envs_dir() / envs.LOGS_DIR
+    assert f"exited with status 7 (log: {kept}/{failed.key[:16]}-" in failed.reason
     again = envs.ensure({"command": command, "nonce": "run-1"}, tree)  # another job of the same run
     assert not again.ok and again.reused and attempts.read_text().count("try") == 1
     envs.ensure({"command": command, "nonce": "run-2"}, tree)  # the next run tries again

@@ -48,6 +48,10 @@ def test_a_good_document_parses():
     ("benchmark.0.grid", {"cpu": {"S": []}}, "grid.cpu.S is empty"),
     ("benchmark.0.grid", {"tpu": {"S": [1]}}, "benchmark[0].grid.tpu"),
     ("benchmark.0.timing", {"samples": 0}, "benchmark[0].timing: samples"),
+    ("benchmark.0.timing", {"threads": 0}, "benchmark[0].timing: threads: Input should be greater than or equal to 1"),
+    ("timing", {"threads": 0}, "timing.threads: Input should be greater than or equal to 1"),
+    ("timing", {"threads": 1.5}, "timing.threads"),
+    ("timing", {"threads": True}, "timing.threads"),
     ("benchmark.0.name", "c", "benchmark[0].name: duplicate job name 'c'"),
     ("suite.name", 5, "suite.name"),
     ("correctness.0.kernel", 3, "correctness[0].kernel"),
@@ -58,6 +62,18 @@ def test_bad_documents_name_the_bad_field(path, value, message):
     assert message in str(info.value)
     assert str(info.value).startswith("s.toml: ")
     assert "\n" not in str(info.value)
+
+
+def test_timing_threads_is_optional_and_reaches_the_benchmark_jobs():
+    from harness.spec.plan import plan_suite
+
+    assert parse_suite(GOOD).timing.threads is None  # default: the job process inherits the thread variables
+    suite = parse_suite(with_("timing", {"threads": 4}))
+    assert suite.timing.threads == 4
+    benchmarks = [job for job in plan_suite(suite, "cpu") if job.kind == "benchmark"]
+    assert benchmarks and all(job.timing["threads"] == 4 for job in benchmarks)
+    override = parse_suite(with_("benchmark.0.timing", {"threads": 1}))
+    assert {job.timing["threads"] for job in plan_suite(override, "cpu") if job.kind == "benchmark"} == {1}
 
 
 def test_unknown_top_level_fields_are_rejected():
