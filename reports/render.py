@@ -343,21 +343,35 @@ def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[
 
 
 def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
-    """Every commit any series of the page has, in run order (analysis.history's order, merged by start time)."""
-    order: dict[str, int] = {}
+    """Every commit any series of the page has, in the history's order (analysis.history orders each series along
+    the branch's first-parent line): the series' orders merged, ties by first appearance."""
+    first_seen: dict[str, int] = {}
     info: dict[str, Any] = {}
+    after: dict[str, set[str]] = defaultdict(set)
+    waiting: dict[str, int] = defaultdict(int)
     for series in series_list:
+        previous = None
         for point in series.points:
-            if point.sha not in order:
-                order[point.sha] = len(order)
+            if point.sha not in first_seen:
+                first_seen[point.sha] = len(first_seen)
                 info[point.sha] = point
-
-    def when(sha: str) -> tuple[bool, float, int]:
-        started_at = info[sha].started_at
-        stamp = started_at.timestamp() if isinstance(started_at, datetime) else 0.0
-        return (started_at is None, stamp, order[sha])
-
-    return sorted(order, key=when), info
+            if previous is not None and previous != point.sha and point.sha not in after[previous]:
+                after[previous].add(point.sha)
+                waiting[point.sha] += 1
+            previous = point.sha
+    ready = sorted((sha for sha in first_seen if not waiting[sha]), key=first_seen.__getitem__)
+    order: list[str] = []
+    while ready:
+        sha = ready.pop(0)
+        order.append(sha)
+        for nxt in after[sha]:
+            waiting[nxt] -= 1
+            if not waiting[nxt]:
+                ready.append(nxt)
+        ready.sort(key=first_seen.__getitem__)
+    if len(order) < len(first_seen):  # the series disagree (no common order): first appearance
+        order = sorted(first_seen, key=first_seen.__getitem__)
+    return order, info
 
 
 def _history_page(chip: str, kernel: str, series_list: list[Any], regs: list[tuple[int, Any]]) -> HistoryPage:

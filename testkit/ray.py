@@ -108,9 +108,12 @@ def make_remote_repo(dest: Path) -> tuple[Path, str]:
     return dest, _git(dest, "rev-parse", "HEAD")
 
 
-def commit_change(repo: Path, message: str) -> str:
-    (repo / "CHANGES").write_text(message)
-    _git(repo, "add", "CHANGES")
+def commit_change(repo: Path, message: str, files: dict[str, str] | None = None) -> str:
+    """Commit ``files`` (path relative to the repository -> text; default: CHANGES holding the message)."""
+    for name, text in (files or {"CHANGES": message}).items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+        _git(repo, "add", name)
     _git(repo, "commit", "-q", "-m", message)
     return _git(repo, "rev-parse", "HEAD")
 

@@ -1,6 +1,7 @@
-"""Per-series history on one chip: each commit's pooled samples (in order of the commit's first run) as a median
-with its confidence interval, and the change points ``stats.detect_change_points`` finds along the medians.  The
-chip's samples come as arrays from ``harness.record.query.chip_history``."""
+"""Per-series history on one chip: each commit's pooled samples as a median with its confidence interval, the
+commits in history order (along the branch's first-parent line, then the commits off it: see
+``harness.record.query.ChipHistory``), and the change points ``stats.detect_change_points`` finds along the medians
+of each line.  The chip's samples come as arrays from ``harness.record.query.chip_history``."""
 
 from __future__ import annotations
 
@@ -48,16 +49,21 @@ def history(
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
 ) -> list[SeriesHistory]:
-    """Per series on ``chip``: its commits in run order (first run's start), median + CI, and change points.
+    """Per series on ``chip``: its commits in history order, median + CI, and change points.
 
+    History order follows ancestry: the branch's first-parent line from its newest commit, oldest first, then the
+    commits off that line (side branches...) as lines of their own, never interleaved into it; commits whose
+    parents are unknown keep the time order of their first runs.  Change points are looked for along each line.
     All clean runs of a commit on the chip pool their samples (``include_dirty`` adds runs of dirty trees);
-    ``last`` keeps the chip's last N commits only.  ``change_points=False`` skips
-    ``stats.detect_change_points``, which costs O(n^2) per series (~0.1 s per series at 1000 commits).
+    ``last`` keeps the last N commits of the main line (and the commits off it run since).
+    ``change_points=False`` skips ``stats.detect_change_points``, which costs O(n^2) per series (~0.1 s per
+    series at 1000 commits).
     """
     query.check_chip(store, chip)
     data = query.chip_history(store, chip, kernel, include_dirty=include_dirty, last=last)
     n_series = len(data.series)
-    present_series, present_commit = np.nonzero(data.counts.T > 0)  # series-major, commit order within a series
+    # series-major, history order within a series; commits only loaded as bases of the window are left out
+    present_series, present_commit = np.nonzero((data.counts > 0).T & data.shown)
     flat = present_commit * n_series + present_series
     median, low, high = _medians_and_ci(data, flat)
     counts = data.counts.ravel()[flat]
@@ -70,10 +76,14 @@ def history(
         points = tuple(HistoryPoint(*points_of_commit[c], m, lo, hi, n) for c, m, lo, hi, n in zip(
             commit_ids, median[span].tolist(), low[span].tolist(), high[span].tolist(), counts[span].tolist(),
             strict=True))
-        flags: tuple[ChangeFlag, ...] = ()
+        flags: list[ChangeFlag] = []
         if change_points:
-            found = stats.detect_change_points(median[span], min_effect=min_effect, alpha=alpha)
-            flags = tuple(ChangeFlag(cp.kind, cp.index, cp.end_index, points[cp.index].sha, points[cp.end_index].sha,
-                                     cp.before, cp.after, cp.ratio) for cp in found)
-        out.append(SeriesHistory(key, points, flags))
+            lines = data.line[present_commit[span]]  # non-decreasing: the lines follow each other
+            bounds_of_lines = [0, *(np.flatnonzero(np.diff(lines)) + 1).tolist(), len(points)]
+            for start, stop in zip(bounds_of_lines[:-1], bounds_of_lines[1:], strict=True):
+                found = stats.detect_change_points(median[span][start:stop], min_effect=min_effect, alpha=alpha)
+                flags.extend(ChangeFlag(cp.kind, start + cp.index, start + cp.end_index, points[start + cp.index].sha,
+                                        points[start + cp.end_index].sha, cp.before, cp.after, cp.ratio)
+                             for cp in found)
+        out.append(SeriesHistory(key, points, tuple(flags)))
     return sorted(out, key=lambda h: h.key)

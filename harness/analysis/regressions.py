@@ -1,7 +1,8 @@
 """The regression list: new correctness failures (the first commit of each failing stretch) and confirmed
-slowdowns, each commit judged against the previous commit on its chip exactly as ``stats.compare_grid`` would
-judge it (BH across the commit's whole grid), with a cheap Mann-Whitney + BH screen so that only series that can
-be confirmed are bootstrapped.  Histories and correctness rows come from ``harness.record.query``."""
+slowdowns, each commit judged against its previous commit on its chip (its nearest ancestor with runs there:
+``harness.record.query.ChipHistory.previous``) exactly as ``stats.compare_grid`` would judge it (BH across the
+commit's whole grid), with a cheap Mann-Whitney + BH screen so that only series that can be confirmed are
+bootstrapped.  Histories and correctness rows come from ``harness.record.query``."""
 
 from __future__ import annotations
 
@@ -20,25 +21,30 @@ __all__ = ["regressions"]
 
 def _correctness_events(store: Store, data: query.ChipHistory, include_dirty: bool
                         ) -> tuple[list[RegressionEvidence], set[tuple[int, str]]]:
-    """New correctness failures (first failing commit of each failing stretch) and the broken (commit, kernel)s."""
+    """New correctness failures (first failing commit of each failing stretch along ancestry) and the broken
+    (commit, kernel)s."""
     commit_index = {row[0]: i for i, row in enumerate(data.commits)}
-    failing_at: dict[str, set[int]] = {}
-    ran_at: dict[str, set[int]] = {}
+    key_index: dict[str, int] = {}
+    cells: list[tuple[int, int, bool]] = []
     for commit_id, key, status in query.correctness_statuses(store, data.chip, include_dirty=include_dirty):
         index = commit_index.get(commit_id)
         if index is None:  # outside the ``last`` window
             continue
-        ran_at.setdefault(key, set()).add(index)
-        if is_code_failure(status):
-            failing_at.setdefault(key, set()).add(index)
+        cells.append((index, key_index.setdefault(key, len(key_index)), is_code_failure(status)))
+    ran = np.zeros((len(data.commits), len(key_index)), dtype=bool)
+    failing = np.zeros_like(ran)
+    for index, k, failed in cells:
+        ran[index, k] = True
+        failing[index, k] |= failed
+    # Each job against the nearest ancestor that ran it: a failure is new there if it passed (or never ran) there.
+    before = data.nearest_with(ran)
+    failed_before = np.take_along_axis(failing, np.maximum(before, 0), axis=0) & (before >= 0)
+    keys = list(key_index)
     new: set[tuple[str, int]] = set()
     previous_of: dict[tuple[str, int], int | None] = {}
-    for key, failing in failing_at.items():
-        ran = sorted(ran_at[key])
-        for before, index in zip([None, *ran[:-1]], ran, strict=True):
-            if index in failing and (before is None or before not in failing):
-                new.add((key, index))
-                previous_of[(key, index)] = before
+    for index, k in zip(*np.nonzero(failing & ~failed_before & data.shown[:, None]), strict=True):
+        new.add((keys[k], int(index)))
+        previous_of[(keys[k], int(index))] = int(before[index, k]) if before[index, k] >= 0 else None
     broken = set()
     events: dict[tuple[str, int], RegressionEvidence] = {}
     for commit_id, key, kern, variant, dtype, shape_key, check, status, detail in query.failing_correctness_jobs(
@@ -77,18 +83,18 @@ def _screened_only(p_value: float, n_base: int, n_head: int) -> stats.Comparison
 
 def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int | None, min_effect: float,
                       alpha: float, min_samples: int) -> list[RegressionEvidence]:
-    data = query.chip_history(store, chip, None, include_dirty=include_dirty, last=None if last is None else last + 1)
+    data = query.chip_history(store, chip, None, include_dirty=include_dirty, last=last)
     events, broken = _correctness_events(store, data, include_dirty)
-    if last is not None:  # the window's first commit is only a base: its failures may be old
+    if last is not None:  # a failure whose job did not run at the window's bases may be old
         events = [e for e in events if e.base_sha is not None]
     n_series = len(data.series)
     if n_series == 0:
         return events
-    # Each point of each series against the series' previous point (present_commit is commit order per series).
-    present_series, present_commit = np.nonzero(data.counts.T > 0)
-    same = present_series[1:] == present_series[:-1]
-    base_commit, head_commit = present_commit[:-1][same], present_commit[1:][same]
-    series = present_series[1:][same]
+    # Each point of each series (of the window) against the series' previous point: its nearest ancestor with it.
+    present = data.counts > 0
+    base_of = data.nearest_with(present)
+    head_commit, series = np.nonzero(present & (base_of >= 0) & data.shown[:, None])
+    base_commit = base_of[head_commit, series]
     base_cell, head_cell = base_commit * n_series + series, head_commit * n_series + series
     counts = data.counts.ravel()
     n_base, n_head = counts[base_cell], counts[head_cell]
@@ -141,14 +147,16 @@ def regressions(
     alpha: float = stats.DEFAULT_ALPHA,
     min_samples: int = stats.DEFAULT_MIN_SAMPLES,
 ) -> list[RegressionEvidence]:
-    """New correctness failures first, then confirmed regressions, per chip in commit order.
+    """New correctness failures first, then confirmed regressions, per chip in history order.
 
-    Each commit is compared with the previous commit on the chip: every series with its own previous point (the
-    previous commit that has samples of it), BH across the commit's whole grid, exactly as ``stats.compare_grid``
-    (series of a kernel that failed correctness at the commit are ``broken`` and leave the family).  The bootstrap
-    runs only for series whose Mann-Whitney p-value survives BH, as only they can be confirmed.  A correctness
-    failure is listed at the first commit of each stretch of commits where that job fails.  ``last`` judges only
-    the chip's last N commits (each against its predecessor).  Within a commit, the largest slowdown comes first.
+    Each commit is compared with its previous commit on the chip, its nearest ancestor with runs there (first
+    parents, then the other parents; the commit run just before it when its parents are unknown): every series
+    with its own previous point (the nearest such ancestor that has samples of it), BH across the commit's whole
+    grid, exactly as ``stats.compare_grid`` (series of a kernel that failed correctness at the commit are
+    ``broken`` and leave the family).  The bootstrap runs only for series whose Mann-Whitney p-value survives BH,
+    as only they can be confirmed.  A correctness failure is listed at the first commit of each stretch of
+    ancestry where that job fails.  ``last`` judges only the window of ``query.chip_history`` (the main line's last
+    N commits, each against its previous commit).  Within a commit, the largest slowdown comes first.
     """
     if chip is not None:
         query.check_chip(store, chip)

@@ -41,6 +41,8 @@ def up(
     ray_arg: RayArgOption = None,
     state: StateOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the head to come up.")] = 120,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the ray command and environment only.")]
+    = False,
 ) -> None:
     """Start a Ray head (usage stats off, explicit auth mode) in the background and record it."""
     from harness.execute.ray_executor import chip_label_value  # loads ray: only when this command runs
@@ -54,6 +56,14 @@ def up(
     if not cluster.is_loopback(host) and mode == "disabled":
         console.print(f"[yellow]warning:[/yellow] the head listens on {host} with Ray auth disabled: anyone who "
                       "reaches it can run code on every node. Prefer --auth-mode token on shared networks.")
+    if dry_run:
+        env, notes = cluster.ray_env(mode, joining=False)
+        for note in notes:
+            console.print(f"[yellow]{note}[/yellow]")
+        command = cluster.head_command(port=port, host=host, dashboard_port=dashboard_port,
+                                       client_port=client_server_port, chip=chip, extra=tuple(ray_arg or ()))
+        print(cluster.shell_line(command, env))
+        return
     head = cluster.start_head(port=port, host=host, dashboard_port=dashboard_port, mode=mode, state=state,
                               client_port=client_server_port, chip=chip, extra=tuple(ray_arg or ()),
                               timeout_s=timeout)

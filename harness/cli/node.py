@@ -48,9 +48,7 @@ def join(
     command = cluster.node_command(address=address, chip=key, node_ip=node_ip, num_cpus=num_cpus, extra=extra)
     console.print(f"joining {address} as chip={key} (auth {mode})")
     if dry_run:
-        shown = {k: env[k] for k in ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", cluster.MACOS_CLUSTER_FLAG)
-                 if k in env}
-        print(" ".join(f"{k}={v}" for k, v in shown.items()), " ".join(command))
+        print(cluster.shell_line(command, env))
         return
     if detach:
         node = cluster.start_node(address=address, chip=key, node_ip=node_ip, num_cpus=num_cpus, mode=mode,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -12,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import DbOption, app, console
+from harness.cli.common import app, console
 from harness.cluster.driver import SUMMARY_PREFIX
 from harness.core.errors import HarnessError
 from harness.record.store import mask_url
@@ -21,6 +22,9 @@ from harness.spec import git
 REQUEST_TIMEOUT_S = 30.0
 POLL_S = 2.0
 SUBMIT_RETRY_S = 120.0  # a head that just started has no job agent yet
+DB_HELP = ("Database URL the driver writes to, passed in the job's environment (never its command line; shown "
+           "masked). Default: $HARNESS_DB of this shell; without either, the head's $HARNESS_DB, else the head's "
+           "default SQLite file. A sqlite:/// URL names a file on the head.")
 
 
 def jobs_client(address: str):
@@ -58,6 +62,19 @@ def resolve_commit(repo: str, commit: str) -> str:
         except HarnessError:
             continue
     return commit
+
+
+def job_env(submission_id: str, db: str | None, environ: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """The job's environment variables and where its results go (password masked), from ``--db`` or this shell's
+    ``$HARNESS_DB``: the database URL travels in the environment, never on the command line (``ps``, logs)."""
+    environ = os.environ if environ is None else environ
+    env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HARNESS_RAY_JOB": submission_id}  # stored with each run
+    source = "--db" if db else "$HARNESS_DB here"
+    db = db or environ.get("HARNESS_DB") or None
+    if not db:
+        return env_vars, "the head's default ($HARNESS_DB there, else its SQLite file)"
+    env_vars["HARNESS_DB"] = db
+    return env_vars, f"{mask_url(db)} (from {source})"
 
 
 def entrypoint(*, python: str, repo: str, commit: str, suite: str | None, chips: str | None, parallel: int,
@@ -150,7 +167,7 @@ def submit(
                                                    "(default: the built-in suite of that commit).")] = None,
     chips: Annotated[str | None, typer.Option(help="Comma-separated chip keys (default: every chip present).")]
     = None,
-    db: DbOption = None,
+    db: Annotated[str | None, typer.Option("--db", help=DB_HELP)] = None,
     repo: Annotated[str | None, typer.Option(help="Git URL (or shared path) the nodes fetch the commit from "
                                                   "(default: origin of the current checkout).")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Stream the job's log; exit 1 if a job failed, 2 if the "
@@ -169,9 +186,7 @@ def submit(
         console.print(f"note: --repo {repo} is a path: every node must see it at that path (shared disk)")
     sha = resolve_commit(repo, commit)
     submission_id = f"harness-{sha[:12]}-{uuid.uuid4().hex[:8]}"
-    env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "HARNESS_RAY_JOB": submission_id}  # stored with each run
-    if db:  # through the job's environment, never its command line (shown by ps and in every log)
-        env_vars["HARNESS_DB"] = db
+    env_vars, database = job_env(submission_id, db)
     client = jobs_client(address)
     command = entrypoint(python=python, repo=repo, commit=sha, suite=suite, chips=chips, parallel=parallel,
                          max_attempts=max_attempts)
@@ -179,8 +194,7 @@ def submit(
     job_id = submit_with_retry(client, address, entrypoint=command, submission_id=submission_id,
                                runtime_env={"env_vars": env_vars}, metadata=metadata)
     print(job_id, flush=True)
-    console.print(f"submitted {sha[:12]} as Ray job {job_id}; database: "
-                  f"{mask_url(db) if db else 'the head default ($HARNESS_DB there)'}")
+    console.print(f"submitted {sha[:12]} as Ray job {job_id}; database: {database}")
     if not wait:
         return
     status, logs = wait_for(client, job_id, timeout)

@@ -13,8 +13,12 @@ in-process by ``harness run --executor ray``. Steps:
    (commit, chip), the same store functions as a local run.
 5. Print a one-line JSON summary (``HARNESS_SUMMARY {...}``) that ``harness submit --wait`` reads.
 
+Stopped (SIGTERM: ``harness submit --timeout`` or ``ray job stop``; Ray SIGKILLs it 3 s later) or interrupted
+(Ctrl-C), it finishes every run in progress at once as "stopped" / "interrupted", with its end time: no run is
+left "running".
+
 Exit status: 0 all jobs passed or skipped; 1 a job failed, crashed, timed out or was lost; 2 the run could not
-be completed (no such chip, commit not found, database unreachable...).
+be completed (no such chip, commit not found, database unreachable, stopped...).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,11 +38,21 @@ from harness.core.errors import HarnessError
 from harness.core.job import Job, JobResult, RunContext, job_from_dict
 from harness.core.status import is_run_failure, run_failures
 from harness.execute.local import worker_env
-from harness.pipeline.run import ClusterRunRequest, RunOutcome, run_planned
+from harness.pipeline.run import (
+    ClusterRunRequest,
+    RunOutcome,
+    RunStop,
+    RunStopped,
+    run_planned,
+    sigterm_stops_runs,
+    stop_status,
+)
 from harness.record import outbox, store
 from harness.spec import git
 
 SUMMARY_PREFIX = "HARNESS_SUMMARY "
+STOP_GRACE_S = 2.0  # once its runs are finished, how long a stopped driver waits for its chip threads to return
+STOP_POLL_S = 0.5  # how often the main thread wakes up (to run a signal handler) while the chips run
 ClusterProgress = Callable[[str, Job, JobResult, int, int], None]
 
 # Planning imports the kernels of the commit under test, so it runs in a process whose import path is that tree.
@@ -118,6 +132,7 @@ def prepare_source(repo: str | None, rev: str | None, checkout_timeout_s: float 
     if not repo:
         raise HarnessError("a cluster run needs --repo: a git URL (or a path) every node can fetch the commit from")
     name = repo
+    branch: str | None = None  # the branch the run is for (None: the one ``rev`` names in the clone)
     if git.is_local_path(repo):
         path = Path(repo).expanduser().resolve()
         if not git.is_repo(path):
@@ -125,13 +140,16 @@ def prepare_source(repo: str | None, rev: str | None, checkout_timeout_s: float 
         if rev is None and git.is_dirty(path):
             raise HarnessError(f"{path} has uncommitted changes and a cluster runs commits only: commit them, "
                                "or pass --commit")
-        rev = git.resolve(path, rev or "HEAD").sha  # a local name (HEAD, a branch) means what it means here
+        local = git.resolve(path, rev or "HEAD")  # a local name (HEAD, a branch) means what it means here
+        rev, branch = local.sha, local.branch
         repo, name = str(path), git.origin(path)
     elif not rev:
         raise HarnessError("--commit is required with a repository URL")
     tree, sha = git.checkout(repo, rev, checkout_timeout_s)
-    info = git.resolve(tree, sha)
-    return Source(repo, sha, {**info.as_row(), "repo": name}, tree)
+    info = git.resolve(tree, sha)  # a detached worktree: its branch is the one asked for
+    if branch is None:
+        branch = git.mirror_branch(repo, rev)
+    return Source(repo, sha, {**info.as_row(), "repo": name, "branch": branch}, tree)
 
 
 def plan_in_tree(tree: Path, suite: str | None, chip_class: str) -> Plan:
@@ -182,11 +200,12 @@ def run_on_cluster(request: ClusterRunRequest, *, progress: ClusterProgress | No
         plans: dict[str, Plan] = {}
         plan_lock = threading.Lock()
         outcome = ClusterOutcome()
+        stop = RunStop()  # SIGTERM / Ctrl-C reach the main thread; the runs are in the chip threads
 
         def one_chip(chip: str) -> RunOutcome:
             executor = RayExecutor(chip, repo=source.url, sha=source.sha, parallel=request.parallel,
                                    max_attempts=request.max_attempts, checkout_timeout_s=checkout_timeout_s,
-                                   deadline_s=deadline_s, log=log)
+                                   deadline_s=deadline_s, log=log, stop=stop.event)
             ident, facts, probes = executor.identify()
             with plan_lock:
                 if ident.chip_class not in plans:
@@ -202,11 +221,17 @@ def run_on_cluster(request: ClusterRunRequest, *, progress: ClusterProgress | No
                        "ray_job": os.environ.get("HARNESS_RAY_JOB", "")}
             context = RunContext(ident=ident, facts=facts, commit=source.commit, dirty=False, suite=plan.suite,
                                  executor="ray", options=options)
-            return run_planned(db, plan.jobs, executor, context, progress=on_progress)
+            return run_planned(db, plan.jobs, executor, context, progress=on_progress, stop=stop)
 
+        pool = ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="chip")
+        futures: dict[str, Future] = {}
         try:
-            with ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="chip") as pool:
-                futures = {chip: pool.submit(one_chip, chip) for chip in wanted}
+            with sigterm_stops_runs():  # after ray.init, which sets its own SIGTERM handler (a bare sys.exit)
+                for chip in wanted:
+                    futures[chip] = pool.submit(one_chip, chip)
+                pending = set(futures.values())
+                while pending:  # wake up regularly: a SIGTERM taken by another thread is handled here, not never
+                    _done, pending = wait(pending, timeout=STOP_POLL_S)
                 for chip, future in futures.items():
                     try:
                         outcome.runs.append(future.result())
@@ -214,7 +239,14 @@ def run_on_cluster(request: ClusterRunRequest, *, progress: ClusterProgress | No
                         outcome.errors[chip] = str(exc)
                     except Exception as exc:  # noqa: BLE001 - one chip's failure must not hide the others' runs
                         outcome.errors[chip] = f"{type(exc).__name__}: {exc}"
+        except KeyboardInterrupt as exc:  # first finish the runs (seconds count), then let the chip threads go
+            status = stop_status(exc)
+            finished = stop.request(status)
+            log(f"{status}: run(s) {', '.join(finished) or '(none started)'} finished as {status}")
+            wait(futures.values(), timeout=STOP_GRACE_S)  # the executors cancel their Ray tasks at their next poll
+            raise
         finally:
+            pool.shutdown(wait=not stop.event.is_set(), cancel_futures=True)
             db.close()
         return outcome
     finally:
@@ -248,11 +280,14 @@ def main(argv: list[str] | None = None) -> int:
                                 parallel=args.parallel, address=args.address,
                                 chips=tuple(c for c in args.chips.split(",") if c), max_attempts=args.max_attempts)
     try:
-        outcome = run_on_cluster(request, progress=print_progress, checkout_timeout_s=args.checkout_timeout)
-    except HarnessError as exc:
-        print(f"error: {exc}", flush=True)
-        print(SUMMARY_PREFIX + json.dumps({"runs": [], "errors": {"*": str(exc)}, "exit_code": 2}), flush=True)
-        return 2
+        with sigterm_stops_runs():  # from the start: a stop while connecting or planning ends cleanly too
+            outcome = run_on_cluster(request, progress=print_progress, checkout_timeout_s=args.checkout_timeout,
+                                     log=lambda line: print(line, flush=True))  # the Jobs API log is a file
+    except (HarnessError, KeyboardInterrupt) as exc:
+        why = str(exc) or "interrupted (Ctrl-C)"
+        print(f"error: {why}", flush=True)
+        print(SUMMARY_PREFIX + json.dumps({"runs": [], "errors": {"*": why}, "exit_code": 2}), flush=True)
+        return 143 if isinstance(exc, RunStopped) else (130 if isinstance(exc, KeyboardInterrupt) else 2)
     for run in outcome.runs:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(run.counts.items()))
         print(f"[{run.chip_key}] run {run.run_id}: {counts} (of {run.planned})", flush=True)

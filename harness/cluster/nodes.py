@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -30,7 +31,10 @@ MACOS_CLUSTER_FLAG = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 MACOS_NOTE = (f"macOS: Ray supports multi-node clusters officially on Linux only; setting {MACOS_CLUSTER_FLAG}=1 "
               "so this node may join one (see docs/cluster.md)")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+SHOWN_ENV = ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", MACOS_CLUSTER_FLAG)  # what a --dry-run shows of the env
 SESSION_IN_LOG = re.compile(r"(\S*/session_[0-9_-]+)(?=/logs/)")
+ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")  # Ray styles its terminal output (bold paths)
+STARTED = "Ray runtime started"
 
 
 def state_dir() -> Path:
@@ -110,6 +114,13 @@ def ray_env(mode: str, *, joining: bool, system: str | None = None) -> tuple[dic
     return env, notes
 
 
+def shell_line(command: list[str], env: dict[str, str]) -> str:
+    """``command`` run with the Ray variables of ``env``, as one line a POSIX shell runs as is (every word quoted:
+    ``--resources '{"harness_node": 1.0}'`` stays one argument)."""
+    assignments = [f"{key}={shlex.quote(env[key])}" for key in SHOWN_ENV if key in env]
+    return " ".join([*assignments, shlex.join(command)])
+
+
 def head_command(*, port: int, host: str, dashboard_port: int, dashboard: bool = True,
                  client_port: int | None = None, chip: str | None = None,
                  extra: tuple[str, ...] = ()) -> list[str]:
@@ -163,18 +174,26 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def plain(text: str) -> str:
+    """Ray's output without its terminal styling (ANSI escapes): what we parse and show."""
+    return ANSI_ESCAPE.sub("", text)
+
+
 def _log_tail(path: Path, lines: int = 8) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    return "\n".join(_read(path).splitlines()[-lines:])
 
 
 def launch(role: str, command: list[str], env: dict[str, str], log_path: Path, *, ready, address: str,
            timeout_s: float = 120, **fields) -> Launched:
-    """Start ``command`` in its own process group, logging to ``log_path``; wait until ``ready()`` or fail."""
+    """Start ``command`` in its own process group, logging to ``log_path``; wait until ``ready()`` or fail.
+
+    The log is this session's only: an earlier session's log (same state file) is kept as ``*.previous.log``, never
+    appended to, so its "Ray runtime started" and session folder can neither satisfy nor mislead this start.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    if log_path.exists():
+        log_path.replace(log_path.with_suffix(".previous.log"))
+    with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
     launched = Launched(role, proc.pid, os.getpgid(proc.pid), address, str(log_path), command,
@@ -184,7 +203,7 @@ def launch(role: str, command: list[str], env: dict[str, str], log_path: Path, *
         code = proc.poll()
         if code is not None:
             raise HarnessError(f"`ray start` ({role}) exited with status {code}:\n{_log_tail(log_path)}")
-        if "Ray runtime started" in _read(log_path) and ready():
+        if STARTED in _read(log_path) and ready():
             break
         if time.monotonic() > deadline:
             stop(launched)
@@ -196,8 +215,9 @@ def launch(role: str, command: list[str], env: dict[str, str], log_path: Path, *
 
 
 def _read(path: Path) -> str:
+    """A log of Ray's output as plain text (terminal styling removed)."""
     try:
-        return path.read_text(errors="replace")
+        return plain(path.read_text(errors="replace"))
     except OSError:
         return ""
 
@@ -264,6 +284,14 @@ def is_ours(launched: Launched) -> bool:
             and any(port in part for part in argv))
 
 
+def _reap(pid: int) -> None:
+    """Collect the exit status of ``pid`` if this process started it (else its zombie keeps its group alive)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except OSError:  # not our child (`cluster up` ran in another process): its parent or init reaps it
+        pass
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -286,11 +314,15 @@ def stop(launched: Launched, timeout_s: float = 45) -> str:
         return f"not running (stale record of pid {launched.pid} removed)"
     os.kill(launched.pid, signal.SIGTERM)  # Ray drains the node and ends its own processes
     deadline = time.monotonic() + timeout_s
-    while _group_alive(launched.pgid) and time.monotonic() < deadline:
+    while True:
+        _reap(launched.pid)
+        if not _group_alive(launched.pgid) or time.monotonic() > deadline:
+            break
         time.sleep(0.5)
     done = "stopped"
     if launched.pgid == launched.pid and launched.pgid != os.getpgid(0) and _group_alive(launched.pgid):
         os.killpg(launched.pgid, signal.SIGKILL)  # the group created for it, nothing else
+        _reap(launched.pid)
         done = "killed"
     if launched.state_file:
         Path(launched.state_file).unlink(missing_ok=True)

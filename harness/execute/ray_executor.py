@@ -11,7 +11,9 @@ runs the job with :func:`harness.execute.local.run_in_subprocess`: one process p
 
 A node that dies mid-job surfaces as a Ray system error (NodeDiedError, WorkerCrashedError...): the job is
 re-queued on another live node of its chip (the dead node is excluded by label selector) up to
-``max_attempts`` times, else recorded as ``lost``. ``on_result`` is called exactly once per job; every
+``max_attempts`` times, else recorded as ``lost`` with the node it was lost on (each task tells the cluster's
+key-value store where it started, as nothing else says where a task that never returned ran). ``on_result`` is
+called exactly once per job; every
 ``ray.wait``/``ray.get`` has a timeout, and the chip's live nodes are re-checked on every poll, so a job
 whose chip has no live node left is recorded, never left pending.
 """
@@ -24,13 +26,16 @@ import math
 import os
 import re
 import socket
+import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
+from ray.experimental import internal_kv  # the cluster's key-value store (GCS): where each attempt started
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from harness.core import chip as chip_id
@@ -47,6 +52,8 @@ NODE_ENV = "HARNESS_RAY_NODE_ID"  # the job process learns which Ray node runs i
 LABEL_VALUE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$")
 NODE_IN_MESSAGE = re.compile(r"node ID: ([0-9a-f]{20,})", re.IGNORECASE)
 GET_TIMEOUT_S = 60.0  # fetching a finished task's (small) result
+KV_NAMESPACE = b"harness"  # the cluster's key-value store (GCS): where each job attempt started (its node)
+KV_TIMEOUT_S = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +112,29 @@ def _tree_for(repo: str | None, sha: str | None, timeout: float) -> tuple[str | 
     return str(tree), head
 
 
-def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_timeout_s: float) -> dict:
+def _kv():
+    """The GCS client of this Ray process (its key-value store calls take a timeout, unlike internal_kv's own)."""
+    client = internal_kv.internal_kv_get_gcs_client()
+    if client is None:
+        raise RuntimeError("not connected to a Ray cluster")
+    return client
+
+
+def _started_on(attempt_key: str, node: str) -> None:
+    """Tell the driver where this attempt runs, before anything can go wrong (best effort: never fails the job)."""
+    if not attempt_key:
+        return
+    try:
+        _kv().internal_kv_put(attempt_key.encode(), node.encode(), True, KV_NAMESPACE, timeout=KV_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - bookkeeping only: a lost job then records no node
+        log.debug("cannot record where %s started", attempt_key, exc_info=True)
+
+
+def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_timeout_s: float,
+                    attempt_key: str = "") -> dict:
     """The Ray task body: check the commit out, run one job in its own process, return the result and where."""
     node = _node_id()
+    _started_on(attempt_key, node)
     os.environ[NODE_ENV] = node
     job = job_from_dict(json.loads(job_json))
     tree, head = _tree_for(repo, sha, checkout_timeout_s)
@@ -136,6 +163,7 @@ _probe_task = ray.remote(num_cpus=0, max_retries=0)(probe_node)
 class _Attempt:
     job: Job
     number: int
+    node: str = ""  # the node the previous attempt ran on (a lost job records the last node it ran on)
 
 
 def _slot(parallel: int) -> float:
@@ -157,7 +185,8 @@ class RayExecutor:
 
     def __init__(self, chip: str, *, repo: str | None = None, sha: str | None = None, parallel: int = 1,
                  max_attempts: int = 2, poll_s: float = 0.5, deadline_s: float | None = None,
-                 checkout_timeout_s: float = 900.0, log: Callable[[str], None] | None = None):
+                 checkout_timeout_s: float = 900.0, log: Callable[[str], None] | None = None,
+                 stop: threading.Event | None = None):
         self.chip = chip_label_value(chip)
         if repo and not sha:
             raise HarnessError("a RayExecutor with a repo needs the full sha to run")
@@ -168,6 +197,8 @@ class RayExecutor:
         self.deadline_s = deadline_s
         self.checkout_timeout_s = checkout_timeout_s
         self.log = log or (lambda message: None)
+        self.stop = stop  # set: the run was stopped (SIGTERM, Ctrl-C); cancel what runs and schedule nothing more
+        self._token = uuid.uuid4().hex  # this executor's attempt keys in the cluster's key-value store
         self.dead: set[str] = set()  # nodes seen dead during this run: retries never go back there
         self._live: list[str] = []
         self._live_at = -math.inf
@@ -238,9 +269,31 @@ class RayExecutor:
         deadline = time.monotonic() + (self.deadline_s if self.deadline_s is not None else budget)
         phases = list(PHASES) + [(kind, True) for kind in dict.fromkeys(j.kind for j in jobs)
                                  if kind not in dict(PHASES)]
-        for kind, timed in phases:
-            share, per_node = (1.0, 1) if timed else (_slot(self.parallel), self.parallel)
-            self._dispatch([j for j in jobs if j.kind == kind], share, per_node, on_result, deadline)
+        try:
+            for kind, timed in phases:
+                share, per_node = (1.0, 1) if timed else (_slot(self.parallel), self.parallel)
+                self._dispatch([j for j in jobs if j.kind == kind], share, per_node, on_result, deadline)
+        finally:
+            self._forget()
+
+    # -- where an attempt ran --
+
+    def _attempt_key(self, attempt: _Attempt) -> str:
+        return f"harness-attempt/{self._token}/{attempt.number}/{attempt.job.key}"
+
+    def _ran_on(self, attempt: _Attempt) -> str:
+        """The node this attempt started on (as the task recorded it), else the node of its previous attempt."""
+        try:
+            value = _kv().internal_kv_get(self._attempt_key(attempt).encode(), KV_NAMESPACE, timeout=KV_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - the cluster store unreachable: fall back on what we know
+            value = None
+        return value.decode() if value else attempt.node
+
+    def _forget(self) -> None:
+        try:
+            _kv().internal_kv_del(f"harness-attempt/{self._token}/".encode(), True, KV_NAMESPACE, timeout=KV_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - best effort: a few stale keys in the cluster store
+            pass
 
     def _submit(self, attempt: _Attempt, share: float) -> ray.ObjectRef:
         selector = {CHIP_LABEL: self.chip}
@@ -248,12 +301,15 @@ class RayExecutor:
             selector[NODE_ID_LABEL] = f"!in({','.join(sorted(self.dead))})"
         return _run_job_task.options(label_selector=selector, resources={NODE_RESOURCE: share},
                                      name=f"harness:{attempt.job.key}"[:200]).remote(
-            attempt.job.to_json(), self.repo, self.sha, self.checkout_timeout_s)
+            attempt.job.to_json(), self.repo, self.sha, self.checkout_timeout_s, self._attempt_key(attempt))
 
     def _dispatch(self, jobs: list[Job], share: float, per_node: int, on_result: OnResult, deadline: float) -> None:
         queue = deque(_Attempt(job, 1) for job in jobs)
         inflight: dict[ray.ObjectRef, _Attempt] = {}
         while queue or inflight:
+            if self.stop is not None and self.stop.is_set():
+                self._cancel(inflight)
+                raise HarnessError(f"chip {self.chip}: the run was stopped before its jobs finished")
             live = self.live_nodes(max_age_s=self.poll_s)  # the cluster view, at most one poll old
             if not live or time.monotonic() > deadline:
                 why = (f"no live node of chip {self.chip} left in the cluster" if not live
@@ -281,7 +337,7 @@ class RayExecutor:
             return
         except (RayError, GetTimeoutError) as exc:  # the node or its worker died, or the result is unreachable
             match = NODE_IN_MESSAGE.search(str(exc))
-            node = match.group(1) if match else ""
+            node = match.group(1) if match else self._ran_on(attempt)
             if node and "NodeDied" in type(exc).__name__:
                 self.dead.add(node)
             reason = f"node {node[:12] or '?'} failed mid-job ({_error_line(exc)})"
@@ -289,7 +345,7 @@ class RayExecutor:
             if retry and attempt.number < self.max_attempts and live:
                 self.log(f"{job.key}: {reason}; re-running on another node of chip {self.chip} "
                          f"(attempt {attempt.number + 1} of {self.max_attempts})")
-                queue.appendleft(_Attempt(job, attempt.number + 1))
+                queue.appendleft(_Attempt(job, attempt.number + 1, node))
                 return
             why = (f"no other live node of chip {self.chip}" if not live
                    else f"gave up after {attempt.number} attempt(s)")
@@ -308,12 +364,23 @@ class RayExecutor:
             for ref in done:
                 self._collect(ref, inflight.pop(ref), queue, on_result, retry=False)
         for ref, attempt in list(inflight.items()):
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - best effort: the task may have finished or its node be gone
-                pass
-            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, attempts=attempt.number))
+            _cancel(ref)
+            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, node=self._ran_on(attempt),
+                                             attempts=attempt.number))
         inflight.clear()
-        while queue:
+        while queue:  # never started again: the node of its last attempt, if it had one
             attempt = queue.popleft()
-            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, attempts=attempt.number - 1))
+            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, node=attempt.node,
+                                             attempts=attempt.number - 1))
+
+    def _cancel(self, inflight: dict) -> None:
+        for ref in inflight:
+            _cancel(ref)
+        inflight.clear()
+
+
+def _cancel(ref: ray.ObjectRef) -> None:
+    try:
+        ray.cancel(ref, force=True)
+    except Exception:  # noqa: BLE001 - best effort: the task may have finished or its node be gone
+        pass

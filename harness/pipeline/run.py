@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from harness.spec.plan import plan_suite
 from harness.spec.target import resolve_run
 
 Progress = Callable[[Job, JobResult, int, int], None]
+STOP_SPOOL_WAIT_S = 1.0  # a stopped process has seconds left (Ray SIGKILLs a stopped job's driver 3 s after SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,99 @@ class RunOutcome:
     def tests(self) -> Counter:
         """The distinct tests' outcomes (passed, xfailed, error...) over every pytest selection of the run."""
         return Counter(self.test_outcomes.values())
+
+
+class RunStopped(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM: `harness submit --timeout` or `ray job stop` stopping the driver, a
+    service manager): its runs are finished as "stopped", as Ctrl-C finishes them as "interrupted"."""
+
+
+def stop_status(exc: BaseException) -> str:
+    """The status a run ends with when ``exc`` (a KeyboardInterrupt) ends it."""
+    return "stopped" if isinstance(exc, RunStopped) else "interrupted"
+
+
+@contextmanager
+def sigterm_stops_runs() -> Iterator[None]:
+    """In the main thread: SIGTERM raises :class:`RunStopped` (once) instead of ending the process on the spot, so the
+    runs in progress are finished ("stopped", with their end time), never left "running". The handler it replaces
+    (the default, or ``ray.init``'s, a bare ``sys.exit``) is put back after. No-op in another thread.
+
+    Python runs signal handlers in the main thread only, between bytecodes: a main thread that waits should wait
+    with a timeout (in a loop), or a signal delivered to another thread is only handled when the wait ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    fired = False
+
+    def handler(signum: int, _frame) -> None:
+        nonlocal fired
+        if fired:  # a second SIGTERM while the runs are being finished: let that finish
+            return
+        fired = True
+        raise RunStopped(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+class _RunEnd:
+    """Finishes one run exactly once, from whichever thread gets there first (its own, or a stop request)."""
+
+    def __init__(self, recorder: outbox.Recorder) -> None:
+        self.recorder = recorder
+        self.status = ""
+        self.peaks: tuple[float | None, float | None] = (None, None)
+        self._lock = threading.Lock()
+
+    def finish(self, status: str, wait_s: float | None = None) -> bool:
+        with self._lock:
+            if self.status:
+                return False
+            self.status = status
+        self.peaks = self.recorder.finish(status, wait_s)
+        return True
+
+
+class RunStop:
+    """A stop request for runs whose executors work in other threads (the cluster driver's chip threads).
+
+    The thread that catches the signal (the main thread) calls :meth:`request`: every run in progress is finished at
+    once with that status, and :attr:`event` tells their executors to cancel what runs and schedule nothing more.
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.status = ""
+        self._runs: dict[str, _RunEnd] = {}
+        self._lock = threading.Lock()
+
+    def request(self, status: str) -> list[str]:
+        """Stop: finish every run in progress as ``status``; returns their ids."""
+        with self._lock:
+            self.status = self.status or status
+            self.event.set()
+            runs = dict(self._runs)
+        finished = []
+        for run_id, end in runs.items():
+            try:
+                if end.finish(self.status, STOP_SPOOL_WAIT_S):
+                    finished.append(run_id)
+            except Exception:  # noqa: BLE001 - one run's database error must not leave the others running
+                continue
+        return finished
+
+    def _add(self, run_id: str, end: _RunEnd) -> None:
+        with self._lock:
+            self._runs[run_id] = end
+
+    def _discard(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
 
 
 def execute_run(request: LocalRunRequest, progress: Progress | None = None,
@@ -138,14 +234,20 @@ def _resume(request: LocalRunRequest, progress: Progress | None,
 
 
 def run_planned(db: store.Store, jobs: list[Job], executor: Executor, context: RunContext, *,
-                progress: Progress | None = None, resume: Resume | None = None) -> RunOutcome:
+                progress: Progress | None = None, resume: Resume | None = None,
+                stop: RunStop | None = None) -> RunOutcome:
     """One run (one commit on one chip): create it, execute its planned jobs, record each result once, finish it.
 
     Shared by the local path and the cluster driver (which calls it once per chip, each with its own executor).
     ``resume``: an existing run (``jobs`` are then only its missing ones).
     A result the database cannot take (unreachable, locked) is spooled to disk (harness/record/spool.py) and written
     at the end of the run, or by the next harness command that opens the database.
+    A run never stays "running" when its process is told to stop: Ctrl-C finishes it "interrupted", SIGTERM (in the
+    main thread: :func:`sigterm_stops_runs`) or ``stop`` (a :class:`RunStop` requested from another thread)
+    "stopped", both with their end time.
     """
+    if stop is not None and stop.event.is_set():
+        raise HarnessError(f"the run was {stop.status} before it started")
     done = resume.done if resume else Counter()
     planned = len(jobs) + sum(done.values())
     if resume:
@@ -159,6 +261,9 @@ def run_planned(db: store.Store, jobs: list[Job], executor: Executor, context: R
     outcome.counts.update(done)
     lock = threading.Lock()
     recorder = outbox.Recorder(db, run_id)
+    end = _RunEnd(recorder)
+    if stop is not None:
+        stop._add(run_id, end)
 
     def on_result(job: Job, result: JobResult) -> None:
         recorder.record(job, result)
@@ -174,13 +279,18 @@ def run_planned(db: store.Store, jobs: list[Job], executor: Executor, context: R
             progress(job, result, finished, planned)
 
     try:
-        executor.execute(jobs, on_result)
-    except KeyboardInterrupt:
-        recorder.finish("interrupted")
+        with sigterm_stops_runs():
+            executor.execute(jobs, on_result)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in this (main) thread
+        end.finish(stop_status(exc), STOP_SPOOL_WAIT_S)
         raise
     except Exception:
-        recorder.finish("failed")  # never leave a run "running" forever
+        end.finish(stop.status if stop is not None and stop.status else "failed")  # never leave a run "running"
         raise
-    outcome.peaks = recorder.finish(outcome.status)
+    finally:
+        if stop is not None:
+            stop._discard(run_id)
+    end.finish(outcome.status)
+    outcome.status, outcome.peaks = end.status, end.peaks  # "stopped" if a stop request finished it first
     outcome.spooled, outcome.spool_dir = recorder.left, str(spool.folder(db.url))
     return outcome

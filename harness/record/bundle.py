@@ -20,7 +20,7 @@ from itertools import chain, groupby, repeat
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import DateTime, create_engine, event, insert, select, update
+from sqlalchemy import DateTime, create_engine, event, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
@@ -31,7 +31,10 @@ from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample
 from harness.record.store import Store, mask_url, sample_writer
 
 FORMAT = "mlx-harness-bundle"
-VERSION = 1
+VERSION = 2  # what export writes
+READABLE = (1, 2)  # what import reads
+# Fields a version 1 record lacks (added by migration 0002), and what they read as: parents unknown, no branch.
+V1_DEFAULTS: dict[str, dict[str, Any]] = {"commit": {"parents": None}, "run": {"branch": ""}}
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESS_LEVEL = 1  # JSON floats gain little from harder work: level 6 is ~5x slower for ~8% less
 READ_CHUNK = 1 << 18  # compressed bytes read at a time
@@ -166,7 +169,8 @@ def _select_runs(session: Session, db_label: str, run_ids: Iterable[str] | None,
         prefix = commit.strip().lower()
         if not re.fullmatch(r"[0-9a-f]{4,64}", prefix):
             raise HarnessError(f"--commit must be a commit sha (4 to 64 hex digits), not {commit!r}")
-        shas = set(session.scalars(select(Commit.sha).where(Commit.sha.startswith(prefix))))
+        shas = set(session.scalars(select(Commit.sha).where(Commit.sha.startswith(prefix))  # not links: runs only
+                                   .where(exists().where(Run.commit_id == Commit.id))))
         if not shas:
             raise HarnessError(f"no commit {commit} in {db_label}")
         if len(shas) > 1:
@@ -192,6 +196,12 @@ def _write_payload(session: Session, runs: list[Run], writer: _PayloadWriter, su
         if run.machine is not None:
             machines[run.machine.id] = run.machine
             chips.setdefault(run.machine.chip_id, session.get(Chip, run.machine.chip_id))
+    # The other commits of those repositories whose parents are known (commits between runs, runs not selected):
+    # the ancestry that links the exported commits travels with them.
+    repos = sorted({commit.repo for commit in commits.values()})
+    if repos:
+        for commit in session.scalars(select(Commit).where(Commit.repo.in_(repos), Commit.parents.is_not(None))):
+            commits.setdefault(commit.id, commit)
     for chip in sorted(chips.values(), key=lambda c: c.key):
         writer.write({"type": "chip", **_out(CHIP, chip)})
     for machine in sorted(machines.values(), key=lambda m: (chips[m.chip_id].key, m.hostname)):
@@ -344,13 +354,14 @@ class BundleReader:
         self.chunks = self._chunks()
         self.rest = b""  # decompressed payload bytes read along with the header
         self.header: dict[str, Any] = {}
+        self.version = VERSION  # the header's, once read
         self.counts = dict.fromkeys(HEADER_COUNTS, 0)
 
     def corrupted(self, reason: str) -> BundleCorrupted:
         return BundleCorrupted(f"bundle {self.path} is corrupted or truncated: {reason}")
 
     def invalid(self, reason: str) -> BundleInvalid:
-        return BundleInvalid(f"bundle {self.path} is not a valid version {VERSION} bundle: {reason}")
+        return BundleInvalid(f"bundle {self.path} is not a valid version {self.version} bundle: {reason}")
 
     def not_a_bundle(self) -> HarnessError:
         return HarnessError(f"{self.path} is not a harness bundle (no {FORMAT!r} header)")
@@ -410,9 +421,10 @@ class BundleReader:
             header = None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise self.not_a_bundle()
-        if header.get("version") != VERSION:
+        if header.get("version") not in READABLE or isinstance(header.get("version"), bool):
             raise HarnessError(f"bundle format version {header.get('version')} is not supported "
-                               f"(this harness reads version {VERSION}): {self.path}")
+                               f"(this harness reads versions {', '.join(map(str, READABLE))}): {self.path}")
+        self.version = header["version"]
         for name, kind in (*((name, int) for name in HEADER_COUNTS), ("sha256", str)):
             if not isinstance(header.get(name), kind):
                 raise self.invalid(f"the header lacks {name!r} (or it is not {'a number' if kind is int else 'text'})")
@@ -510,15 +522,20 @@ class _Importer:
 
     def _check(self, record: dict[str, Any]) -> dict[str, Any]:
         kind = record["type"]
-        expected = {"type", *RECORDS[kind].names, *REFERENCES[kind]}
+        absent = V1_DEFAULTS.get(kind, {}) if self.reader.version == 1 else {}
+        expected = {"type", *RECORDS[kind].names, *REFERENCES[kind]} - absent.keys()
         optional = {"sample_idx"} if kind == "job" else set()
         if missing := expected - record.keys():
             raise self.reader.invalid(f"a {kind} record lacks {', '.join(sorted(missing))}")
         if unknown := record.keys() - expected - optional:
             raise self.reader.invalid(f"a {kind} record has fields this harness does not know: "
                                       f"{', '.join(sorted(unknown))} (written by a newer harness?)")
+        parents = record.get("parents")
+        if kind == "commit" and parents is not None and (not isinstance(parents, list)
+                                                         or not all(isinstance(p, str) for p in parents)):
+            raise self.reader.invalid(f"commit {record['sha']}'s parents are not a list of shas")
         try:
-            return _in(RECORDS[kind], record)
+            return _in(RECORDS[kind], {**absent, **record})
         except (TypeError, ValueError) as exc:
             raise self.reader.invalid(f"a {kind} record has a bad date: {exc}") from None
 
@@ -551,11 +568,20 @@ class _Importer:
         self.machines[(record["chip"], values["hostname"])] = machine_id
 
     def _add_commit(self, record: dict[str, Any], values: dict[str, Any]) -> None:
-        commit_id = self.session.scalar(select(Commit.id).where(Commit.repo == values["repo"],
-                                                                Commit.sha == values["sha"]))
-        if commit_id is None:
+        existing = self.session.execute(select(Commit.id, Commit.parents, Commit.message, Commit.author,
+                                               Commit.committed_at, Commit.branch)
+                                        .where(Commit.repo == values["repo"], Commit.sha == values["sha"])).first()
+        if existing is None:
             commit_id = self._insert_one(Commit, values)
             self.summary.commits_added += 1
+        else:
+            # Kept as it is, but for what it lacks: unknown parents, or the details of a commit stored as a link.
+            commit_id = existing.id
+            lacking = {name: values[name] for name in ("parents", "message", "author", "committed_at", "branch")
+                       if getattr(existing, name) in (None, "") and values[name] not in (None, "")}
+            if lacking:
+                self.session.execute(update(Commit.__table__).where(Commit.__table__.c.id == commit_id)
+                                     .values(**lacking))
         self.commits[(values["repo"], values["sha"])] = commit_id
 
     def _add_run(self, record: dict[str, Any], values: dict[str, Any]) -> None:

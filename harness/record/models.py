@@ -55,7 +55,14 @@ class Machine(Base):
 
 
 class Commit(Base):
-    """A commit of the repository under test."""
+    """A commit of the repository under test.
+
+    ``parents``: its parents' full shas, first parent first ([] for a root commit; NULL: unknown, as for rows
+    written before revision 0002 until the repository is seen again). Besides the commits that were run, the
+    store keeps the commits between them that never were (rows without runs: sha and parents only), so that the
+    walk from any commit to its nearest ancestor with runs never leaves the database (harness/record/ancestry.py).
+    ``branch``: the branch the commit's first run with a branch was made for ("" if none).
+    """
 
     __tablename__ = "commit"
     __table_args__ = (UniqueConstraint("repo", "sha"),)
@@ -66,6 +73,7 @@ class Commit(Base):
     author: Mapped[str] = mapped_column(String(255), default="")
     committed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     branch: Mapped[str] = mapped_column(String(255), default="")
+    parents: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True), nullable=True, default=None)
 
 
 class Run(Base):
@@ -86,6 +94,8 @@ class Run(Base):
     peak_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     planned_jobs: Mapped[int] = mapped_column(Integer, default=0)
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # The branch the run was made for: the branch named, or HEAD's branch; "" for a detached sha (a bisect probe).
+    branch: Mapped[str] = mapped_column(String(255), default="", server_default="")
 
     commit: Mapped[Commit] = relationship()
     chip: Mapped[Chip] = relationship()

@@ -120,10 +120,11 @@ class Recorder:
         with self.lock:
             self.spooled += 1
 
-    def finish(self, status: str) -> tuple[float | None, float | None]:
-        """Write what was spooled (bounded retry: $HARNESS_SPOOL_WAIT_S, default 60 s), then close the run."""
+    def finish(self, status: str, wait_s: float | None = None) -> tuple[float | None, float | None]:
+        """Write what was spooled (bounded retry: ``wait_s``, else $HARNESS_SPOOL_WAIT_S, default 60 s), then close
+        the run. A run being stopped passes a short ``wait_s``: what is left stays spooled with its finish marker."""
         if self.spooled:
-            wait = float(os.environ.get("HARNESS_SPOOL_WAIT_S", "60"))
+            wait = float(os.environ.get("HARNESS_SPOOL_WAIT_S", "60")) if wait_s is None else wait_s
             self.left = drain_with_retry(self.db, wait).remaining
         if not self.left:
             try:

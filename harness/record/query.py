@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS
+from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.store import Store
 
@@ -62,9 +63,9 @@ def _job_dict(record: JobRecord) -> dict[str, Any]:
 
 
 def _run_view(session: Session, run: Run, with_jobs: bool) -> RunView:
-    view = RunView(run.id, run.chip.key, run.commit.sha, run.commit.message, run.commit.branch, run.dirty, run.suite,
-                   run.status, run.started_at, run.finished_at, run.peak_flops, run.peak_bytes_per_s,
-                   run.planned_jobs, run.machine.hostname if run.machine else "")
+    view = RunView(run.id, run.chip.key, run.commit.sha, run.commit.message, run.branch or run.commit.branch,
+                   run.dirty, run.suite, run.status, run.started_at, run.finished_at, run.peak_flops,
+                   run.peak_bytes_per_s, run.planned_jobs, run.machine.hostname if run.machine else "")
     if with_jobs:
         records = session.scalars(select(JobRecord).where(JobRecord.run_id == run.id).order_by(JobRecord.id))
         view.jobs = [_job_dict(r) for r in records]
@@ -72,11 +73,25 @@ def _run_view(session: Session, run: Run, with_jobs: bool) -> RunView:
 
 
 def previous_run_id(store: Store, run_id: str) -> str | None:
-    """The same chip's run started just before ``run_id`` (time order, not yet ancestry), or None."""
+    """The run ``run_id`` is compared with: the latest run, on the same chip, of the previous commit, the nearest
+    ancestor of the run's commit with runs on that chip (first parents, then the other parents:
+    ``harness.record.ancestry.nearest``); None if no ancestor has one. When the commit's parents are unknown (or
+    the walk meets unknown ones first): the chip's run started just before ``run_id``, as in time order."""
     with store.session() as session:
         run = session.get(Run, run_id)
         if run is None:
             return None
+        repo, sha = run.commit.repo, run.commit.sha
+        with_runs = {(repo, other) for other in session.scalars(
+            select(Commit.sha).join(Run, Run.commit_id == Commit.id)
+            .where(Run.chip_id == run.chip_id, Commit.repo == repo).distinct())}
+        found = ancestry.nearest(ancestry.load_graph(session, [repo]), (repo, sha), with_runs)
+        if found is None:
+            return None
+        if isinstance(found, tuple):
+            return session.scalars(select(Run.id).join(Commit, Run.commit_id == Commit.id)
+                                   .where(Run.chip_id == run.chip_id, Commit.repo == repo, Commit.sha == found[1])
+                                   .order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
         return session.scalars(select(Run.id).where(Run.chip_id == run.chip_id, Run.started_at < run.started_at)
                                .order_by(Run.started_at.desc()).limit(1)).first()
 
@@ -281,7 +296,9 @@ def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
         else:
             if len(ref) < MIN_PREFIX:
                 raise HarnessError(f"no commit or run {ref!r} (prefixes need at least {MIN_PREFIX} characters)")
-            commits = session.scalars(select(Commit).where(Commit.sha.startswith(ref, autoescape=True))).all()
+            # Commits are also stored without runs (ancestry between run commits): a prefix names one that has runs.
+            commits = session.scalars(select(Commit).where(Commit.sha.startswith(ref, autoescape=True),
+                                                           Commit.id.in_(select(Run.commit_id)))).all()
             prefix_runs = session.scalars(select(Run).where(Run.id.startswith(ref, autoescape=True))).all()
             shas = sorted({c.sha for c in commits})
             if len(shas) + len(prefix_runs) > 1:
@@ -289,6 +306,9 @@ def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
                 more = f", ... ({len(listed)} in all)" if len(listed) > 3 else ""
                 raise HarnessError(f"{ref!r} is ambiguous: {', '.join(listed[:3])}{more}")
             if not shas and not prefix_runs:
+                unrun = session.scalars(select(Commit.sha).where(Commit.sha.startswith(ref, autoescape=True))).first()
+                if unrun:
+                    raise HarnessError(f"commit {unrun[:12]} has no runs")
                 raise HarnessError(f"no commit or run {ref!r} in the database")
             if prefix_runs:
                 runs, kind, commits = list(prefix_runs), "run", [prefix_runs[0].commit]
@@ -311,7 +331,14 @@ def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
 
 @dataclass
 class ChipHistory:
-    """All clean runs of one chip, pooled per (commit, series) cell; samples sorted within each cell."""
+    """All clean runs of one chip, pooled per (commit, series) cell; samples sorted within each cell.
+
+    ``commits`` are in history order (``harness.record.ancestry.arrange``): the branch's first-parent line, oldest
+    first (``line`` 0), then the commits off it as lines of their own (1, 2, ...); without parents, time order.
+    ``previous``: per commit, the index of its previous commit (its nearest ancestor with runs on the chip), -1
+    when it has none here. ``shown``: the commits of the window (all without ``last``); the others are only the
+    previous commits of shown ones, loaded as their bases.
+    """
 
     chip: str
     commits: list[tuple[int, str, str, str, datetime | None]]  # (commit id, sha, message, branch, first start)
@@ -319,6 +346,31 @@ class ChipHistory:
     counts: npt.NDArray[np.int64]  # (n_commits, n_series): valid samples per cell
     offsets: npt.NDArray[np.int64]  # (n_commits, n_series): start of each cell in ``values``
     values: npt.NDArray[np.float64]  # samples sorted by (cell, seconds)
+    previous: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    shown: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    line: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def nearest_with(self, present: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        """Per commit and column of ``present`` (n_commits, k): the nearest commit up the commit's ``previous``
+        chain (its ancestors with runs, nearest first) where ``present`` holds; -1 where none does."""
+        n = len(self.commits)
+        depth = np.zeros(n, dtype=np.int64)
+        for start in range(n):
+            path = []
+            i = start
+            while i >= 0 and depth[i] == 0:
+                path.append(i)
+                i = int(self.previous[i])
+            level = int(depth[i]) if i >= 0 else 0
+            for j in reversed(path):
+                level += 1
+                depth[j] = level
+        out = np.full(present.shape, -1, dtype=np.int64)
+        for commit in np.argsort(depth, kind="stable").tolist():  # ancestors before their descendants
+            before = int(self.previous[commit])
+            if before >= 0:
+                out[commit] = np.where(present[before], before, out[before])
+        return out
 
     def cell_rows(self, cells: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.float64]:
         """Sorted samples of flat cell indices that all have n samples: shape (len(cells), n)."""
@@ -355,17 +407,22 @@ _CACHE_SIZE = 8  # chip histories; ~20 MB each at 1000 commits x 200 series x 10
 
 
 def _fingerprint(session: Session) -> tuple:
-    """Changes whenever a run or job is added or removed, or a run's start time moves."""
+    """Changes whenever a run or job is added or removed, a run's start time moves, or commits or parents are
+    recorded."""
     runs = session.execute(select(func.count(Run.id), func.max(Run.started_at))).one()
     jobs = session.execute(select(func.count(JobRecord.id), func.max(JobRecord.id))).one()
-    return (*runs, *jobs)
+    commits = session.execute(select(func.count(Commit.id), func.count(Commit.parents))).one()
+    return (*runs, *jobs, *commits)
 
 
 def chip_history(store: Store, chip: str, kernel: str | None = None, *, include_dirty: bool = False,
                  last: int | None = None) -> ChipHistory:
-    """The chip's benchmark history (its commits in order of their first run's start; ``last``: the last N only),
-    from a small cache keyed on the database's state (history then regressions of the same chip, as the report
-    does, load it once)."""
+    """The chip's benchmark history, its commits in history order (see ``ChipHistory``), from a small cache keyed
+    on the database's state (history then regressions of the same chip, as the report does, load it once).
+
+    ``last``: the window is the last N commits of the main line, and the commits off it whose first run is not
+    older than the oldest first run among those N; the previous commits of the window come along as bases.
+    """
     with store.session() as session:
         key = (store.url, chip, kernel, include_dirty, last, _fingerprint(session))
         if key in _CACHE:
@@ -378,17 +435,44 @@ def chip_history(store: Store, chip: str, kernel: str | None = None, *, include_
     return data
 
 
+def _arranged(session: Session, chip: str, include_dirty: bool,
+              last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
+    """The chip's commits in history order, and per commit: previous commit index, shown, line."""
+    first_start = func.min(Run.started_at)
+    rows = session.execute(_run_filter(
+        select(Commit.id, Commit.sha, Commit.message, Commit.branch, first_start, Commit.repo)
+        .select_from(Run).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id),
+        chip, include_dirty).group_by(Commit.id, Commit.sha, Commit.message, Commit.branch, Commit.repo)
+        .order_by(first_start, Commit.id)).all()
+    run_branches: dict[int, list[str]] = {}
+    for commit_id, branch in session.execute(_run_filter(
+            select(Run.commit_id, Run.branch).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
+            .order_by(Run.started_at, Run.id)):
+        if branch:
+            run_branches.setdefault(commit_id, []).append(branch)
+    graph = ancestry.load_graph(session, {row[5] for row in rows})
+    arranged = ancestry.arrange([(row[5], row[1]) for row in rows], graph,
+                                [{*run_branches.get(row[0], ()), row[3]} for row in rows])
+    shown = set(range(len(rows)))
+    if last is not None:
+        window = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
+        window = window[-last:] if last > 0 else []
+        since = min(window, default=len(rows))  # rows are in time order
+        shown = {*window, *(i for i, line in zip(arranged.order, arranged.line, strict=True)
+                            if line > 0 and i >= since)}
+    kept = shown | {arranged.previous[i] for i in shown if arranged.previous[i] >= 0}
+    positions = [i for i in arranged.order if i in kept]
+    position = {i: k for k, i in enumerate(positions)}
+    line_of = dict(zip(arranged.order, arranged.line, strict=True))
+    commits = [(rows[i][0], rows[i][1], rows[i][2], (run_branches.get(rows[i][0]) or [rows[i][3]])[-1], rows[i][4])
+               for i in positions]
+    previous = [position.get(arranged.previous[i], -1) for i in positions]
+    return commits, previous, [i in shown for i in positions], [line_of[i] for i in positions]
+
+
 def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: bool,
                 last: int | None) -> ChipHistory:
-    first_start = func.min(Run.started_at)
-    commit_rows = session.execute(_run_filter(
-        select(Commit.id, Commit.sha, Commit.message, Commit.branch, first_start)
-        .select_from(Run).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id),
-        chip, include_dirty).group_by(Commit.id, Commit.sha, Commit.message, Commit.branch)
-        .order_by(first_start, Commit.id)).all()
-    commits = [tuple(row) for row in commit_rows]
-    if last is not None:
-        commits = commits[-last:] if last > 0 else []
+    commits, previous, shown, line = _arranged(session, chip, include_dirty, last)
     commit_index = {row[0]: i for i, row in enumerate(commits)}
     runs = _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
     if last is not None:
@@ -427,7 +511,13 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
     counts = np.bincount(cells, minlength=n_commits * n_series).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if counts.size else counts
     return ChipHistory(chip, commits, [SeriesKey(*series, chip) for series in series_index],
-                       counts.reshape(n_commits, n_series), offsets.reshape(n_commits, n_series), seconds[by_cell])
+                       counts.reshape(n_commits, n_series), offsets.reshape(n_commits, n_series), seconds[by_cell],
+                       np.array(previous, dtype=np.int64), np.array(shown, dtype=bool), np.array(line, dtype=np.int64))
+
+
+# The correctness evidence of a commit's history: kernel checks and repository tests (a pytest selection's own row
+# fails with any of its tests, so its tests speak for it).
+EVENT_KINDS = ("correctness", "test")
 
 
 def correctness_statuses(store: Store, chip: str, *, include_dirty: bool = False) -> list[tuple[int, str, str]]:
@@ -437,18 +527,20 @@ def correctness_statuses(store: Store, chip: str, *, include_dirty: bool = False
         return _plain_rows(session, _run_filter(
             select(Run.commit_id, JobRecord.key, JobRecord.status).select_from(JobRecord)
             .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
-            .where(JobRecord.kind == "correctness"))
+            .where(JobRecord.kind.in_(EVENT_KINDS)))
 
 
 def failing_correctness_jobs(store: Store, chip: str, *, include_dirty: bool = False) -> list[tuple]:
     """``(commit id, job key, kernel, variant, dtype, shape_key, check, status, detail)`` of every failing
-    correctness job (``CODE_FAILURES``) of the chip's clean runs (all with ``include_dirty``), in run start
-    order, then job order."""
+    correctness job and repository test (``CODE_FAILURES``) of the chip's clean runs (all with ``include_dirty``),
+    in run start order, then job order. A test's ``kernel`` is its selection and its ``check`` its node id."""
     with store.session() as session:
-        return [tuple(row) for row in session.execute(_run_filter(
+        rows = session.execute(_run_filter(
             select(Run.commit_id, JobRecord.key, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
-                   JobRecord.shape_key, JobRecord.check_name, JobRecord.status, JobRecord.detail)
+                   JobRecord.shape_key, JobRecord.check_name, JobRecord.status, JobRecord.detail, JobRecord.kind,
+                   JobRecord.name)
             .select_from(JobRecord).join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id),
             chip, include_dirty)
-            .where(JobRecord.kind == "correctness", JobRecord.status.in_(CODE_FAILURES))
-            .order_by(Run.started_at, JobRecord.id))]
+            .where(JobRecord.kind.in_(EVENT_KINDS), JobRecord.status.in_(CODE_FAILURES))
+            .order_by(Run.started_at, JobRecord.id))
+        return [(*row[:6], row.name if row.kind == "test" else row.check_name, *row[7:9]) for row in rows]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,9 +15,10 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, insert, select
+from sqlalchemy import Engine, bindparam, create_engine, event, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from harness.core.chip import ChipIdentity
@@ -24,10 +26,13 @@ from harness.core.errors import HarnessError
 from harness.core.job import Job, JobResult, per_test_key
 from harness.core.summary import summarize
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, utcnow
+from harness.spec import git
 
 DEFAULT_DIR = Path("harness-out")
 DEFAULT_DB_URL = f"sqlite:///{DEFAULT_DIR / 'results.db'}"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+ANCESTRY_LIMIT = 20_000  # commits of a repository's history read (newest first) to link its stored commits
+log = logging.getLogger(__name__)
 
 
 def default_db_url() -> str:
@@ -155,21 +160,38 @@ def get_or_create_machine(session: Session, chip: Chip, facts: dict[str, Any]) -
 
 
 def get_or_create_commit(session: Session, sha: str, repo: str = "", message: str = "", author: str = "",
-                         committed_at: datetime | None = None, branch: str = "") -> Commit:
+                         committed_at: datetime | None = None, branch: str = "",
+                         parents: list[str] | None = None) -> Commit:
+    """The commit row, created if new; a row stored without these details (a commit between runs, or one from
+    before parents were recorded) gets the ones it lacks. ``parents`` None: unknown."""
     commit = session.scalar(select(Commit).where(Commit.repo == repo, Commit.sha == sha))
     if commit is None:
         commit = Commit(repo=repo, sha=sha, message=message, author=author, committed_at=committed_at,
-                        branch=branch)
+                        branch=branch, parents=None if parents is None else list(parents))
         session.add(commit)
         session.flush()
+        return commit
+    for name, value in (("message", message), ("author", author), ("committed_at", committed_at),
+                        ("branch", branch)):
+        if value and not getattr(commit, name):
+            setattr(commit, name, value)
+    if commit.parents is None and parents is not None:
+        commit.parents = list(parents)
     return commit
 
 
 def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], commit: dict[str, Any], suite: str,
                dirty: bool, executor: str, planned_jobs: int, options: dict[str, Any] | None = None,
                run_id: str | None = None) -> str:
-    """Insert a new run row (a new id each time: running the same commit again never overwrites)."""
+    """Insert a new run row (a new id each time: running the same commit again never overwrites).
+
+    ``commit``: the commit row (``harness.spec.git.CommitInfo.as_row``): sha, repo, message, author, committed_at,
+    parents, and ``branch``, the branch the run is made for (stored with the run too). With ``git_dir`` (where
+    the repository is on this machine) the repository's stored commits are then linked (:func:`record_ancestry`).
+    """
     run_id = run_id or uuid.uuid4().hex
+    commit = dict(commit)
+    git_dir = commit.pop("git_dir", "")
     for attempt in range(3):
         try:
             with store.session() as session:
@@ -178,14 +200,82 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
                 commit_row = get_or_create_commit(session, **commit)
                 session.add(Run(id=run_id, commit_id=commit_row.id, chip_id=chip.id, machine_id=machine.id,
                                 suite=suite, dirty=dirty, executor=executor, planned_jobs=planned_jobs,
-                                options=options or {}))
-            return run_id
+                                options=options or {}, branch=commit.get("branch") or ""))
+            break
         except IntegrityError:
             # Another writer (a cluster driver's other chip, another run) created the same chip, machine or
             # commit between our look-up and our insert (PostgreSQL READ COMMITTED): the retry finds it.
             if attempt == 2:
                 raise
+    if git_dir:
+        try:
+            record_ancestry(store, commit.get("repo", ""), git_dir)
+        except (HarnessError, SQLAlchemyError) as exc:  # the run goes on; the next run links them
+            log.warning("cannot record the ancestry of %s's stored commits: %s", commit.get("repo", ""), exc)
     return run_id
+
+
+def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = ANCESTRY_LIMIT) -> tuple[int, int]:
+    """Link the stored commits of ``repo`` with what the repository at ``git_dir`` knows (one ``git rev-list
+    --parents`` over the stored shas, newest ``limit`` commits of their history at most):
+
+    - stored commits whose parents are unknown (stored before revision 0002) get them: old databases heal;
+    - the commits between stored commits that are not stored (never run) are added, sha and parents only, so that
+      the walk from any commit to its nearest ancestor with runs stays in the database.
+
+    Idempotent, and safe beside concurrent writers. Returns (commits given parents, commits added).
+    """
+    with store.session() as session:
+        stored = {sha: parents is not None for sha, parents in session.execute(
+            select(Commit.sha, Commit.parents).where(Commit.repo == repo))}
+    graph = git.ancestry(git_dir, sorted(sha for sha in stored if git.FULL_SHA.match(sha)), limit)
+    healed = [{"b_sha": sha, "b_parents": list(graph[sha])} for sha, known in sorted(stored.items())
+              if not known and sha in graph]  # in sha order, as the inserts: concurrent healers lock alike
+    added = [{"repo": repo, "sha": sha, "message": "", "author": "", "committed_at": None, "branch": "",
+              "parents": list(graph[sha])} for sha in sorted(_between(graph, stored))]
+    if not healed and not added:
+        return 0, 0
+    with store.session() as session:
+        table = Commit.__table__
+        if healed:
+            session.execute(update(table).where(table.c.repo == repo, table.c.sha == bindparam("b_sha"),
+                                                table.c.parents.is_(None))
+                            .values(parents=bindparam("b_parents")), healed)
+        if added:
+            session.execute(_insert_new(session, table), added)
+    return len(healed), len(added)
+
+
+def _between(graph: dict[str, tuple[str, ...]], stored: Collection[str]) -> set[str]:
+    """The commits of ``graph`` (shas -> parents, ancestors of stored commits) that are not stored but have a stored
+    ancestor: those between stored commits."""
+    below: dict[str, bool] = {}  # has a stored ancestor
+    for start in graph:
+        if start in below:
+            continue
+        stack, on_path = [start], {start}  # depth first, parents before children
+        while stack:
+            sha = stack[-1]
+            parent = next((p for p in graph[sha] if p in graph and p not in stored and p not in below
+                           and p not in on_path), None)
+            if parent is not None:
+                stack.append(parent)
+                on_path.add(parent)
+                continue
+            stack.pop()
+            on_path.discard(sha)
+            below[sha] = any(p in stored or below.get(p, False) for p in graph[sha])
+    return {sha for sha, linked in below.items() if linked and sha not in stored}
+
+
+def _insert_new(session: Session, table):
+    """An INSERT of commits that skips those already there (a concurrent writer stored them first)."""
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=["repo", "sha"])
+    if dialect == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=["repo", "sha"])
+    return insert(table)
 
 
 def _job_record(run_id: str, job: Job, result: JobResult, peaks: tuple[float | None, float | None]) -> JobRecord:

@@ -17,9 +17,10 @@ from harness.core.proc import exclusive_lock
 FULL_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
-def _git(repo: str | Path, *args: str, check: bool = True, timeout: float = 120) -> str:
+def _git(repo: str | Path, *args: str, check: bool = True, timeout: float = 120, stdin: str | None = None) -> str:
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout,
+                              input=stdin)
     except FileNotFoundError:
         raise HarnessError("git is not installed") from None
     except subprocess.TimeoutExpired:
@@ -31,7 +32,8 @@ def _git(repo: str | Path, *args: str, check: bool = True, timeout: float = 120)
 
 @dataclass(frozen=True)
 class CommitInfo:
-    """A resolved commit: full sha plus what the report shows about it."""
+    """A resolved commit: full sha plus what the report shows about it, its parents (full shas, first parent
+    first), the branch it was asked for (``branch_name``) and the repository folder it was resolved in."""
 
     sha: str
     message: str
@@ -39,10 +41,15 @@ class CommitInfo:
     committed_at: datetime | None
     branch: str
     repo: str
+    parents: tuple[str, ...] = ()
+    git_dir: str = ""
 
     def as_row(self) -> dict:
+        """The commit row a run is recorded with (``harness.record.store.create_run``): ``git_dir`` is not stored,
+        it tells the store where to look up the ancestry of the repository's stored commits."""
         return {"sha": self.sha, "message": self.message, "author": self.author,
-                "committed_at": self.committed_at, "branch": self.branch, "repo": self.repo}
+                "committed_at": self.committed_at, "branch": self.branch, "repo": self.repo,
+                "parents": list(self.parents), "git_dir": self.git_dir}
 
 
 def is_repo(path: str | Path) -> bool:
@@ -60,11 +67,40 @@ def resolve(repo: str | Path, rev: str = "HEAD") -> CommitInfo:
     sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if not sha:
         raise HarnessError(f"commit {rev!r} does not exist in {repo}")
-    fmt = _git(repo, "show", "-s", "--format=%an%x00%cI%x00%B", sha)
-    author, date, message = (fmt.split("\x00", 2) + ["", ""])[:3]
-    branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD", check=False)
+    fmt = _git(repo, "show", "-s", "--format=%an%x00%cI%x00%P%x00%B", sha)
+    author, date, parents, message = (fmt.split("\x00", 3) + ["", "", ""])[:4]
     return CommitInfo(sha, message.strip(), author, datetime.fromisoformat(date) if date else None,
-                      "" if branch == "HEAD" else branch, origin(repo))
+                      branch_name(repo, rev), origin(repo), tuple(parents.split()),
+                      str(Path(repo).expanduser().resolve()))
+
+
+def branch_name(repo: str | Path, rev: str = "HEAD") -> str:
+    """The branch a run of ``rev`` is made for: ``rev`` itself when it names a branch (``main``,
+    ``refs/heads/main``; a remote-tracking ``origin/main`` gives ``main``), HEAD's branch when ``rev`` is HEAD and
+    HEAD is on one; "" for anything else (a sha, a tag, a detached HEAD)."""
+    if rev == "HEAD":
+        return _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    name = rev.removeprefix("refs/heads/")
+    if _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{name}", check=False):
+        return name
+    remote = rev.removeprefix("refs/remotes/")
+    if "/" in remote and _git(repo, "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}", check=False):
+        return remote.split("/", 1)[1]
+    return ""
+
+
+def ancestry(repo: str | Path, shas: list[str], limit: int, timeout: float = 300) -> dict[str, tuple[str, ...]]:
+    """Parents (first parent first) of the given commits and of their ancestors, newest first, at most ``limit``
+    commits (one ``git rev-list --parents``); names the repository does not have are left out."""
+    if not shas:
+        return {}
+    out = _git(repo, "rev-list", "--parents", "--ignore-missing", f"--max-count={limit}", "--stdin",
+               stdin="\n".join(shas) + "\n", timeout=timeout)
+    graph: dict[str, tuple[str, ...]] = {}
+    for line in out.splitlines():
+        sha, *parents = line.split()
+        graph[sha] = tuple(parents)
+    return graph
 
 
 def remote_url(repo: str | Path, name: str = "origin") -> str:
@@ -147,10 +183,20 @@ def mirror_path(url: str) -> Path:
     return cache_dir() / "repos" / hashlib.sha1(url.encode()).hexdigest()[:16]
 
 
+def _clone_url(url: str) -> str:
+    return str(Path(url).expanduser().resolve()) if is_local_path(url) else url
+
+
+def mirror_branch(url: str, rev: str) -> str:
+    """``branch_name`` of ``rev`` in this machine's clone of ``url`` (after ``fetch``): the remote's branches are
+    the clone's, and its HEAD names the remote's default branch; "" when there is no clone."""
+    mirror = mirror_path(_clone_url(url))
+    return branch_name(mirror, rev) if (mirror / "HEAD").exists() else ""
+
+
 def fetch(url: str, rev: str, timeout: float = 900) -> tuple[Path, str]:
     """Make sure the per-machine bare clone of ``url`` has ``rev``; return (clone, full sha). Locked per clone."""
-    if is_local_path(url):
-        url = str(Path(url).expanduser().resolve())
+    url = _clone_url(url)
     mirror = mirror_path(url)
     with exclusive_lock(mirror.with_suffix(".lock")):
         if not (mirror / "HEAD").exists():

@@ -49,10 +49,10 @@ def resolve_target(repo: str, rev: str | None) -> Target:
     if rev is None and not git.has_commits(top):
         return unversioned
     head = git.resolve(top, "HEAD")
-    wanted = git.resolve(top, rev) if rev else head
+    wanted = git.resolve(top, rev) if rev else head  # its branch: the one ``rev`` names ("" for a sha)
     dirty = git.is_dirty(top)
     if wanted.sha == head.sha and (rev is None or not dirty):
-        return Target(head.as_row(), dirty, None)
+        return Target(wanted.as_row(), dirty, None)
     return Target(wanted.as_row(), False, str(git.worktree(top, wanted.sha)))
 
 
@@ -76,8 +76,11 @@ def _in_commit(top: Path, sha: str, path: str) -> bool:
     return done.returncode == 0
 
 
-def checkout_target(repo: str, rev: str, name: str) -> Target:
-    """A clean, verified worktree of exactly ``rev`` of ``repo`` (path or URL) in the cache, as a run target."""
+def checkout_target(repo: str, rev: str, name: str, branch: str | None = None) -> Target:
+    """A clean, verified worktree of exactly ``rev`` of ``repo`` (path or URL) in the cache, as a run target.
+
+    ``branch``: the branch the run is for (None: the branch ``rev`` names in the clone, "" for a sha).
+    """
     try:
         tree, sha = git.checkout(repo, rev)
     except HarnessError as exc:
@@ -85,7 +88,9 @@ def checkout_target(repo: str, rev: str, name: str) -> Target:
         raise HarnessError(f"cannot check out {rev} from {display_url(repo)}: {message}") from None
     git.verify_tree(tree, sha)
     info = git.resolve(tree, sha)
-    return Target({**info.as_row(), "repo": name}, False, str(tree))
+    if branch is None:
+        branch = git.mirror_branch(repo, rev)
+    return Target({**info.as_row(), "repo": name, "branch": branch}, False, str(tree))
 
 
 def _suite_file(tree: Path, suite: str) -> Path:
@@ -139,7 +144,7 @@ def resolve_run(repo: str, rev: str | None, suite: str | None) -> tuple[Target, 
         wants_tree = (loaded.needs_tree if loaded is not None
                       else suite is None and _in_commit(top, info.sha, SUITE_FILE))
         if wants_tree:
-            target = checkout_target(str(top), info.sha, git.origin(top))
+            target = checkout_target(str(top), info.sha, git.origin(top), info.branch)
             return target, _tree_suite(target, suite, str(top))
     target = resolve_target(repo, rev)
     if loaded is None:

@@ -15,7 +15,7 @@ from harness.analysis.variants import tuning_drift, variant_matrix
 from harness.core import stats
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES
-from harness.record import outbox
+from harness.record import outbox, store
 from harness.record.query import SeriesKey
 from testkit.analysis import add_run, checks, grid_results, sha_of
 from testkit.pg import scratch_database
@@ -142,6 +142,16 @@ def test_prefixes_shared_by_two_commits_are_ambiguous(db):
     assert resolve_side(db, "12341").sha == sha_of(0x12341)
     with pytest.raises(HarnessError, match="at least 4 characters"):
         resolve_side(db, "123")
+
+
+def test_a_commit_stored_without_runs_does_not_make_a_prefix_ambiguous(db):
+    """Ancestry stores the commits between run commits, with no runs: a prefix still names the one that ran."""
+    add_run(db, "chip-a", 0x56780, [], minutes=0)
+    with db.session() as session:
+        store.get_or_create_commit(session, sha_of(0x56781))
+    assert resolve_side(db, "5678").sha == sha_of(0x56780)
+    with pytest.raises(HarnessError, match="commit 56781c0ffeec has no runs"):
+        resolve_side(db, "56781")
 
 
 def variant_runs(db, commit: int, minutes: float, factors: dict[str, float], seed: int) -> None:

@@ -161,3 +161,12 @@ def test_the_report_shows_the_tests_per_selection_with_the_new_failure_first(cal
     assert all("already failing" in row for row in rows[2:])
     # the index counts the tests as correctness: 4 failing (3 failed, 1 error) and 1 skipped, none passed
     assert "pass 0" in index and "fail 4" in index and "skip 1" in index
+
+
+def test_the_regressions_page_lists_a_newly_failing_test_at_the_commit_that_broke_it(calc: Calc, tmp_path: Path):
+    done = calc.harness("report", "--db", calc.db, "--out", str(tmp_path / "site"))
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "site" / "regressions.html").read_text()
+    entries = [entry for entry in page.split('id="r-')[1:] if "test_add" in entry]
+    assert entries, "test_add's failure is not on the regressions page"
+    assert all(calc.head[:12] in entry for entry in entries)  # at the commit that broke it, not before

@@ -5,6 +5,7 @@ never `ray stop`), and the pieces that need no cluster (commands, environment, s
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from harness.cli import submit as submit_cmd
 from harness.cluster import nodes as cl
 from harness.core.errors import HarnessError
 from harness.spec import git
+from testkit.faults import query
+from testkit.faults import wait_for as poll_until
 from testkit.ray import ROOT, commit_change, free_port, make_remote_repo, restore_env, set_env, start_cluster
 
 pytestmark = pytest.mark.xdist_group("cluster_cli")
@@ -43,9 +46,9 @@ def jobs_cluster(tmp_path_factory):
         restore_env(previous)
 
 
-def submit(api: str, repo: Path, sha: str, *extra: str) -> subprocess.CompletedProcess:
+def submit(api: str, repo: Path, sha: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return harness("submit", "--address", api, "--repo", str(repo), "--commit", sha, "--python", sys.executable,
-                   "--wait", *extra)
+                   "--wait", *extra, env=env)
 
 
 def test_submit_wait_runs_the_commit_on_every_chip_into_postgres(jobs_cluster, pg_url, tmp_path):
@@ -83,12 +86,54 @@ def test_submit_wait_runs_the_commit_on_every_chip_into_postgres(jobs_cluster, p
 
 
 def test_submit_wait_exits_1_when_a_correctness_job_fails(jobs_cluster, tmp_path):
+    """(Also: without --db, the submitter's $HARNESS_DB is where the driver writes, as --help says.)"""
     _cluster, api, repo, sha = jobs_cluster
+    db = tmp_path / "r.db"
     done = submit(api, repo, sha, "--suite", "tests/plugins/ray_sched_bad.toml", "--chips", "tiny-a",
-                  "--db", f"sqlite:///{tmp_path / 'r.db'}")
+                  env={"HARNESS_DB": f"sqlite:///{db}"})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "failed   correctness/ray_sched/bad" in done.stdout
     assert "FAILED" in done.stderr
+    assert f"database: sqlite:///{db} (from $HARNESS_DB here)" in " ".join(done.stderr.split())
+    assert query(f"sqlite:///{db}", "select status from job order by status") == [("failed",), ("passed",)]
+
+
+SLOW_SUITE = """
+[suite]
+name = "ray-sched-slow"
+plugins = ["ray_sched_plugin"]
+
+[[correctness]]
+name = "noop"
+kernel = "ray_sched"
+variants = ["sleepy"]
+checks = ["noop"]
+shapes = [{ N = 9, T = 30 }]
+"""
+
+
+def test_a_stopped_submission_leaves_no_run_running(jobs_cluster, tmp_path):
+    """What `submit --wait --timeout` does past its timeout (stop the Ray job: SIGTERM to the driver, SIGKILL 3 s
+    later): the run in progress is finished as "stopped", with its end time, not left "running" for good."""
+    _cluster, api, repo, _sha = jobs_cluster
+    sha = commit_change(repo, "a slow suite", {"tests/plugins/ray_sched_slow.toml": SLOW_SUITE})
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    done = harness("submit", "--address", api, "--repo", str(repo), "--commit", sha, "--python", sys.executable,
+                   "--suite", "tests/plugins/ray_sched_slow.toml", "--chips", "tiny-a", "--db", url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = done.stdout.splitlines()[0]
+    marker_dir = Path(os.environ["HARNESS_TEST_MARKERS"])
+    poll_until(lambda: list(marker_dir.glob("sleepy-N9-*")), timeout=180, what="the slow job to start")
+    assert query(url, "select status from run") == [("running",)]
+
+    client = submit_cmd.jobs_client(api)
+    with pytest.raises(HarnessError, match="did not finish within 0 s; stopped it"):
+        submit_cmd.wait_for(client, job_id, 0)  # what --timeout does
+    poll_until(lambda: str(client.get_job_status(job_id).value) == "STOPPED", timeout=60, what="the job to stop")
+    [(status, finished_at)] = query(url, "select status, finished_at from run")
+    assert status == "stopped" and finished_at is not None
+    logs = client.get_job_logs(job_id)
+    assert "finished as stopped" in logs and "stopped by SIGTERM" in logs, logs[-2000:]
 
 
 def test_submit_wait_exits_2_for_a_chip_with_no_node_or_a_missing_commit(jobs_cluster, tmp_path):
@@ -170,6 +215,49 @@ def test_node_join_on_macos_opts_in_to_multi_node_and_says_so(monkeypatch):
     assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1" and notes == [cl.MACOS_NOTE]
     env, notes = cl.ray_env("token", joining=False)
     assert env["RAY_AUTH_MODE"] == "token" and env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1" and notes
+
+
+def _split_env(line: str) -> tuple[dict[str, str], list[str]]:
+    """A printed command line, as a POSIX shell reads it: leading VAR=value words, then the argv."""
+    words = shlex.split(line)
+    n = 0
+    while n < len(words) and "=" in words[n] and words[n].split("=", 1)[0].isidentifier():
+        n += 1
+    return dict(w.split("=", 1) for w in words[:n]), words[n:]
+
+
+def test_dry_runs_print_shell_quoted_lines_that_split_back_to_the_exact_argv(tmp_path):
+    extra = "--temp-dir=/tmp/a dir with spaces"
+    cache = {"HARNESS_CACHE": str(tmp_path / "cache")}
+    node = harness("node", "join", "--address", "10.0.0.1:6380", "--chip-label", "tiny-q", "--dry-run",
+                   f"--ray-arg={extra}", env=cache)
+    head = harness("cluster", "up", "--dry-run", "--port", "6390", "--worker", "--chip-label", "tiny-q",
+                   f"--ray-arg={extra}", env=cache)
+    expected = {
+        "node": cl.node_command(address="10.0.0.1:6380", chip="tiny-q", extra=(extra,)),
+        "head": cl.head_command(port=6390, host="127.0.0.1", dashboard_port=8265, chip="tiny-q", extra=(extra,)),
+    }
+    for name, done in (("node", node), ("head", head)):
+        assert done.returncode == 0, done.stderr
+        env, argv = _split_env(done.stdout.strip().splitlines()[-1])
+        assert argv == expected[name], name  # `--resources {"harness_node": 1.0}` stays one word
+        assert env["RAY_USAGE_STATS_ENABLED"] == "0" and env["RAY_AUTH_MODE"] == "disabled"
+    assert "'{\"harness_node\": 1.0}'" in node.stdout
+    assert not (tmp_path / "cache").exists()  # a dry run starts and records nothing
+
+
+def test_submit_passes_the_submitters_harness_db_through_the_job_env_masked():
+    secret = "postgresql://ci:s3cret@db.example:5432/results"
+    env_vars, shown = submit_cmd.job_env("harness-x", None, {"HARNESS_DB": secret})
+    assert env_vars["HARNESS_DB"] == secret and env_vars["HARNESS_RAY_JOB"] == "harness-x"
+    assert "s3cret" not in shown and "ci:***@db.example" in shown and "$HARNESS_DB" in shown
+    env_vars, shown = submit_cmd.job_env("harness-x", "sqlite:///r.db", {"HARNESS_DB": secret})
+    assert env_vars["HARNESS_DB"] == "sqlite:///r.db" and "--db" in shown  # --db wins
+    env_vars, shown = submit_cmd.job_env("harness-x", None, {})
+    assert "HARNESS_DB" not in env_vars and "head" in shown  # then the head's own default applies
+    done = harness("submit", "--help", env={"COLUMNS": "200"})
+    text = " ".join(done.stdout.replace("│", " ").split())
+    assert "Default: $HARNESS_DB of this shell; without either, the head's $HARNESS_DB" in text, text
 
 
 def test_node_join_refuses_keys_ray_cannot_label():

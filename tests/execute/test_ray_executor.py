@@ -167,6 +167,27 @@ def test_node_dying_without_a_spare_records_its_jobs_lost(ray_cluster, tmp_path)
     assert "tiny-e" in records[queued.key].detail and not markers(tmp, "ok-N3")
 
 
+def test_a_job_lost_while_running_records_the_node_it_was_lost_on(ray_cluster, tmp_path):
+    """Lost without an error that names its node (here: the run's deadline passed while it ran): the node the
+    attempt started on is recorded all the same, and the executor leaves nothing in the cluster's key-value store."""
+    from ray.experimental import internal_kv
+
+    from harness.execute.ray_executor import KV_NAMESPACE, RayExecutor
+
+    _cluster, tmp = ray_cluster
+    (only,) = nodes_of("tiny-c")
+    job = sched_job("sleepy", 7, T=25)
+    db_url = f"sqlite:///{tmp_path / 'results.db'}"
+    thread, box = run_in_thread(RayExecutor("tiny-c", deadline_s=15), [job], db_url)
+    thread.join(timeout=90)
+    assert not thread.is_alive() and "error" not in box, box
+    [record] = stored_jobs(db_url)
+    assert markers(tmp, "sleepy-N7")  # it did start on the node
+    assert record.status == "lost" and "deadline" in record.detail
+    assert record.node == only  # not ""
+    assert not internal_kv._internal_kv_list(b"harness-attempt/", namespace=KV_NAMESPACE)
+
+
 def test_store_is_idempotent_for_a_result_delivered_twice(tmp_path):
     """What makes a re-run safe: a second result for the same (run, key) is not stored again."""
     from harness.record.outbox import open_store

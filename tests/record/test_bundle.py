@@ -21,9 +21,10 @@ from sqlalchemy.engine import make_url
 from harness.core.chip import ChipIdentity
 from harness.core.errors import HarnessError
 from harness.core.job import JobResult, KernelJob
-from harness.record import bundle, outbox, store
+from harness.record import bundle, outbox, query, store
 from harness.record.bundle import export_bundle, import_bundle, read_header
 from harness.record.models import Base, Chip, Commit, JobRecord, Machine, Run, Sample
+from testkit.lineage import bisect_history
 from testkit.paths import ROOT
 
 MAC = ChipIdentity(key="apple-m4-pro-20c", backend="metal", device_name="Apple M4 Pro", architecture="applegpu_g16s",
@@ -412,9 +413,9 @@ def empty(path: Path) -> None:
     path.write_bytes(b"")
 
 
-def version_2(path: Path) -> None:
+def version_3(path: Path) -> None:
     header, payload = split(path)
-    write(path, {**header, "version": 2}, payload)
+    write(path, {**header, "version": 3}, payload)
 
 
 def altered(path: Path) -> None:
@@ -431,7 +432,7 @@ def newer_field(path: Path) -> None:
     (corrupt, "error: bundle b.bundle is corrupted or truncated: "),
     (truncate, "error: bundle b.bundle is corrupted or truncated: the file ends early"),
     (not_a_bundle, "error: b.bundle is not a harness bundle (no 'mlx-harness-bundle' header)"),
-    (version_2, "error: bundle format version 2 is not supported (this harness reads version 1): b.bundle"),
+    (version_3, "error: bundle format version 3 is not supported (this harness reads versions 1, 2): b.bundle"),
 ])
 def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source, damage, message):
     path = export_bundle(source[0], tmp_path / "b.bundle").path
@@ -452,7 +453,7 @@ def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source,
     (plain_text, "bundle {} is corrupted or truncated: not gzip-compressed"),
     (empty, "bundle {} is corrupted or truncated: the file is empty"),
     (other_gzip, "{} is not a harness bundle (no 'mlx-harness-bundle' header)"),
-    (newer_field, "bundle {} is not a valid version 1 bundle: a job record has fields this harness does not know: "
+    (newer_field, "bundle {} is not a valid version 2 bundle: a job record has fields this harness does not know: "
                   "energy_j (written by a newer harness?)"),
 ])
 def test_more_bad_bundles(tmp_path: Path, source, damage, message):
@@ -470,3 +471,82 @@ def test_cli_missing_bundle(tmp_path: Path):
     done = harness("import", "--db", "sqlite:///t.db", "missing.bundle", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip() == "error: bundle missing.bundle does not exist"
     assert not (tmp_path / "t.db").exists()
+
+
+# --- ancestry (version 2) and version 1 bundles ----------------------------------------------------------------
+
+
+def test_parents_branches_and_link_commits_travel(tmp_path: Path, target):
+    src = outbox.open_store(f"sqlite:///{tmp_path / 'lineage.db'}")
+    try:
+        h = bisect_history(src, tmp_path / "repo")
+        path = export_bundle(src, tmp_path / "all.bundle").path
+        assert import_bundle(target, path).commits_added == 13  # 8 run, 5 only linking them
+        assert dump(target) == dump(src)
+        m8_only = export_bundle(src, tmp_path / "m8.bundle", commit=h.main[8]).path
+        m7_only = export_bundle(src, tmp_path / "m7.bundle", commit=h.main[7]).path
+        with pytest.raises(HarnessError, match=f"no commit {h.main[10]}"):  # stored only as a link: no runs
+            export_bundle(src, tmp_path / "m10.bundle", commit=h.main[10])
+    finally:
+        src.close()
+    named = {run.id: run for run in query.runs(target)}
+    assert named[h.runs["f1"]].branch == "feature" and named[h.runs["m8"]].branch == ""
+    assert query.previous_run_id(target, h.runs["f1"]) == h.runs["m4"]
+    assert query.previous_run_id(target, h.runs["m11"]) == h.runs["m9"]
+    # One run's bundle carries its repository's ancestry: imported apart, the runs still find each other.
+    fresh = outbox.open_store(f"sqlite:///{tmp_path / 'fresh.db'}")
+    try:
+        import_bundle(fresh, m8_only)
+        import_bundle(fresh, m7_only)
+        assert query.previous_run_id(fresh, h.runs["m8"]) == h.runs["m7"]
+        assert query.previous_run_id(fresh, h.runs["m7"]) is None  # m4 did not come along
+    finally:
+        fresh.close()
+
+
+def as_version_1(path: Path, keep: tuple[str, ...] = ()) -> Path:
+    """The bundle as a version 1 harness wrote it: no commit parents, no run branch (unless in ``keep``)."""
+    header, payload = split(path)
+    records = [json.loads(line) for line in payload.splitlines()]
+    for record in records:
+        for kind, name in (("commit", "parents"), ("run", "branch")):
+            if record["type"] == kind and name not in keep:
+                del record[name]
+    lines = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)
+    return write(path, {**header, "version": 1}, lines)
+
+
+def test_a_version_1_bundle_imports_with_unknown_parents_and_heals_later(tmp_path: Path, source, target):
+    src, runs = source
+    with src.session() as session:
+        session.execute(update(Commit).values(parents=["c0" * 20]))
+        session.execute(update(Run).values(branch="main"))
+    v2 = export_bundle(src, tmp_path / "v2.bundle").path
+    v1 = as_version_1(export_bundle(src, tmp_path / "v1.bundle").path)
+    assert read_header(v1)["version"] == 1 and read_header(v2)["version"] == 2
+    assert import_bundle(target, v1).runs_added == 3
+    with target.session() as session:
+        assert set(session.scalars(select(Commit.parents))) == {None}
+        assert set(session.scalars(select(Run.branch))) == {""}
+    assert {run.id: run.branch for run in query.runs(target)}[runs["mac"]] == "main"  # the commit's branch
+    again = import_bundle(target, v2)  # the same runs, from a version 2 bundle: parents filled in
+    assert (again.runs_added, again.commits_added) == (0, 0)
+    with target.session() as session:
+        assert list(session.scalars(select(Commit.parents))) == [["c0" * 20]] * 2
+        assert set(session.scalars(select(Run.branch))) == {""}  # existing runs are left as they are
+
+
+def test_a_version_1_bundle_with_version_2_fields_is_invalid(tmp_path: Path, source, target):
+    path = as_version_1(export_bundle(source[0], tmp_path / "b.bundle").path, keep=("parents",))
+    with pytest.raises(HarnessError, match=re.escape(
+            f"bundle {path} is not a valid version 1 bundle: a commit record has fields this harness does not know: "
+            "parents")):
+        import_bundle(target, path)
+
+
+def test_malformed_parents_are_invalid(tmp_path: Path, source, target):
+    path = export_bundle(source[0], tmp_path / "b.bundle").path
+    header, payload = split(path)
+    write(path, header, payload.replace(b'"parents":null', b'"parents":"abc"', 1))
+    with pytest.raises(HarnessError, match="parents are not a list of shas"):
+        import_bundle(target, path)

@@ -47,3 +47,18 @@ def test_user_text_is_escaped(tmp_path):
         html = page.read_text()
         assert "<script>alert(1)</script>" not in html
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_a_history_page_orders_commits_as_the_series_do_not_by_start_time():
+    """A bisect runs old commits last: the page's commit axis follows the histories' (ancestry) order."""
+    from types import SimpleNamespace as NS
+
+    from reports.render import _commit_axis
+
+    def point(sha: str, minute: int) -> NS:
+        return NS(sha=sha, started_at=datetime(2026, 1, 1, 0, minute), message="", branch="")
+
+    # m8 was run last (a bisect probe) but sits between m7 and m9 on the branch; one series lacks m7.
+    series = [NS(points=(point("m0", 0), point("m7", 5), point("m8", 9), point("m9", 6))),
+              NS(points=(point("m0", 0), point("m8", 9), point("m9", 6), point("m11", 7)))]
+    assert _commit_axis(series)[0] == ["m0", "m7", "m8", "m9", "m11"]
