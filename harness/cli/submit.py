@@ -183,7 +183,8 @@ def submit(
     repo = repo or default_repo()
     if git.is_local_path(repo):
         repo = str(Path(repo).expanduser().resolve())
-        console.print(f"note: --repo {repo} is a path: every node must see it at that path (shared disk)")
+        console.print(f"note: --repo {repo} is a path: every node must see it at that path (shared disk)",
+                      soft_wrap=True)
     sha = resolve_commit(repo, commit)
     submission_id = f"harness-{sha[:12]}-{uuid.uuid4().hex[:8]}"
     env_vars, database = job_env(submission_id, db)
@@ -194,7 +195,7 @@ def submit(
     job_id = submit_with_retry(client, address, entrypoint=command, submission_id=submission_id,
                                runtime_env={"env_vars": env_vars}, metadata=metadata)
     print(job_id, flush=True)
-    console.print(f"submitted {sha[:12]} as Ray job {job_id}; database: {database}")
+    console.print(f"submitted {sha[:12]} as Ray job {job_id}; database: {database}", soft_wrap=True)  # copyable
     if not wait:
         return
     status, logs = wait_for(client, job_id, timeout)
