@@ -9,7 +9,7 @@ from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Correctness and speed of MLX kernels, per commit and per chip.")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a path or URL in a CI log stays on one line, copyable
 state = {"debug": False}
 
 DbOption = Annotated[str | None, typer.Option("--db", help="Database URL. Default: $HARNESS_DB, else "
