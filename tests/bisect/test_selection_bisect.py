@@ -17,6 +17,7 @@ import pytest
 from harness.bisect.probes import Baseline, BisectRequest, answers, correctness_outcome, follow
 from harness.core.errors import HarnessError
 from harness.record.runs import StoredJob
+from testkit.e2e import commit, new_repo
 from testkit.paths import ROOT
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,10 +208,6 @@ def git(cwd: Path, *args: str) -> str:
 def make_repo(repo: Path) -> list[str]:
     """Six commits. At every one test_metal is skipped ("Metal not available") and test_known_bug fails; c2 skips
     test_scale for a while (c3 restores it); c4 breaks add(), so test_add fails from there on."""
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "k@example.com")
-    git(repo, "config", "user.name", "K")
     steps = [
         ("c0 initial", {"tinyops/__init__.py": PACKAGE.format(bug=""), "tests/test_ops.py": TESTS.format(scale=""),
                         "harness.toml": SUITE, "README": "0\n"}),
@@ -220,16 +217,8 @@ def make_repo(repo: Path) -> list[str]:
         ("c4 off by one", {"tinyops/__init__.py": PACKAGE.format(bug=" + 1")}),
         ("c5 docs", {"README": "5\n"}),
     ]
-    shas = []
-    for message, files in steps:
-        for name, text in files.items():
-            path = repo / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        git(repo, "add", "-A")
-        git(repo, "commit", "-qm", message)
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    return shas
+    (first_message, first_files), *rest = steps
+    return [new_repo(repo, first_files, first_message)] + [commit(repo, files, message) for message, files in rest]
 
 
 class Repo:

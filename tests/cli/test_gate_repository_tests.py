@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.e2e import git
+from testkit.e2e import commit, new_repo
 from testkit.paths import ROOT
 
 PACKAGE = """def add(a, b):
@@ -63,26 +63,13 @@ k = "add"
 """
 
 
-def _commit(repo: Path, files: dict[str, str], message: str) -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
 class Calc:
     def __init__(self, root: Path) -> None:
         self.root, self.repo, self.db = root, root / "calc", f"sqlite:///{root / 'results.db'}"
-        self.repo.mkdir()
-        git(self.repo, "init", "-q")
-        git(self.repo, "config", "user.email", "c@example.com")
-        git(self.repo, "config", "user.name", "C")
         files = {"calc/__init__.py": PACKAGE.format(bug=""), "tests/test_calc.py": TESTS, "harness.toml": SUITE}
-        self.base = _commit(self.repo, files, "calc")
-        self.docs = _commit(self.repo, {"README": "calc\n"}, "docs only")
-        self.head = _commit(self.repo, {"calc/__init__.py": PACKAGE.format(bug=" + 1")}, "add is off by one")
+        self.base = new_repo(self.repo, files, "calc")
+        self.docs = commit(self.repo, {"README": "calc\n"}, "docs only")
+        self.head = commit(self.repo, {"calc/__init__.py": PACKAGE.format(bug=" + 1")}, "add is off by one")
 
     def harness(self, *args: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(self.root / "cache"), "COLUMNS": "1000"}

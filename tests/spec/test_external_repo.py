@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.e2e import commit, git
 from testkit.paths import ROOT
 
 PYPROJECT = """[build-system]
@@ -193,20 +194,6 @@ grid.cpu = {{ N = [1000] }}
 
 TRIVIAL_INSTALL = "python tools/install.py"
 PIP_INSTALL = "pip install -e . --no-deps"  # the documented default (docs/external-repos.md)
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    for name, text in files.items():
-        path = repo / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 class Kern:
