@@ -33,7 +33,7 @@ def export_cmd(
     chip: Annotated[str | None, typer.Option(help="Only runs on this chip key.")] = None,
 ) -> None:
     """Write runs (all, or --run/--commit, optionally of one --chip) with their jobs and raw samples to a bundle."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         summary = export_bundle(store, out, run_ids=run, commit=commit, chip=chip)
     finally:

@@ -61,7 +61,7 @@ def compare(
 
     check_format(format)
     check_thresholds(min_effect, alpha)
-    store = open_store(db)
+    store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         report = run_compare(store, base, head, chip=chip, min_effect=min_effect, alpha=alpha)
     finally:

@@ -25,7 +25,7 @@ def report(
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions."""
     from harness.render.site import build_report  # loads scipy: only when this command runs
 
-    store = open_store(db)
+    store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         index = build_report(store, out, change_points=change_points, last=last)
     finally:

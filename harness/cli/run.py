@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from harness.cli.common import DbOption, app, console
 from harness.cluster.driver import print_progress, run_on_cluster
@@ -31,7 +42,8 @@ def run(
                                            "(docs/external-repos.md).")] = ".",
     chip_label: Annotated[str | None, typer.Option(help="Override the detected chip key.")] = None,
     parallel: Annotated[int, typer.Option(help="Correctness jobs run at once (benchmarks and calibration always "
-                                               "run alone). Default: the number of CPU cores.")] = 0,
+                                               "run alone); 0: one per CPU core.", min=0,
+                                          show_default="the number of CPU cores")] = 0,
     no_report: Annotated[bool, typer.Option("--no-report", help="Skip rendering the HTML report.")] = False,
     executor: Annotated[str, typer.Option(help="local (this machine) or ray (every chip of a Ray cluster: one "
                                                "run per chip, from a clean checkout of the commit on each node; "
@@ -60,27 +72,11 @@ def run(
         return
     request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
                               chip_label=chip_label, resume=resume)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("planning", total=None)
-
-        def planned(n: int) -> None:
-            bar.update(task, total=n, description="running jobs")
-
-        def progress(job, result, done, total) -> None:
-            bar.update(task, completed=done, description=f"{job.kind[:5]} {job.labels.kernel}/{job.labels.variant}")
-            if is_run_failure(result.status):
-                bar.console.print(f"[red]{result.status}[/red] {job.key}: {_detail(job, result)}", highlight=False)
-            for test in result.tests:  # a pytest job's failing tests, one line each (skips are not failures)
-                if is_run_failure(test["outcome"]):
-                    first = (test.get("detail") or "").splitlines()[:1]
-                    bar.console.print(f"  [red]{test['outcome']}[/red] {test['nodeid']}: {''.join(first)[:200]}",
-                                      highlight=False)
-
+    with _progress_display() as (planned, progress, abandon):
         try:
             outcome = execute_run(request, progress=progress, on_planned=planned)
         except HarnessError:
-            bar.remove_task(task)  # a bad commit, repository or suite: just its one-line error
+            abandon()  # a bad commit, repository or suite: just its one-line error
             raise
     db_url = db or store.default_db_url()
     counts = outcome.counts
@@ -107,6 +103,122 @@ def run(
                       "they will be written on the next harness command", highlight=False, soft_wrap=True)
         raise typer.Exit(3)
     raise typer.Exit(1 if bad else 0)
+
+
+@contextmanager
+def _progress_display():
+    """``(on_planned, progress, abandon)`` for :func:`execute_run`: a rich bar with an ETA in a terminal; in a log
+    (stderr not a terminal, as in CI) a plain line at a bounded rate (:class:`LineProgress`). Failures are printed
+    as they happen either way; ``abandon`` drops the bar on an error so that only the error's line is left."""
+    if not console.is_interactive:
+        lines = LineProgress(lambda text: console.print(text, highlight=False, soft_wrap=True))
+
+        def line_progress(job, result, done, total) -> None:
+            for text in _failure_lines(job, result):
+                console.print(text, highlight=False, soft_wrap=True)
+            lines.update(done, total)
+
+        with lines.heartbeat():
+            yield lines.planned, line_progress, lines.abandon
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("planning", total=None)
+
+        def planned(n: int) -> None:
+            bar.update(task, total=n, description="running jobs")
+
+        def progress(job, result, done, total) -> None:
+            bar.update(task, completed=done, description=f"{job.kind[:5]} {job.labels.kernel}/{job.labels.variant}")
+            for text in _failure_lines(job, result):
+                bar.console.print(text, highlight=False)
+
+        yield planned, progress, lambda: bar.remove_task(task)
+
+
+def _failure_lines(job, result) -> list[str]:
+    """A failed job's line, and a pytest job's failing tests, one line each (skips are not failures)."""
+    lines = [f"[red]{result.status}[/red] {job.key}: {_detail(job, result)}"] if is_run_failure(result.status) else []
+    for test in result.tests:
+        if is_run_failure(test["outcome"]):
+            first = (test.get("detail") or "").splitlines()[:1]
+            lines.append(f"  [red]{test['outcome']}[/red] {test['nodeid']}: {''.join(first)[:200]}")
+    return lines
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``: short enough for a progress line."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class LineProgress:
+    """Progress as plain lines for a log: one when the jobs are planned, then one each time another ``1/steps`` of
+    them is done or ``every_s`` seconds have passed (whichever comes first; a heartbeat says so while a long job
+    runs), and one at the end: done/total, elapsed, and an ETA from the mean time per job so far."""
+
+    def __init__(self, say: Callable[[str], None], *, steps: int = 10, every_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.say, self.steps, self.every_s, self.clock = say, steps, every_s, clock
+        self.total: int | None = None
+        self.done = 0
+        self.started = self.last = clock()
+        self._step = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def planned(self, total: int) -> None:
+        with self._lock:
+            self.total, self.started, self.last = total, self.clock(), self.clock()
+            self.say(f"running {total} jobs")
+
+    def update(self, done: int, total: int) -> None:
+        with self._lock:
+            self.done, self.total = done, total
+            now = self.clock()
+            step = done * self.steps // total if total else self.steps
+            if step > self._step or now - self.last >= self.every_s or done >= total:
+                self._step = max(step, self._step)
+                self._say(now)
+
+    def tick(self) -> None:
+        """The heartbeat: a line if none was printed for ``every_s`` seconds (a long job is running)."""
+        with self._lock:
+            now = self.clock()
+            if self.total is not None and self.done < self.total and now - self.last >= self.every_s:
+                self._say(now)
+
+    def abandon(self) -> None:
+        self._stop.set()
+
+    @contextmanager
+    def heartbeat(self):
+        """Call :meth:`tick` every few seconds in a background thread while the run goes on."""
+        thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(5.0, self.every_s)):
+            self.tick()
+
+    def _say(self, now: float) -> None:
+        self.last = now
+        total, done = self.total or 0, self.done
+        elapsed = now - self.started
+        line = f"progress: {done}/{total} jobs ({100 * done // total if total else 100}%), {duration(elapsed)} elapsed"
+        if 0 < done < total:
+            line += f", ETA {duration(elapsed / done * (total - done))}"
+        self.say(line)
 
 
 def _render_report(db_url: str, folder: Path) -> None:

@@ -54,7 +54,7 @@ def variants(
 
     check_format(format)
     check_thresholds(min_effect, alpha)
-    store = open_store(db)
+    store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         matrix = variant_matrix(store, commit, min_effect=min_effect, alpha=alpha)
     finally:

@@ -24,9 +24,14 @@ from harness.record import store as store_mod
 from harness.record.store import Store, open_database
 
 
-def open_store(url: str | None = None) -> Store:
-    """Open (creating and migrating if needed) the database at ``url``, then write its spooled results first."""
-    opened = open_database(url)
+def open_store(url: str | None = None, *, must_exist: bool = False) -> Store:
+    """Open (creating and migrating if needed) the database at ``url``, then write its spooled results first.
+
+    ``must_exist``: a reading command's database: a missing SQLite file is refused (one clear error) rather than
+    created empty, unless this database has spooled results waiting, which then create it.
+    """
+    waiting = must_exist and spool.folder(url or store_mod.default_db_url()).is_dir()
+    opened = open_database(url, must_exist=must_exist and not waiting)
     if spool.folder(opened.url).is_dir():
         drain(opened)
     return opened

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
@@ -17,7 +18,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, bindparam, create_engine, event, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,6 +49,65 @@ def mask_url(url: str) -> str:
         return "<invalid database URL>"
 
 
+def _mask_text(text: str) -> str:
+    """Something given as a database URL that is not one, safe to print: a ``user:password@`` part is masked
+    (everything between the user's ``:`` and the last ``@``, whatever the password holds)."""
+    head, at, tail = text.rpartition("@")
+    if not at:
+        return text
+    scheme, sep, userinfo = head.rpartition("://") if "://" in head else ("", "", head)
+    if ":" not in userinfo:
+        return text
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{tail}"
+
+
+SUPPORTED = ("sqlite", "postgresql")
+
+
+def parse_url(url: str, given_as: str = "--db") -> URL:
+    """``url`` parsed, or one clear error: what was given (password masked) and what a URL looks like; a database
+    kind other than SQLite or PostgreSQL is refused here, naming the supported ones. ``given_as``: where the
+    value came from, for the message (``--db`` or ``$HARNESS_DB``)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        shown = _mask_text(url)
+        if "@" in url and "://" not in url:  # a server without its scheme
+            use = f"postgresql://{shown}"
+        elif shown.strip() and not re.match(r"[A-Za-z][\w+.-]*:", url):  # a file path
+            use = f"sqlite:///{shown} or postgresql://user@host/db"
+        else:
+            use = "sqlite:///path/to/results.db or postgresql://user@host/db"
+        value = shown if shown.strip() else repr(url)
+        label = f"{given_as}={value}" if given_as.startswith("$") else f"{given_as} {value}"
+        raise HarnessError(f"{label} is not a database URL: use {use}") from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED:
+        hint = " (did you mean postgresql://?)" if backend == "postgres" else ""
+        raise HarnessError(f"cannot use database {mask_url(url)}: unknown database kind {backend!r}{hint}; "
+                           f"supported: {', '.join(SUPPORTED)} (e.g. sqlite:///results.db, "
+                           "postgresql://user@host/db)")
+    return parsed
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for an in-memory database or another kind)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:" \
+            or parsed.database.startswith("file:"):
+        return None
+    return Path(parsed.database)
+
+
+def _check_exists(url: str) -> None:
+    """A reading command's database must be there already: a missing SQLite file (or folder) is refused."""
+    path = sqlite_path(url)
+    if path is None or path.is_file():
+        return
+    why = f"no folder {path.parent}" if not path.parent.is_dir() else f"no file {path}"
+    raise HarnessError(f"no database at {mask_url(url)} ({why}): `harness run` or `harness import` creates one")
+
+
 def _sqlite_pragmas(engine: Engine) -> None:
     """WAL + busy timeout, and BEGIN IMMEDIATE so concurrent writers queue instead of failing mid-transaction."""
 
@@ -66,12 +126,11 @@ def _sqlite_pragmas(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def make_engine(url: str) -> Engine:
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise HarnessError(f"not a database URL: {mask_url(url)!r} (try sqlite:///path.db or "
-                           "postgresql+psycopg://user@host/db)") from None
+def make_engine(url: str, *, must_exist: bool = False, given_as: str = "--db") -> Engine:
+    """An engine for ``url`` (SQLite: its folder is created unless ``must_exist``, which refuses a missing file)."""
+    parsed = parse_url(url, given_as)
+    if must_exist:
+        _check_exists(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -82,8 +141,9 @@ def make_engine(url: str) -> Engine:
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:
         return create_engine(parsed, pool_pre_ping=True, connect_args=_pg_args(parsed))
-    except Exception as exc:  # noqa: BLE001 - unknown dialect / driver
-        raise HarnessError(f"cannot use database {mask_url(url)}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - unknown driver, missing driver package
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HarnessError(f"cannot use database {mask_url(url)}: {reason}") from None
 
 
 def _pg_args(parsed) -> dict[str, Any]:
@@ -119,13 +179,16 @@ class Store:
         self.engine.dispose()
 
 
-def open_database(url: str | None = None) -> Store:
+def open_database(url: str | None = None, *, must_exist: bool = False) -> Store:
     """Open (creating and migrating if needed) the database at ``url``; one clear error if unreachable.
 
+    ``must_exist``: for commands that only read (report, compare, variants, export): a SQLite file that is not
+    there is refused instead of created empty.
     Commands open it through :func:`harness.record.outbox.open_store`, which also writes the spooled results.
     """
+    given_as = "--db" if url else "$HARNESS_DB"
     url = url or default_db_url()
-    engine = make_engine(url)
+    engine = make_engine(url, must_exist=must_exist, given_as=given_as)
     try:
         migrate(engine)
     except OperationalError as exc:
