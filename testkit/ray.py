@@ -4,6 +4,7 @@ repository to serve as the "remote" the nodes fetch from, and the environment th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -158,3 +159,39 @@ def stored_jobs(db_url: str) -> list[JobRecord]:
             return list(session.scalars(select(JobRecord)).all())
     finally:
         db.close()
+
+
+def process_tree(*roots: int) -> set[int]:
+    """``roots`` and every process descending from them (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+def listeners(pids: set[int]) -> list[tuple[str, str]]:
+    """(local address:port, process name) of every listening TCP socket of ``pids`` (from `ss -ltnpH`)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        owners = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        if owners & pids:
+            name = re.search(r'\(\("([^"]*)"', line)
+            found.append((line.split()[3], name.group(1) if name else "?"))
+    return found
+
+
+def is_loopback_listener(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host.startswith(("127.", "::ffff:127.")) or host == "::1"

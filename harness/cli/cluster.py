@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +21,9 @@ RayArgOption = Annotated[list[str] | None, typer.Option("--ray-arg", help="Extra
                                                                         "(fixed ports for a firewall, object store "
                                                                         "size...): --ray-arg=--object-store-memory=1e9"
                                                       )]
+TokenFileOption = Annotated[Path | None, typer.Option(
+    "--token-file", help="With --auth-mode token: file holding the cluster's token (default: $RAY_AUTH_TOKEN, "
+                         "$RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token; `cluster up` creates one if there is none).")]
 StateOption = Annotated[Path | None, typer.Option("--state", help="State file (default: one per port under "
                                                                     "$HARNESS_CACHE/cluster).")]
 
@@ -39,6 +43,9 @@ def up(
                                                           "(a one-machine cluster, or a head with a GPU).")] = False,
     chip_label: Annotated[str | None, typer.Option(help="With --worker: chip key (default: detected).")] = None,
     ray_arg: RayArgOption = None,
+    token_file: TokenFileOption = None,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Allow a non-loopback --host with auth disabled "
+                                                              "(anyone who reaches it can run code).")] = False,
     state: StateOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the head to come up.")] = 120,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the ray command and environment only.")]
@@ -54,10 +61,13 @@ def up(
         chip = chip_label_value(chip_label or detect().key)
     mode = cluster.auth_mode(auth_mode)
     if not cluster.is_loopback(host) and mode == "disabled":
-        console.print(f"[yellow]warning:[/yellow] the head listens on {host} with Ray auth disabled: anyone who "
-                      "reaches it can run code on every node. Prefer --auth-mode token on shared networks.")
+        if not insecure:
+            raise HarnessError(f"--host {host} with Ray auth disabled lets anyone who reaches it run code on every "
+                               "node: add --auth-mode token (or --insecure if you mean it)")
+        console.print(f"[yellow]warning:[/yellow] the head listens on {host} with Ray auth disabled (--insecure).")
     if dry_run:
-        env, notes = cluster.ray_env(mode, joining=False)
+        env, notes = cluster.ray_env(mode, joining=False, token_file=token_file,
+                                     loopback_head=cluster.is_loopback(host))
         for note in notes:
             console.print(f"[yellow]{note}[/yellow]")
         command = cluster.head_command(port=port, host=host, dashboard_port=dashboard_port,
@@ -66,19 +76,24 @@ def up(
         return
     head = cluster.start_head(port=port, host=host, dashboard_port=dashboard_port, mode=mode, state=state,
                               client_port=client_server_port, chip=chip, extra=tuple(ray_arg or ()),
-                              timeout_s=timeout)
+                              timeout_s=timeout, token_file=token_file)
     print(f"Ray head running (pid {head.pid}), auth mode {mode}" + (f", runs jobs as chip={chip}" if chip else ""))
     print(f"  cluster address: {head.address}")
     print(f"  Jobs API:        {head.dashboard}")
     print(f"  session:         {head.session_dir or '?'}")
     print(f"  log:             {head.log}")
+    token_flag = ""
+    if mode == "token":
+        where = head.token_file or "$RAY_AUTH_TOKEN"
+        print(f"  auth token:      {where} (copy it to every node and to CI; never print it)")
+        token_flag = " --auth-mode token" + (f" --token-file {head.token_file}" if head.token_file else "")
     if cluster.is_loopback(host):
-        print("Loopback only: no other machine can join (restart with --host <LAN address> for that).")
-    else:
-        print("Join every machine (its chip is detected; --chip-label overrides):")
-        print(f"  harness node join --address {head.address}" + (" --auth-mode token" if mode == "token" else ""))
+        print("Loopback only: no other machine can join (restart with --host <LAN address> for that); "
+              "nodes of this machine can.")
+    print("Join every machine (its chip is detected; --chip-label overrides):")
+    print(f"  harness node join --address {head.address}{token_flag}")
     print("Submit a commit from CI:")
-    print(f"  harness submit --address {head.dashboard} --commit SHA --repo URL --wait")
+    print(f"  harness submit --address {head.dashboard} --commit SHA --repo URL --wait{token_flag}")
     print(f"Stop it: harness cluster down --port {port}")
 
 
@@ -106,15 +121,20 @@ def status(
     address: Annotated[str | None, typer.Option(help="Cluster HEAD:PORT (default: the recorded head).")] = None,
 ) -> None:
     """List the chips of the cluster: live nodes per chip label."""
-    import ray  # loads ray: only when this command runs
-
-    from harness.execute.ray_executor import live_chips  # loads ray: only when this command runs
-
     if address is None:
         files = cluster.find_state("head")
         if len(files) != 1:
             raise HarnessError("pass --address HEAD:PORT")
-        address = cluster.Launched.load(files[0]).address
+        head = cluster.Launched.load(files[0])
+        address = head.address
+        if head.auth_mode == "token" and head.token_file:  # the recorded head's token, for ray.init here
+            os.environ["RAY_AUTH_MODE"] = "token"
+            os.environ[cluster.TOKEN_PATH_ENV] = head.token_file
+            os.environ.pop(cluster.TOKEN_ENV, None)
+    import ray  # loads ray: only when this command runs, after the auth env is set (Ray reads it on import)
+
+    from harness.execute.ray_executor import live_chips  # loads ray: only when this command runs
+
     connect(address)
     try:
         chips = live_chips()

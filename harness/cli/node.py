@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.cluster import RayArgOption
+from harness.cli.cluster import RayArgOption, TokenFileOption
 from harness.cli.common import app, console
 from harness.cluster import nodes as cluster
 from harness.core.chip import detect
@@ -29,6 +29,7 @@ def join(
     auth_mode: Annotated[str | None, typer.Option(help="disabled or token, as the head (default $RAY_AUTH_MODE, "
                                                        "else disabled).")] = None,
     ray_arg: RayArgOption = None,
+    token_file: TokenFileOption = None,
     detach: Annotated[bool, typer.Option("--detach", help="Run in the background and record it "
                                                           "(`harness node leave` stops it).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the ray command and environment only.")]
@@ -41,7 +42,8 @@ def join(
         raise HarnessError(f"{address} is the Jobs API address; join with the cluster address HEAD:PORT")
     key = chip_label_value(chip_label or detect().key)
     mode = cluster.auth_mode(auth_mode)
-    env, notes = cluster.ray_env(mode, joining=True)
+    _token, token_file = cluster.find_token(mode, token_file)  # a node without the head's token never joins
+    env, notes = cluster.ray_env(mode, joining=True, token_file=token_file)
     for note in notes:
         console.print(f"[yellow]{note}[/yellow]")
     extra = tuple(ray_arg or ())
@@ -52,7 +54,7 @@ def join(
         return
     if detach:
         node = cluster.start_node(address=address, chip=key, node_ip=node_ip, num_cpus=num_cpus, mode=mode,
-                                  extra=extra)
+                                  extra=extra, token_file=token_file, command=command)
         print(f"node running (pid {node.pid}) labelled chip={key}; log: {node.log}; state: {node.state_file}")
         return
     sys.stdout.flush()

@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
+from harness.cli.cluster import TokenFileOption
 from harness.cli.common import app, console
+from harness.cluster import nodes as cluster
 from harness.cluster.driver import SUMMARY_PREFIX
 from harness.core.errors import HarnessError
 from harness.record.store import mask_url
@@ -27,8 +29,9 @@ DB_HELP = ("Database URL the driver writes to, passed in the job's environment (
            "default SQLite file. A sqlite:/// URL names a file on the head.")
 
 
-def jobs_client(address: str):
-    """A JobSubmissionClient whose every HTTP request has a timeout (the SDK sets none)."""
+def jobs_client(address: str, token: str = ""):
+    """A JobSubmissionClient whose every HTTP request has a timeout (the SDK sets none) and, with token auth, the
+    cluster's token (``Authorization: Bearer``)."""
     from ray.job_submission import JobSubmissionClient  # loads ray: only when this command runs
 
     class _Client(JobSubmissionClient):
@@ -37,9 +40,10 @@ def jobs_client(address: str):
             return super()._do_request(method, endpoint, **kwargs)
 
     try:
-        return _Client(address)
+        return _Client(address, headers=cluster.auth_headers(token) or None)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, requests errors, version mismatch
-        raise HarnessError(f"cannot reach the Ray Jobs API at {address}: {exc}") from None
+        hint = "" if token or "uthenticat" not in str(exc) else " (a token-auth cluster: pass --auth-mode token)"
+        raise HarnessError(f"cannot reach the Ray Jobs API at {address}: {exc}{hint}") from None
 
 
 def default_repo() -> str:
@@ -178,8 +182,12 @@ def submit(
     timeout: Annotated[float, typer.Option(help="With --wait: seconds before the job is stopped.")] = 6 * 3600,
     summary_md: Annotated[Path | None, typer.Option(help="With --wait: append a markdown summary here "
                                                          "(e.g. $GITHUB_STEP_SUMMARY).")] = None,
+    auth_mode: Annotated[str | None, typer.Option(help="The cluster's Ray auth: disabled or token (default "
+                                                       "$RAY_AUTH_MODE, else disabled).")] = None,
+    token_file: TokenFileOption = None,
 ) -> None:
     """Submit a commit to the cluster's Ray Jobs API; prints the Ray job id."""
+    token, _file = cluster.find_token(cluster.auth_mode(auth_mode), token_file)
     repo = repo or default_repo()
     if git.is_local_path(repo):
         repo = str(Path(repo).expanduser().resolve())
@@ -188,7 +196,7 @@ def submit(
     sha = resolve_commit(repo, commit)
     submission_id = f"harness-{sha[:12]}-{uuid.uuid4().hex[:8]}"
     env_vars, database = job_env(submission_id, db)
-    client = jobs_client(address)
+    client = jobs_client(address, token)
     command = entrypoint(python=python, repo=repo, commit=sha, suite=suite, chips=chips, parallel=parallel,
                          max_attempts=max_attempts)
     metadata = {"harness_commit": sha, "harness_repo": mask_url(repo) if "://" in repo else repo}

@@ -12,12 +12,14 @@ import json
 import os
 import platform
 import re
+import secrets
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -31,10 +33,15 @@ MACOS_CLUSTER_FLAG = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 MACOS_NOTE = (f"macOS: Ray supports multi-node clusters officially on Linux only; setting {MACOS_CLUSTER_FLAG}=1 "
               "so this node may join one (see docs/cluster.md)")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-SHOWN_ENV = ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", MACOS_CLUSTER_FLAG)  # what a --dry-run shows of the env
+TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"  # Ray's own: the token, or a file holding it
+RAY_DEFAULT_TOKEN = Path.home() / ".ray" / "auth_token"  # where Ray looks last (`ray get-auth-token --generate`)
+# what a --dry-run shows of the env (never the token itself: only the file that holds it)
+SHOWN_ENV = ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", TOKEN_PATH_ENV, MACOS_CLUSTER_FLAG)
 SESSION_IN_LOG = re.compile(r"(\S*/session_[0-9_-]+)(?=/logs/)")
 ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")  # Ray styles its terminal output (bold paths)
 STARTED = "Ray runtime started"
+REFUSED_TOKEN = "InvalidAuthToken"  # what a node's `ray start` logs when the GCS refuses its token
+LOOPBACK_JOIN = "harness.cluster.nodes"  # `python -m` this module = `ray`, joining a loopback head as is
 
 
 def state_dir() -> Path:
@@ -55,6 +62,7 @@ class Launched:
     chip: str = ""
     session_dir: str = ""
     auth_mode: str = "disabled"
+    token_file: str = ""  # with auth mode token: the file holding the token (never the token itself)
     started_at: float = 0.0
     state_file: str = ""
 
@@ -95,17 +103,68 @@ def auth_mode(requested: str | None) -> str:
     return mode
 
 
-def ray_env(mode: str, *, joining: bool, system: str | None = None) -> tuple[dict[str, str], list[str]]:
-    """The environment of a ``ray start``: usage stats off, explicit auth mode, the macOS cluster opt-in.
+def read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise HarnessError(f"cannot read the Ray auth token file {path}: {exc.strerror}") from None
+    if not token:
+        raise HarnessError(f"the Ray auth token file {path} is empty")
+    return token
 
-    Returns the environment and the notes to show the user.
+
+def find_token(mode: str, token_file: Path | None = None) -> tuple[str, Path | None]:
+    """The token of a token-auth cluster, as Ray looks for it: ``--token-file``, else ``$RAY_AUTH_TOKEN``, else
+    ``$RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``. Returns (token, file or None); ("", None) without auth."""
+    if mode != "token":
+        return "", None
+    if token_file:
+        return read_token(token_file), token_file
+    if os.environ.get(TOKEN_ENV, "").strip():
+        return os.environ[TOKEN_ENV].strip(), None
+    if os.environ.get(TOKEN_PATH_ENV):
+        path = Path(os.environ[TOKEN_PATH_ENV]).expanduser()
+        return read_token(path), path
+    if RAY_DEFAULT_TOKEN.is_file():
+        return read_token(RAY_DEFAULT_TOKEN), RAY_DEFAULT_TOKEN
+    raise HarnessError("--auth-mode token needs the head's token: pass --token-file PATH (the file `harness "
+                       f"cluster up` printed) or set ${TOKEN_ENV}")
+
+
+def new_token_file(path: Path) -> Path:
+    """A fresh random token (as ``ray get-auth-token --generate`` makes one) in ``path``, readable by this user only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    os.chmod(path, 0o600)
+    return path
+
+
+def auth_headers(token: str) -> dict[str, str]:
+    """What Ray's dashboard (Jobs API) checks with token auth."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def ray_env(mode: str, *, joining: bool, system: str | None = None,
+            token_file: Path | None = None, loopback_head: bool = False) -> tuple[dict[str, str], list[str]]:
+    """The environment of a ``ray start``: usage stats off, explicit auth mode, the token's file (token auth), the
+    macOS cluster opt-in. Returns the environment and the notes to show the user.
     """
     env = dict(os.environ)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_AUTH_MODE"] = mode
+    if mode == "token" and token_file:
+        env[TOKEN_PATH_ENV] = str(token_file)  # the file, so the token is in no process's environment
+        env.pop(TOKEN_ENV, None)
     notes = []
     system = system or platform.system()
-    if system == "Darwin":
+    if loopback_head:
+        # A head on loopback: Ray resolves its node address (GCS, raylet, agents...) to 127.0.0.1 only while this is
+        # 0 (it rewrites `--node-ip-address 127.0.0.1` to the LAN address otherwise). Nodes of the same machine
+        # still join it (they run with 1: `ray start --address` refuses 0).
+        env[MACOS_CLUSTER_FLAG] = "0"
+    elif system == "Darwin":
         env[MACOS_CLUSTER_FLAG] = "1"
         notes.append(MACOS_NOTE)
     elif joining:
@@ -142,20 +201,49 @@ def _worker_args(chip: str) -> list[str]:
     return ["--labels", labels, "--resources", json.dumps(node_resources())]
 
 
+def _given(extra: tuple[str, ...], option: str) -> bool:
+    return any(part == option or part.startswith(option + "=") for part in extra)
+
+
 def node_command(*, address: str, chip: str, node_ip: str | None = None, num_cpus: int | None = None,
                  extra: tuple[str, ...] = ()) -> list[str]:
+    """``ray start --address`` labelled ``chip=KEY``. Joining a loopback head (several nodes on one machine) the node
+    binds to loopback too and gets its own dashboard-agent port and temp folder (Ray's defaults are one per machine:
+    port 52365, /tmp/ray), unless ``extra`` sets them."""
     host = address.rsplit(":", 1)[0]
+    # Joining a loopback head, `ray start` runs through LOOPBACK_JOIN (see there); otherwise as is.
+    ray = [sys.executable, "-m", LOOPBACK_JOIN] if is_loopback(host) else [ray_executable()]
+    command = [*ray, "start", "--address", address, *_worker_args(chip), "--disable-usage-stats", "--block"]
     if is_loopback(host):
-        raise HarnessError(f"a head on {host} cannot be joined by another Ray node (Ray rewrites a loopback address "
-                           "to this machine's network address): start the head with --host <its LAN address>, or "
-                           "let the head run jobs itself with `harness cluster up --worker`")
-    command = [ray_executable(), "start", "--address", address, *_worker_args(chip), "--disable-usage-stats",
-               "--block"]
+        agent_port = free_port()
+        if not _given(extra, "--dashboard-agent-listen-port"):
+            command += ["--dashboard-agent-listen-port", str(agent_port)]
+        if not _given(extra, "--temp-dir"):  # short: Ray's socket paths under it must fit 107 bytes
+            command += ["--temp-dir", f"{_own_temp_prefix()}{agent_port}"]
     if node_ip:
         command += ["--node-ip-address", node_ip]
     if num_cpus is not None:
         command += ["--num-cpus", str(num_cpus)]
     return command + list(extra)
+
+
+def _own_temp_prefix() -> str:
+    return str(Path(tempfile.gettempdir()) / f"hr-{os.getuid()}-")
+
+
+def _remove_own_temp_dir(command: list[str]) -> None:
+    """The temp folder ``node_command`` chose for a loopback node (never one the user passed): removed once the node
+    is stopped, so they do not pile up in /tmp."""
+    if "--temp-dir" in command[:-1]:
+        folder = command[command.index("--temp-dir") + 1]
+        if folder.startswith(_own_temp_prefix()) and folder[len(_own_temp_prefix()):].isdigit():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def _tcp_open(host: str, port: int) -> bool:
@@ -166,11 +254,12 @@ def _tcp_open(host: str, port: int) -> bool:
         return False
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, headers: dict[str, str] | None = None) -> bool:
+    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - our own dashboard URL
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own dashboard URL
+        with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 - our own dashboard URL
             return response.status == 200
-    except OSError:
+    except OSError:  # refused, not up yet, or 401 (a wrong token: the timeout then says so with the log)
         return False
 
 
@@ -205,6 +294,9 @@ def launch(role: str, command: list[str], env: dict[str, str], log_path: Path, *
             raise HarnessError(f"`ray start` ({role}) exited with status {code}:\n{_log_tail(log_path)}")
         if STARTED in _read(log_path) and ready():
             break
+        if REFUSED_TOKEN in _read(log_path):  # Ray itself retries for minutes: it never gets better
+            stop(launched)
+            raise HarnessError(f"the Ray head refused this {role}'s auth token (not the head's token file)")
         if time.monotonic() > deadline:
             stop(launched)
             raise HarnessError(f"the Ray {role} did not start within {timeout_s:g} s:\n{_log_tail(log_path)}")
@@ -224,8 +316,12 @@ def _read(path: Path) -> str:
 
 def start_head(*, port: int, host: str = "127.0.0.1", dashboard_port: int = 8265, mode: str = "disabled",
                state: Path | None = None, client_port: int | None = None, chip: str | None = None,
-               extra: tuple[str, ...] = (), timeout_s: float = 120) -> Launched:
-    """Start a Ray head bound to ``host`` and record it; refuses a port already taken or a state already live."""
+               extra: tuple[str, ...] = (), timeout_s: float = 120, token_file: Path | None = None) -> Launched:
+    """Start a Ray head bound to ``host`` and record it; refuses a port already taken or a state already live.
+
+    With token auth the token is ``token_file``, else Ray's own sources (``$RAY_AUTH_TOKEN``...), else a new one in
+    ``head-PORT.token`` beside the state file (mode 0600); the readiness check sends it to the dashboard.
+    """
     state = state or state_dir() / f"head-{port}.json"
     if state.exists():
         old = Launched.load(state)
@@ -237,13 +333,24 @@ def start_head(*, port: int, host: str = "127.0.0.1", dashboard_port: int = 8265
     for option, number in (("port", port), ("dashboard-port", dashboard_port)):
         if _tcp_open(probe_host, number):
             raise HarnessError(f"port {number} on {host} is already in use; pick another with --{option}")
-    env, notes = ray_env(mode, joining=False)
+    token = ""
+    if mode == "token":
+        try:
+            token, token_file = find_token(mode, token_file)
+        except HarnessError:
+            if token_file:  # the file named does not hold a token: say so
+                raise
+            token_file = new_token_file(state.with_suffix(".token"))  # none anywhere: a new cluster, a new token
+            token = read_token(token_file)
+    env, notes = ray_env(mode, joining=False, token_file=token_file, loopback_head=is_loopback(host))
     command = head_command(port=port, host=host, dashboard_port=dashboard_port, client_port=client_port, chip=chip,
                            extra=extra)
     dashboard = f"http://{probe_host}:{dashboard_port}"
+    headers = auth_headers(token)
     launched = launch("head", command, env, state.with_suffix(".log"), address=f"{probe_host}:{port}",
-                      ready=lambda: _tcp_open(probe_host, port) and _http_ok(f"{dashboard}/api/version"),
-                      timeout_s=timeout_s, dashboard=dashboard, auth_mode=mode, chip=chip or "")
+                      ready=lambda: _tcp_open(probe_host, port) and _http_ok(f"{dashboard}/api/version", headers),
+                      timeout_s=timeout_s, dashboard=dashboard, auth_mode=mode, chip=chip or "",
+                      token_file=str(token_file or ""))
     launched.save(state)
     for note in notes:
         print(note, file=sys.stderr)
@@ -252,13 +359,14 @@ def start_head(*, port: int, host: str = "127.0.0.1", dashboard_port: int = 8265
 
 def start_node(*, address: str, chip: str, node_ip: str | None = None, num_cpus: int | None = None,
                mode: str = "disabled", state: Path | None = None, extra: tuple[str, ...] = (),
-               timeout_s: float = 120) -> Launched:
+               timeout_s: float = 120, token_file: Path | None = None,
+               command: list[str] | None = None) -> Launched:
     """Start a worker node labelled with ``chip`` in the background and record it (``harness node leave``)."""
-    env, _notes = ray_env(mode, joining=True)
-    command = node_command(address=address, chip=chip, node_ip=node_ip, num_cpus=num_cpus, extra=extra)
+    env, _notes = ray_env(mode, joining=True, token_file=token_file)
+    command = command or node_command(address=address, chip=chip, node_ip=node_ip, num_cpus=num_cpus, extra=extra)
     state = state or state_dir() / f"node-{chip}-{int(time.time() * 1000)}.json"
     launched = launch("node", command, env, state.with_suffix(".log"), address=address, ready=lambda: True,
-                      timeout_s=timeout_s, chip=chip, auth_mode=mode)
+                      timeout_s=timeout_s, chip=chip, auth_mode=mode, token_file=str(token_file or ""))
     launched.save(state)
     return launched
 
@@ -280,8 +388,8 @@ def is_ours(launched: Launched) -> bool:
     """The recorded process is alive and still the ``ray start --block`` we launched (not a reused pid)."""
     argv = _argv(launched.pid)
     port = launched.address.rsplit(":", 1)[-1]
-    return (any(Path(part).name == "ray" for part in argv[:3]) and "start" in argv and "--block" in argv
-            and any(port in part for part in argv))
+    launcher = any(Path(part).name == "ray" for part in argv[:3]) or LOOPBACK_JOIN in argv[:3]
+    return launcher and "start" in argv and "--block" in argv and any(port in part for part in argv)
 
 
 def _reap(pid: int) -> None:
@@ -311,6 +419,8 @@ def stop(launched: Launched, timeout_s: float = 45) -> str:
     if not is_ours(launched):
         if launched.state_file:
             Path(launched.state_file).unlink(missing_ok=True)
+        if launched.role == "node":
+            _remove_own_temp_dir(launched.command)
         return f"not running (stale record of pid {launched.pid} removed)"
     os.kill(launched.pid, signal.SIGTERM)  # Ray drains the node and ends its own processes
     deadline = time.monotonic() + timeout_s
@@ -324,6 +434,8 @@ def stop(launched: Launched, timeout_s: float = 45) -> str:
         os.killpg(launched.pgid, signal.SIGKILL)  # the group created for it, nothing else
         _reap(launched.pid)
         done = "killed"
+    if launched.role == "node":
+        _remove_own_temp_dir(launched.command)
     if launched.state_file:
         Path(launched.state_file).unlink(missing_ok=True)
     return done
@@ -341,3 +453,26 @@ def find_state(role: str, port: int | None = None, state: Path | None = None) ->
 
 def is_loopback(host: str) -> bool:
     return host in LOOPBACK or host.startswith("127.")
+
+
+def _ray_cli_keeping_loopback() -> None:
+    """``ray`` (the CLI), except that a loopback head address stays loopback.
+
+    Ray 2.60's ``ray start --address 127.0.0.1:P`` rewrites the loopback address to this machine's network address
+    before connecting (``services.canonicalize_bootstrap_address`` -> ``resolve_ip_for_localhost``, whenever
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` is 1, and ``ray start --address`` refuses it at 0). A head bound to
+    loopback only is not there: this keeps 127.x as it is, so the node reaches the head, takes 127.0.0.1 as its own
+    address (the address it reaches the head from) and its raylet and agents bind to loopback as well.
+    """
+    from ray._private import services  # loads ray: only in this launcher process
+    from ray.scripts.scripts import main  # loads ray: only in this launcher process
+
+    rewrite = services.resolve_ip_for_localhost
+    services.resolve_ip_for_localhost = lambda host: host if is_loopback(host) and host != "localhost" \
+        else rewrite(host)
+    sys.argv[0] = "ray"
+    main()
+
+
+if __name__ == "__main__":
+    _ray_cli_keeping_loopback()

@@ -182,8 +182,8 @@ def test_cluster_up_status_down_start_and_stop_only_their_own_processes(tmp_path
         status = harness("cluster", "status", "--address", f"127.0.0.1:{port}", timeout=120)
         assert status.returncode == 0 and "tiny-cli: 1 node(s)" in status.stdout, status.stdout + status.stderr
 
-        join = harness("node", "join", "--address", f"127.0.0.1:{port}", "--chip-label", "tiny-x", "--detach")
-        assert join.returncode == 2 and "--host <its LAN address>" in " ".join(join.stderr.split())  # nothing started
+        join = harness("node", "join", "--address", f"127.0.0.1:{port}", "--chip-label", "tiny-x", "--dry-run")
+        assert join.returncode == 0, join.stderr  # a loopback head takes nodes of this machine (test_real_cluster)
 
         down = harness("cluster", "down", timeout=120)
         assert down.returncode == 0 and "stopped" in down.stderr, down.stderr
@@ -329,3 +329,40 @@ def test_a_cluster_run_refuses_uncommitted_changes(tmp_path):
             prepare_source(None, "abc")
     finally:
         restore_env(previous)
+
+
+def test_node_join_of_a_loopback_head_keeps_loopback_and_gets_its_own_agent_port_and_temp_dir():
+    first = cl.node_command(address="127.0.0.1:6390", chip="tiny-q")
+    second = cl.node_command(address="127.0.0.1:6390", chip="tiny-q")
+    assert first[1:3] == ["-m", cl.LOOPBACK_JOIN]  # `ray` that leaves 127.0.0.1 as is (Ray rewrites it otherwise)
+    assert "--node-ip-address" not in first  # Ray would rewrite 127.0.0.1 there too; it takes the address it joins from
+    ports = {c[c.index("--dashboard-agent-listen-port") + 1] for c in (first, second)}
+    temps = {c[c.index("--temp-dir") + 1] for c in (first, second)}
+    assert len(ports) == 2 and len(temps) == 2 and all(len(t) < 40 for t in temps)  # Ray's socket paths must fit
+    given = cl.node_command(address="127.0.0.1:6390", chip="tiny-q",
+                            extra=("--dashboard-agent-listen-port=5", "--temp-dir=/tmp/x"))
+    assert given.count("--temp-dir") == 0 and "--temp-dir=/tmp/x" in given  # what the user passes wins
+    lan = cl.node_command(address="10.0.0.1:6390", chip="tiny-q")
+    assert Path(lan[0]).name == "ray" and "--temp-dir" not in lan  # a machine of its own: Ray's defaults
+    env, _ = cl.ray_env("disabled", joining=False, loopback_head=True)
+    assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # the head then binds every component to 127.0.0.1
+    env, _ = cl.ray_env("token", joining=True, token_file=Path("/t/token"))
+    assert env["RAY_AUTH_TOKEN_PATH"] == "/t/token" and "RAY_AUTH_TOKEN" not in env
+
+
+def test_a_head_beyond_loopback_needs_token_auth_or_insecure(tmp_path):
+    cache = {"HARNESS_CACHE": str(tmp_path / "cache")}
+    refused = harness("cluster", "up", "--host", "10.0.0.5", "--auth-mode", "disabled", "--dry-run", env=cache)
+    assert refused.returncode == 2 and "--auth-mode token" in refused.stderr and "--insecure" in refused.stderr
+    assert len([line for line in refused.stderr.splitlines() if line.strip()]) <= 3  # one error, not a traceback
+    allowed = harness("cluster", "up", "--host", "10.0.0.5", "--auth-mode", "disabled", "--insecure", "--dry-run",
+                      env=cache)
+    assert allowed.returncode == 0 and "RAY_AUTH_MODE=disabled" in allowed.stdout, allowed.stderr
+    token = tmp_path / "token"
+    token.write_text("abc\n")
+    secure = harness("cluster", "up", "--host", "10.0.0.5", "--auth-mode", "token", "--token-file", str(token),
+                     "--dry-run", env=cache)
+    assert secure.returncode == 0 and f"RAY_AUTH_TOKEN_PATH={token}" in secure.stdout and "abc" not in secure.stdout
+    missing = harness("node", "join", "--address", "10.0.0.5:6380", "--chip-label", "tiny-q", "--auth-mode", "token",
+                      "--token-file", str(tmp_path / "nope"), "--dry-run", env=cache)
+    assert missing.returncode == 2 and "cannot read the Ray auth token file" in missing.stderr
