@@ -26,7 +26,9 @@ from testkit.ray import (
     set_env,
 )
 
-pytestmark = pytest.mark.xdist_group("cluster_cli")
+# Whole clusters of real processes on fixed loopback ports: they run alone, after the parallel suite
+# (scripts/test.sh), so no other test's Ray cluster can take a port or a Jobs API they use.
+pytestmark = pytest.mark.exclusive
 
 
 def harness(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
