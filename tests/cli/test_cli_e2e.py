@@ -12,15 +12,6 @@ from testkit.e2e import git, harness, rows, write_suite
 from testkit.paths import PLUGINS
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A repository under test with one commit (the suite file itself)."""
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "config", "user.email", "t@example.com")
-    git(tmp_path, "config", "user.name", "T")
-    return tmp_path
-
-
 def test_run_stores_every_result_and_renders_the_report(repo: Path):
     suite = write_suite(repo, '["sdpa", "flash_bq8_bk16"]')
     done = harness("run", "--suite", str(suite), cwd=repo)

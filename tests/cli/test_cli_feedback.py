@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.run import LineProgress, duration
-from testkit.e2e import git, harness, write_suite
+from testkit.e2e import harness, write_suite
 from testkit.paths import PLUGINS
 
 
@@ -124,14 +124,6 @@ def test_line_progress_prints_every_30_s_and_a_heartbeat_while_a_job_runs():
 
 def test_duration():
     assert [duration(s) for s in (0, 42.4, 65, 3600 + 120)] == ["0s", "42s", "1m05s", "1h02m"]
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    git(tmp_path, "init", "-q")
-    git(tmp_path, "config", "user.email", "t@example.com")
-    git(tmp_path, "config", "user.name", "T")
-    return tmp_path
 
 
 def test_a_piped_run_prints_progress_with_an_eta_and_failures_as_they_happen(repo: Path):
