@@ -23,14 +23,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from harness.core.status import CORRECTNESS_KINDS, PASSES, is_code_failure
+from harness.core.status import CORRECTNESS_KINDS, PASSES, drop_explained_selections, is_code_failure
 from reports import svg
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -194,10 +194,8 @@ def correctness_tables(jobs: Iterable[Mapping[str, Any]], baselines: Mapping[str
 def correctness_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """A run's correctness evidence, each thing once: kernel checks, repository tests, and a pytest selection's own
     job only where no test of it was stored (it did not collect, crashed or timed out)."""
-    jobs = list(jobs)
-    with_tests = {job["kernel"] for job in jobs if job["kind"] == "test"}
-    return [job for job in jobs if job["kind"] in CORRECTNESS_KINDS
-            and not (job["kind"] == "pytest" and job["kernel"] in with_tests)]
+    return drop_explained_selections((job for job in jobs if job["kind"] in CORRECTNESS_KINDS), itemgetter("kind"),
+                                     itemgetter("kernel"))
 
 
 def correctness_counts(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:

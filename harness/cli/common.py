@@ -19,3 +19,8 @@ DbOption = Annotated[str | None, typer.Option("--db", help="Database URL. Defaul
 @app.callback()
 def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
     state["debug"] = debug
+
+# The verdict thresholds shared by compare and variants (defaults: harness.core.defaults).
+MinEffectOption = Annotated[float, typer.Option("--min-effect", help="Smallest relative change that matters.")]
+FdrOption = Annotated[float, typer.Option("--alpha", help="False discovery rate (Benjamini-Hochberg) across "
+                                                           "everything compared.")]

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import DbOption, app
+from harness.cli.common import DbOption, FdrOption, MinEffectOption, app
 from harness.cli.tables import (
     change,
     check_format,
@@ -50,10 +50,8 @@ def compare(
     chip: Annotated[str | None, typer.Option("--chip", help="Compare on this chip key only.")] = None,
     format: Annotated[str, typer.Option("--format", help="text, json or markdown (for $GITHUB_STEP_SUMMARY).")
                       ] = "text",
-    min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative change that matters.")
-                          ] = defaults.MIN_EFFECT,
-    alpha: Annotated[float, typer.Option("--alpha", help="False discovery rate across the whole grid.")
-                     ] = defaults.ALPHA,
+    min_effect: MinEffectOption = defaults.MIN_EFFECT,
+    alpha: FdrOption = defaults.ALPHA,
     all_series: Annotated[bool, typer.Option("--all", help="List unchanged series too.")] = False,
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import DbOption, app
+from harness.cli.common import DbOption, FdrOption, MinEffectOption, app
 from harness.cli.tables import (
     change,
     check_format,
@@ -43,10 +43,8 @@ def variants(
                                                                 "each chip instead of each chip's latest run.")
                       ] = None,
     format: Annotated[str, typer.Option("--format", help="text, json or markdown.")] = "text",
-    min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative difference that matters.")
-                          ] = defaults.MIN_EFFECT,
-    alpha: Annotated[float, typer.Option("--alpha", help="False discovery rate across the whole matrix.")
-                     ] = defaults.ALPHA,
+    min_effect: MinEffectOption = defaults.MIN_EFFECT,
+    alpha: FdrOption = defaults.ALPHA,
     all_cells: Annotated[bool, typer.Option("--all", help="List ties too.")] = False,
 ) -> None:
     """Variant verdicts per chip (see HELP)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -45,7 +46,7 @@ class JobLabels(NamedTuple):
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobBase:
+class JobBase(ABC):
     """What every job has: ``key`` (stable across runs and machines: the unit of idempotency), ``name`` (the suite
     entry it came from) and ``timeout_s`` (the job process's limit). ``kind`` is the phase it runs in
     (:data:`PHASES`); ``TYPE`` names the job type in its JSON (:func:`job_from_dict`)."""
@@ -58,8 +59,9 @@ class JobBase:
     timeout_s: float = 120.0
 
     @property
+    @abstractmethod
     def labels(self) -> JobLabels:
-        raise NotImplementedError
+        """What the database stores for this job (kernel, variant, shape, dtype, check)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.TYPE, "kind": self.kind, **asdict(self)}

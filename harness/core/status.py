@@ -14,8 +14,10 @@ A job's status says what happened to it; these groups say what that means, and e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Literal, TypeVar
+
+R = TypeVar("R")
 
 Status = Literal["passed", "failed", "skipped", "crashed", "timeout", "lost", "error", "xfailed", "xpassed"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "skipped", "crashed", "timeout", "lost", "error", "xfailed",
@@ -50,3 +52,13 @@ def run_failures(counts: Mapping[str, int]) -> int:
 def count_label(counts: Mapping[str, int], order: tuple[str, ...] = TEST_OUTCOMES) -> str:
     """'3 passed, 1 failed, 2 skipped' in a fixed order (zero counts left out)."""
     return ", ".join(f"{counts[o]} {o}" for o in order if counts.get(o)) or "no tests"
+
+
+def drop_explained_selections(rows: Iterable[R], kind: Callable[[R], str], selection: Callable[[R], Hashable]
+                              ) -> list[R]:
+    """A pytest selection's own row fails whenever one of its tests does: keep it only where no test row of the
+    same selection (``selection(row)``) is among ``rows`` (it did not collect, crashed or timed out), so each
+    outcome is counted once, by its test."""
+    rows = list(rows)
+    with_tests = {selection(row) for row in rows if kind(row) == "test"}
+    return [row for row in rows if not (kind(row) == "pytest" and selection(row) in with_tests)]

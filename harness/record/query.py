@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -21,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from harness.core.errors import HarnessError
-from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS
+from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.store import Store
@@ -210,8 +211,7 @@ def correctness_failures(store: Store, run_ids: Sequence[str]) -> list[FailureRo
             .order_by(Chip.key, JobRecord.kernel, JobRecord.variant, JobRecord.check_name, JobRecord.dtype,
                       JobRecord.shape_key, JobRecord.name, JobRecord.run_id)
         )]
-    explained = {(row.run_id, row.kernel) for row in rows if row.kind == "test"}
-    return [row for row in rows if not (row.kind == "pytest" and (row.run_id, row.kernel) in explained)]
+    return drop_explained_selections(rows, attrgetter("kind"), attrgetter("run_id", "kernel"))
 
 
 def latest_runs(store: Store) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
