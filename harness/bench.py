@@ -17,8 +17,9 @@ no roofline fraction). ``flops`` and ``bytes`` are numbers or callables given th
 the function (the grid point, plus ``dtype`` when the suite lists ``dtypes``).
 
 The harness times the callable with the suite's timing protocol (harness/execute/timing.py): if one call returns an
-``mx.array`` (or a list / tuple / dict of them), each timed call is ``mx.eval(fn())`` between
-``mx.synchronize()`` calls (``measure_mlx``); otherwise the callable is timed as it is, with a no-op sync (it
+``mx.array`` (or a list / tuple / dict of them), each timed call is ``mx.async_eval(fn())``, with
+``mx.synchronize()`` after every call or once per sample as the suite's ``[timing] mode`` says (``measure_mlx``);
+otherwise the callable is timed as it is, with a no-op sync (it
 must finish its work before returning: numpy does). A benchmark that cannot run here raises
 :func:`skip` (or ``unittest.SkipTest``, or ``pytest.skip``): the job is stored as skipped with the reason.
 

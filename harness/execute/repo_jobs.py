@@ -138,10 +138,13 @@ def run_function(job: FunctionJob) -> JobResult:
         return JobResult(job.key, "skipped", reason)
     protocol = TimingProtocol(**{k: v for k, v in job.timing.items() if k in TimingProtocol.__dataclass_fields__})
     if _is_mlx(first):
-        measurement, sync = measure_mlx(call, protocol), "mx.eval + mx.synchronize"
+        measurement = measure_mlx(call, protocol)
+        sync = f"{measurement.mode}: mx.async_eval + mx.synchronize"
     else:
         measurement, sync = measure(call, lambda: None, protocol), "no sync"
     flops, bytes_moved = bench.counts(function, kwargs)
     return JobResult(job.key, "passed", f"{len(measurement.samples)} samples x {measurement.inner} calls ({sync})",
                      samples=measurement.samples, inner=measurement.inner, warmup_s=measurement.warmup_s,
-                     warmup_calls=measurement.warmup_calls, flops=flops, bytes_moved=bytes_moved)
+                     warmup_calls=measurement.warmup_calls, flops=flops, bytes_moved=bytes_moved,
+                     mode=measurement.mode if _is_mlx(first) else "",
+                     round_trip_s=measurement.round_trip_s if _is_mlx(first) else None)

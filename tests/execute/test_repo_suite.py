@@ -232,7 +232,8 @@ def test_a_function_job_times_mlx_and_plain_callables_and_skips(tmp_path, monkey
         return FunctionJob.of(target, shape, dtype, name="b", timing=timing)
 
     mlx = repo_jobs.run_function(job("kb:bench_mx", {"N": 8}, "float16"))
-    assert mlx.status == "passed" and len(mlx.samples) == 3 and mlx.flops == 64 and "mx.eval" in mlx.detail
+    assert mlx.status == "passed" and len(mlx.samples) == 3 and mlx.flops == 64 and "mx.async_eval" in mlx.detail
+    assert mlx.mode in ("pipelined", "per-call") and mlx.round_trip_s > 0
     plain = repo_jobs.run_function(job("kb:bench_py", {}))
     assert plain.status == "passed" and plain.flops is None and "no sync" in plain.detail
     assert (repo_jobs.run_function(job("kb:bench_gone", {})).status,

@@ -1,14 +1,24 @@
-"""Timing protocol: warm-up before timing, inner loop calibrated to the sample length, median CI coverage."""
+"""Timing protocol: warm-up before timing, inner loop calibrated to the sample length, the timing modes (where the
+waits go, auto's pilot), the round trip, median CI coverage."""
 
 from __future__ import annotations
 
+import random
 import time
 
 import numpy as np
 import pytest
 
 from harness.core.summary import median_ci, summarize
-from harness.execute.timing import TimingProtocol, calibrate_inner, measure, measure_mlx
+from harness.execute import timing
+from harness.execute.timing import (
+    TimingProtocol,
+    calibrate_inner,
+    choose_mode,
+    measure,
+    measure_mlx,
+    relative_spread,
+)
 
 
 def test_warmup_runs_first_and_each_sample_lasts_the_minimum():
@@ -35,6 +45,127 @@ def test_measure_mlx_times_evaluated_work():
     a = mx.ones((64, 64))
     m = measure_mlx(lambda: a @ a, TimingProtocol(warmup_s=0.0, min_sample_s=0.001, samples=3))
     assert len(m.samples) == 3 and min(m.samples) > 0
+
+
+class Fake:
+    """A fake device on a virtual clock (so timings are exact even on a loaded machine): ``call`` issues work that
+    takes ``call_s``, ``sync`` waits for it, taking ``jitter(pending calls)`` more; records the order of both."""
+
+    def __init__(self, monkeypatch, call_s: float = 0.0, jitter=None):
+        self.events: list[str] = []
+        self.pending = 0
+        self.now = 0.0
+        self.call_s = call_s
+        self.jitter = jitter
+        monkeypatch.setattr(timing, "perf_counter", lambda: self.now)
+
+    def call(self) -> None:
+        self.events.append("call")
+        self.pending += 1
+        self.now += self.call_s
+
+    def sync(self) -> None:
+        self.events.append("sync")
+        if self.jitter is not None and self.pending:
+            self.now += self.jitter(self.pending)
+        self.pending = 0
+
+
+# min_sample_s is never reached, so calibration stops at max_inner: inner is exactly 4.
+FIXED = dict(warmup_s=0.0, warmup_calls=1, min_sample_s=10.0, samples=3, max_inner=4)
+
+
+def test_pipelined_mode_waits_once_per_sample(monkeypatch):
+    fake = Fake(monkeypatch, call_s=1e-6)
+    m = measure(fake.call, fake.sync, TimingProtocol(**FIXED), mode="pipelined")
+    assert m.mode == "pipelined" and m.inner == 4 and len(m.samples) == 3
+    # Each sample: a guard sync before the clock starts, then 4 calls and the one wait.
+    assert fake.events[-3 * 6:] == (["sync"] + ["call"] * 4 + ["sync"]) * 3
+
+
+def test_per_call_mode_waits_after_every_call(monkeypatch):
+    fake = Fake(monkeypatch, call_s=1e-6)
+    m = measure(fake.call, fake.sync, TimingProtocol(**FIXED), mode="per-call")
+    assert m.mode == "per-call" and m.inner == 4
+    assert fake.events[-3 * 9:] == (["sync"] + ["call", "sync"] * 4) * 3
+
+
+def test_measure_defaults_to_per_call_whatever_the_protocol_says(monkeypatch):
+    fake = Fake(monkeypatch, call_s=1e-6)
+    m = measure(fake.call, fake.sync, TimingProtocol(**FIXED, mode="pipelined"))
+    assert m.mode == "per-call" and m.pilot_spread_pipelined is None
+    assert m.round_trip_s >= 0
+
+
+def test_unknown_modes_are_refused():
+    with pytest.raises(ValueError, match="timing mode"):
+        TimingProtocol(mode="batched")
+    with pytest.raises(ValueError, match="timing mode"):
+        measure(lambda: None, lambda: None, TimingProtocol(), mode="batched")
+
+
+def test_choose_mode_keeps_pipelined_unless_its_spread_is_clearly_worse():
+    assert choose_mode(0.003, 0.030) == "pipelined"  # the usual case: pipelined is steadier
+    assert choose_mode(0.170, 0.050) == "per-call"  # launch-bound chains: pipelined much noisier
+    assert choose_mode(0.014, 0.010) == "pipelined"  # worse, but not 1.5x
+    assert choose_mode(0.009, 0.001) == "pipelined"  # 9x, but under 1 %: both are quiet
+    assert choose_mode(0.0, 0.0) == "pipelined"
+
+
+def test_relative_spread_is_iqr_over_median():
+    assert relative_spread([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(summarize([1.0, 2.0, 3.0, 4.0, 5.0]).iqr_rel)
+    assert relative_spread([2.0]) == 0.0
+
+
+TINY = dict(warmup_s=0.0, warmup_calls=2, min_sample_s=0.002, samples=3)
+
+
+def test_auto_falls_back_to_per_call_when_the_pipelined_pilot_is_noisy(monkeypatch):
+    rng = random.Random(0)
+    # A wait after a burst of calls takes up to as long again as the burst; a wait after one call takes no extra.
+    fake = Fake(monkeypatch, call_s=20e-6,
+                jitter=lambda pending: rng.uniform(0.0, pending * 20e-6) if pending > 1 else 0.0)
+    m = measure(fake.call, fake.sync, TimingProtocol(**TINY), mode="auto")
+    assert m.mode == "per-call"
+    assert m.pilot_spread_pipelined > 1.5 * m.pilot_spread_per_call
+    assert fake.events[-(2 * m.inner + 1):] == ["sync"] + ["call", "sync"] * m.inner
+
+
+def test_auto_keeps_pipelined_when_per_call_is_the_noisy_one(monkeypatch):
+    rng = random.Random(0)
+    # Every wait is a noisy round trip: per-call pays one per call, pipelined one per sample.
+    fake = Fake(monkeypatch, call_s=20e-6, jitter=lambda pending: rng.uniform(0.0, 40e-6))
+    m = measure(fake.call, fake.sync, TimingProtocol(**TINY), mode="auto")
+    assert m.mode == "pipelined" and m.pilot_spread_per_call is not None
+    assert fake.events[-(m.inner + 2):] == ["sync"] + ["call"] * m.inner + ["sync"]
+
+
+def test_auto_skips_the_pilot_when_a_call_is_long(monkeypatch):
+    fake = Fake(monkeypatch, call_s=0.003)
+    m = measure(fake.call, fake.sync, TimingProtocol(**TINY), mode="auto")
+    assert m.mode == "pipelined" and m.inner == 1 and m.pilot_spread_pipelined is None
+
+
+@pytest.mark.parametrize("call_s", [1e-6, 2e-5, 1e-3, 2e-3, 4e-3, 0.03])
+def test_the_pilot_costs_well_under_half_a_second_at_the_default_sample_length(monkeypatch, call_s):
+    rng = random.Random(0)
+    fake = Fake(monkeypatch, call_s=call_s, jitter=lambda pending: rng.uniform(0.0, 30e-6))
+    m = measure(fake.call, fake.sync, TimingProtocol(warmup_s=0.0, warmup_calls=0, samples=1), mode="auto")
+    assert fake.now - m.samples[0] * m.inner < 0.2  # everything but the one sample: the pilot, mostly
+
+
+def test_measure_mlx_chooses_a_mode_and_measures_the_round_trip():
+    import mlx.core as mx
+
+    a = mx.ones((32, 32))
+    start = time.perf_counter()
+    m = measure_mlx(lambda: a @ a, TimingProtocol(warmup_s=0.0, min_sample_s=0.002, samples=3))
+    assert time.perf_counter() - start < 2.0
+    assert m.mode in ("pipelined", "per-call") and m.round_trip_s > 0
+    assert len(m.samples) == 3 and min(m.samples) > 0
+    for mode in ("pipelined", "per-call"):
+        forced = measure_mlx(lambda: a @ a, TimingProtocol(warmup_s=0.0, min_sample_s=0.001, samples=2), mode=mode)
+        assert forced.mode == mode and forced.pilot_spread_per_call is None
 
 
 def test_median_ci_brackets_the_median_and_covers_about_95_percent():
