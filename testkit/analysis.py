@@ -52,15 +52,21 @@ def add_run(db: store.Store, chip: str, commit: int, results: list[tuple[KernelJ
 
 
 def grid_results(rng: np.random.Generator, factors: dict[tuple[str, str, int], float] | None = None, *,
-                 n: int = 10, cv: float = 0.02, series=SERIES) -> list[tuple[KernelJob, JobResult]]:
-    """Every (kernel, variant, shape) benchmark at 1 ms x factor; ``factors`` keys: (kernel, variant, shape idx)."""
+                 n: int = 10, cv: float = 0.02, series=SERIES, trials: int = 3,
+                 between: float = 0.01) -> list[tuple[KernelJob, JobResult]]:
+    """Every (kernel, variant, shape) benchmark at 1 ms x factor; ``factors`` keys: (kernel, variant, shape idx).
+    Each job is measured in ``trials`` trials (job processes), each with its own level: lognormal ``between``
+    (log sd) around the median, as real processes differ; ``n`` samples of lognormal ``cv`` within each."""
     factors = factors or {}
     out = []
     for kernel, variant in series:
         for s, shape in enumerate(SHAPES):
             job = bench_job(kernel, variant, shape)
             median = 1e-3 * (1 + s) * factors.get((kernel, variant, s), 1.0)
-            out.append((job, JobResult(job.key, "passed", samples=timings(rng, median, n, cv), inner=1)))
+            for trial in range(trials):
+                level = median * float(np.exp(rng.normal(0.0, between)))
+                out.append((job, JobResult(job.key, "passed", samples=timings(rng, level, n, cv), inner=1,
+                                           trial=trial)))
     return out
 
 

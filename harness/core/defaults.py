@@ -12,6 +12,7 @@ MIN_EFFECT = 0.02  # the smallest relative change in a median that is reported a
 ALPHA = 0.05  # false discovery rate across a grid (Benjamini-Hochberg), or one test's level
 N_BOOT = 2000  # bootstrap resamples for the ratio-of-medians interval
 MIN_SAMPLES = 5  # fewer samples on a side: inconclusive
+HISTORY_RUNS = 20  # a series' noise floor: the spread of its medians over at most this many recent base-branch runs
 
 # Timing protocol (per benchmark job)
 WARMUP_S = 0.2  # at least this long warming up (JIT, caches, clocks) ...
@@ -20,4 +21,10 @@ MIN_SAMPLE_S = 0.02  # one sample times enough back-to-back calls to last this l
 SAMPLES = 10  # samples per job
 MAX_INNER = 10_000  # at most this many calls per sample
 TIMEOUT_S = 300.0  # a benchmark job is killed after this long
+TRIALS = 3  # independent trials (fresh processes) per benchmark job and run, interleaved in rounds
+TIMING_MODE = "pipelined"  # "pipelined": async_eval, one sync per sample; "per-call": wait for each call; "auto":
+# per job, a pilot picks per-call where pipelining raises the spread (launch-bound op chains). Not the default: on
+# the H200 the pilot picked differently from run to run for 16 of 104 series, and the two modes' timings differ by
+# 5-15 % (ms kernels) to 3x (30 us kernels), so such series cannot be compared (harness.analysis.compare.same_mode)
+ROUND_BATCH = 24  # a job process times up to this many benchmark jobs of one round (amortises MLX start-up)
 THREADS = None  # BLAS/OpenMP threads of a timed job process: None leaves OMP_NUM_THREADS & co. as inherited

@@ -57,6 +57,18 @@ class JobBase(ABC):
     key: str
     name: str
     timeout_s: float = 120.0
+    trial: int = 0  # which of a benchmark's independent trials (fresh processes) this is; 0 for any other job
+
+    @property
+    def unit(self) -> str:
+        """What one execution of the job is known by: the key, plus the trial of a benchmark's later trials."""
+        return self.key if self.trial == 0 else f"{self.key}#trial{self.trial}"
+
+    @property
+    def trials(self) -> int:
+        """Independent trials a run measures this job in (``[timing] trials``; 1 for an untimed job)."""
+        timing = getattr(self, "timing", None) or {}
+        return int(timing.get("trials", 1)) if self.kind == "benchmark" else 1
 
     @property
     @abstractmethod
@@ -285,6 +297,9 @@ class JobResult:
     node: str = ""
     attempts: int = 1
     tests: list[dict[str, Any]] = field(default_factory=list)  # a pytest job's per-test outcomes (TestOutcome)
+    trial: int = 0  # the job's trial these samples are from (harness.core.job.JobBase.trial)
+    mode: str = ""  # how the samples were timed: "pipelined" or "per-call" (harness.execute.timing)
+    round_trip_s: float | None = None  # the host's round trip (a trivial eval + sync), measured apart
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from harness.core import defaults
 from harness.core.config import SOURCE_ROOT
 from harness.core.job import PHASES, FunctionJob, InstallJob, Job, JobResult, KernelJob
 from harness.core.proc import file_tail, kill_group
@@ -112,12 +115,88 @@ def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.execu
                          duration_s=time.perf_counter() - start, output_tail=tail)
 
 
-class LocalExecutor:
-    """A process per job on this machine. Correctness jobs may run in parallel; timed jobs run alone."""
+def _batchable(job: Job) -> bool:
+    return isinstance(job, KernelJob) and job.kind == "benchmark"
 
-    def __init__(self, parallel: int = 1, tree: str | None = None):
+
+def batches(jobs: list[Job], size: int) -> Iterator[list[Job]]:
+    """Consecutive benchmark jobs of one trial round and one thread setting, at most ``size`` per batch; any other
+    job alone (a repository's function runs with its own environment's python)."""
+    batch: list[Job] = []
+    for job in jobs:
+        if batch and not (_batchable(job) and len(batch) < size and job.trial == batch[0].trial
+                          and thread_env(job) == thread_env(batch[0])):
+            yield batch
+            batch = []
+        if _batchable(job):
+            batch.append(job)
+        else:
+            yield [job]
+    if batch:
+        yield batch
+
+
+def run_batch(jobs: list[Job], on_result: OnResult, tree: str | None = None) -> None:
+    """Benchmark jobs in one process, each result reported as its file appears (:mod:`harness.execute.worker`
+    ``--batch``). If the process dies or overruns the batch's time (the sum of its jobs' limits), it is killed and
+    every job it did not finish runs again alone (:func:`run_in_subprocess`), which records a crash or hang against
+    the job that causes it."""
+    if tree is None:
+        runnable = []
+        for job in jobs:  # nothing to start for a variant that cannot run here
+            reason = skip_reason(job)
+            if reason:
+                on_result(job, JobResult(job.key, "skipped", reason))
+            else:
+                runnable.append(job)
+        jobs = runnable
+    if len(jobs) < 2:
+        for job in jobs:
+            on_result(job, run_in_subprocess(job, tree))
+        return
+    reported: set[int] = set()
+    with tempfile.TemporaryDirectory(prefix="harness-batch-") as scratch:
+        folder = Path(scratch)
+        (folder / "jobs.json").write_text(json.dumps([job.to_dict() for job in jobs]))
+        with open(folder / "output.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "harness.execute.worker", "--batch",
+                                     str(folder / "jobs.json"), str(folder)],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tree or None,
+                                    env={**worker_env(tree), **thread_env(jobs[0])}, start_new_session=True)
+            deadline = time.monotonic() + sum(job.timeout_s for job in jobs)
+            while True:
+                ended = proc.poll() is not None
+                _report_new(jobs, folder, reported, on_result)
+                if ended or len(reported) == len(jobs):
+                    break
+                if time.monotonic() > deadline:
+                    kill_group(proc)
+                    break
+                time.sleep(0.05)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+    for index, job in enumerate(jobs):
+        if index not in reported:
+            on_result(job, run_in_subprocess(job, tree))
+
+
+def _report_new(jobs: list[Job], folder: Path, reported: set[int], on_result: OnResult) -> None:
+    for index, job in enumerate(jobs):
+        path = folder / f"{index}.json"
+        if index not in reported and path.exists():
+            reported.add(index)
+            on_result(job, JobResult.from_dict(json.loads(path.read_text())))
+
+
+class LocalExecutor:
+    """A process per job on this machine (benchmark jobs: a batch of one round per process, :func:`run_batch`).
+    Correctness jobs may run in parallel; timed jobs run alone."""
+
+    def __init__(self, parallel: int = 1, tree: str | None = None, batch: int = defaults.ROUND_BATCH):
         self.parallel = max(1, parallel)
         self.tree = tree
+        self.batch = max(1, batch)
+        self.modes: dict[str, str] = {}  # job key -> the timing mode its first trial used (see _settled)
 
     def _run(self, job: Job) -> JobResult:
         return run_in_subprocess(job, self.tree)
@@ -136,6 +215,24 @@ class LocalExecutor:
             else:
                 self._serial(phase, on_result)
 
-    def _serial(self, jobs: Iterable[Job], on_result: OnResult) -> None:
-        for job in jobs:
-            on_result(job, self._run(job))
+    def _serial(self, jobs: list[Job], on_result: OnResult) -> None:
+        def settle(job: Job, result: JobResult) -> None:
+            if result.mode:
+                self.modes.setdefault(job.key, result.mode)
+            on_result(job, result)
+
+        for batch in batches(jobs, self.batch):
+            batch = [self._settled(job) for job in batch]
+            if len(batch) > 1:
+                run_batch(batch, settle, self.tree)
+            else:
+                settle(batch[0], self._run(batch[0]))
+
+    def _settled(self, job: Job) -> Job:
+        """A later trial of a job whose timing mode was "auto" runs in the mode its first trial chose: every trial
+        of a series is then timed the same way (a pilot in each process could pick differently when the modes'
+        spreads are close, and the two modes' medians differ)."""
+        mode = self.modes.get(job.key)
+        if mode is None or not isinstance(job, KernelJob | FunctionJob) or job.timing.get("mode") != "auto":
+            return job
+        return replace(job, timing={**job.timing, "mode": mode})

@@ -279,7 +279,7 @@ class RayExecutor:
     # -- where an attempt ran --
 
     def _attempt_key(self, attempt: _Attempt) -> str:
-        return f"harness-attempt/{self._token}/{attempt.number}/{attempt.job.key}"
+        return f"harness-attempt/{self._token}/{attempt.number}/{attempt.job.unit}"
 
     def _ran_on(self, attempt: _Attempt) -> str:
         """The node this attempt started on (as the task recorded it), else the node of its previous attempt."""
@@ -300,7 +300,7 @@ class RayExecutor:
         if self.dead:
             selector[NODE_ID_LABEL] = f"!in({','.join(sorted(self.dead))})"
         return _run_job_task.options(label_selector=selector, resources={NODE_RESOURCE: share},
-                                     name=f"harness:{attempt.job.key}"[:200]).remote(
+                                     name=f"harness:{attempt.job.unit}"[:200]).remote(
             attempt.job.to_json(), self.repo, self.sha, self.checkout_timeout_s, self._attempt_key(attempt))
 
     def _dispatch(self, jobs: list[Job], share: float, per_node: int, on_result: OnResult, deadline: float) -> None:

@@ -1,7 +1,10 @@
-"""The worker: runs exactly one job in its own process and writes its result; it only measures, never decides.
+"""The worker: runs one job (or a batch of benchmark jobs) in its own process and writes the results; it only
+measures, never decides.
 
-Usage (by the executors): ``python -m harness.execute.worker JOB.json RESULT.json``.
-A crash or hang here kills only this process; the executor records it.
+Usage (by the executors): ``python -m harness.execute.worker JOB.json RESULT.json``, or
+``python -m harness.execute.worker --batch JOBS.json RESULTS_DIR`` (one result file ``RESULTS_DIR/<i>.json`` per job,
+written as each finishes). A batch shares one process's start-up (MLX and the GPU take about a second to start);
+a crash or hang here kills only this process, and the executor re-runs the batch's unfinished jobs one per process.
 """
 
 from __future__ import annotations
@@ -54,10 +57,12 @@ def _benchmark(job: KernelJob, kernel, variant) -> JobResult:
     inputs = kernel.make_inputs(job.shape, job.dtype, job.seed)
     protocol = TimingProtocol(**{k: v for k, v in job.timing.items() if k in PROTOCOL_FIELDS})
     measurement = measure_mlx(lambda: variant.fn(**inputs), protocol)
-    return JobResult(job.key, "passed", f"{len(measurement.samples)} samples x {measurement.inner} calls",
+    return JobResult(job.key, "passed",
+                     f"{len(measurement.samples)} samples x {measurement.inner} calls, {measurement.mode}",
                      samples=measurement.samples, inner=measurement.inner, warmup_s=measurement.warmup_s,
                      warmup_calls=measurement.warmup_calls, flops=float(kernel.flops(job.shape)),
-                     bytes_moved=float(kernel.bytes_moved(job.shape, job.dtype)))
+                     bytes_moved=float(kernel.bytes_moved(job.shape, job.dtype)), mode=measurement.mode,
+                     round_trip_s=measurement.round_trip_s)
 
 
 def run_job(job: Job) -> JobResult:
@@ -82,16 +87,24 @@ def run_job(job: Job) -> JobResult:
         tail = "".join(traceback.format_exception(exc))[-2000:]
         result = JobResult(job.key, "failed", f"{type(exc).__name__}: {exc}"[:500], output_tail=tail)
     result.duration_s = time.perf_counter() - start
+    result.trial = job.trial
     return result
 
 
-def main(argv: list[str]) -> int:
-    job_path, result_path = Path(argv[0]), Path(argv[1])
-    job = job_from_dict(json.loads(job_path.read_text()))
-    result = run_job(job)
-    tmp = result_path.with_suffix(".tmp")
+def write_result(result: JobResult, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result.to_dict()))
-    tmp.replace(result_path)  # atomic: a half-written result is never read
+    tmp.replace(path)  # atomic: a half-written result is never read
+
+
+def main(argv: list[str]) -> int:
+    if argv[0] == "--batch":
+        jobs, results = json.loads(Path(argv[1]).read_text()), Path(argv[2])
+        for index, data in enumerate(jobs):
+            write_result(run_job(job_from_dict(data)), results / f"{index}.json")
+        return 0
+    job_path, result_path = Path(argv[0]), Path(argv[1])
+    write_result(run_job(job_from_dict(json.loads(job_path.read_text()))), result_path)
     return 0
 
 

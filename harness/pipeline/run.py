@@ -16,7 +16,7 @@ from harness.core.job import Job, JobResult, RunContext
 from harness.core.status import is_run_failure
 from harness.execute.local import Executor, LocalExecutor
 from harness.record import outbox, spool, store
-from harness.spec.plan import plan_suite
+from harness.spec.plan import plan_suite, plan_trials, trial_seed
 from harness.spec.target import resolve_run
 
 Progress = Callable[[Job, JobResult, int, int], None]
@@ -184,7 +184,7 @@ def execute_run(request: LocalRunRequest, progress: Progress | None = None,
     try:
         jobs = plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent))
         if on_planned:
-            on_planned(len(jobs))
+            on_planned(sum(job.trials for job in jobs))  # each trial of a benchmark is a job process
         context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
                              suite=suite.suite.name, executor="local",
                              options={"suite": suite.source, **_replay_options(request)})
@@ -221,8 +221,9 @@ def _resume(request: LocalRunRequest, progress: Progress | None,
         ident = chip_id.detect(opts.get("chip_label") or request.chip_label)
         if ident.key != stored.chip_key:
             raise HarnessError(f"run {request.resume} ran on chip {stored.chip_key}, this machine is {ident.key}")
-        jobs = plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent))
-        todo = [job for job in jobs if job.key not in stored.keys]
+        planned = plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent))
+        jobs = plan_trials(planned, int(opts.get("trial_seed", 0)))  # the run's own order
+        todo = [job for job in jobs if job.unit not in stored.units]
         if on_planned:
             on_planned(len(jobs))
         context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
@@ -249,14 +250,16 @@ def run_planned(db: store.Store, jobs: list[Job], executor: Executor, context: R
     if stop is not None and stop.event.is_set():
         raise HarnessError(f"the run was {stop.status} before it started")
     done = resume.done if resume else Counter()
-    planned = len(jobs) + sum(done.values())
     if resume:
         run_id = resume.run_id
         store.reopen_run(db, run_id)
     else:
+        seed = context.options.get("trial_seed", trial_seed())
+        jobs = plan_trials(jobs, seed)
         run_id = store.create_run(db, ident=context.ident, facts=context.facts, commit=context.commit,
                                   suite=context.suite, dirty=context.dirty, executor=context.executor,
-                                  planned_jobs=len(jobs), options=context.options)
+                                  planned_jobs=len(jobs), options={**context.options, "trial_seed": seed})
+    planned = len(jobs) + sum(done.values())
     outcome = RunOutcome(run_id, context.ident.key, context.commit["sha"], context.dirty, planned=planned)
     outcome.counts.update(done)
     lock = threading.Lock()
@@ -266,6 +269,7 @@ def run_planned(db: store.Store, jobs: list[Job], executor: Executor, context: R
         stop._add(run_id, end)
 
     def on_result(job: Job, result: JobResult) -> None:
+        result.trial = job.trial  # whichever executor or failure path made the result, it is this trial's
         recorder.record(job, result)
         with lock:
             outcome.counts[result.status] += 1

@@ -31,10 +31,13 @@ from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample
 from harness.record.store import Store, mask_url, sample_writer
 
 FORMAT = "mlx-harness-bundle"
-VERSION = 2  # what export writes
-READABLE = (1, 2)  # what import reads
-# Fields a version 1 record lacks (added by migration 0002), and what they read as: parents unknown, no branch.
-V1_DEFAULTS: dict[str, dict[str, Any]] = {"commit": {"parents": None}, "run": {"branch": ""}}
+VERSION = 3  # what export writes
+READABLE = (1, 2, 3)  # what import reads
+# Fields an older record lacks, and what they read as. Version 1 (before migration 0002): parents unknown, no
+# branch. Version 2 (before migration 0003): one trial per job, timing mode and round trip not recorded.
+_V2_DEFAULTS: dict[str, dict[str, Any]] = {"job": {"trials": 1, "timing_mode": "", "round_trip_s": None}}
+_V1_DEFAULTS: dict[str, dict[str, Any]] = {"commit": {"parents": None}, "run": {"branch": ""}, **_V2_DEFAULTS}
+OLD_DEFAULTS: dict[int, dict[str, dict[str, Any]]] = {1: _V1_DEFAULTS, 2: _V2_DEFAULTS}
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESS_LEVEL = 1  # JSON floats gain little from harder work: level 6 is ~5x slower for ~8% less
 READ_CHUNK = 1 << 18  # compressed bytes read at a time
@@ -67,7 +70,8 @@ MACHINE = _fields(Machine, {"id", "chip_id"})
 COMMIT = _fields(Commit, {"id"})
 RUN = _fields(Run, {"chip_id", "commit_id", "machine_id"})
 JOB = _fields(JobRecord, {"id"})
-# Reference keys each record type adds to its columns (and "type" itself); "sample_idx" is optional on jobs.
+# Reference keys each record type adds to its columns (and "type" itself); "sample_idx" and "sample_trial" (each
+# sample's trial; absent: all trial 0) are optional on jobs.
 REFERENCES = {"chip": (), "machine": ("chip",), "commit": (), "run": ("chip", "commit", "machine"),
               "job": ("samples",)}
 RECORDS = {"chip": CHIP, "machine": MACHINE, "commit": COMMIT, "run": RUN, "job": JOB}
@@ -218,30 +222,36 @@ def _write_payload(session: Session, runs: list[Run], writer: _PayloadWriter, su
         _write_jobs(session, run.id, writer, summary)
 
 
-def _samples_by_job(session: Session, run_id: str) -> Iterator[tuple[int, tuple[int, ...], tuple[float, ...]]]:
-    """(job id, idx, seconds) per job of one run, in job id order, from one streamed Core query."""
+_JobSamples = tuple[int, tuple[int, ...], tuple[float, ...], tuple[int, ...]]
+
+
+def _samples_by_job(session: Session, run_id: str) -> Iterator[_JobSamples]:
+    """(job id, idx, seconds, trial) per job of one run, in job id order, from one streamed Core query."""
     table, jobs = Sample.__table__, JobRecord.__table__
     result = session.connection().execute(
-        select(table.c.job_id, table.c.idx, table.c.seconds).join(jobs, table.c.job_id == jobs.c.id)
+        select(table.c.job_id, table.c.idx, table.c.seconds, table.c.trial).join(jobs, table.c.job_id == jobs.c.id)
         .where(jobs.c.run_id == run_id).order_by(table.c.job_id, table.c.idx)
         .execution_options(yield_per=SAMPLE_BATCH))  # a server-side cursor on PostgreSQL
     current: int | None = None
     idx: tuple[int, ...] = ()
     seconds: tuple[float, ...] = ()
+    trials: tuple[int, ...] = ()
     for part in result.partitions():
-        ids, part_idx, part_seconds = zip(*part, strict=True)  # columns of the partition, transposed in C
+        ids, part_idx, part_seconds, part_trials = zip(*part, strict=True)  # the partition's columns, in C
         start = 0
         for job_id, group in groupby(ids):
             end = start + len(list(group))
             if job_id == current:  # a job whose samples straddle two partitions
                 idx, seconds = idx + part_idx[start:end], seconds + part_seconds[start:end]
+                trials += part_trials[start:end]
             else:
                 if current is not None:
-                    yield current, idx, seconds
+                    yield current, idx, seconds, trials
                 current, idx, seconds = job_id, part_idx[start:end], part_seconds[start:end]
+                trials = part_trials[start:end]
             start = end
     if current is not None:
-        yield current, idx, seconds
+        yield current, idx, seconds, trials
 
 
 def _write_jobs(session: Session, run_id: str, writer: _PayloadWriter, summary: ExportSummary) -> None:
@@ -254,12 +264,15 @@ def _write_jobs(session: Session, run_id: str, writer: _PayloadWriter, summary: 
     for job in jobs:
         idx: tuple[int, ...] = ()
         seconds: tuple[float, ...] = ()
+        trials: tuple[int, ...] = ()
         if pending is not None and pending[0] == job["id"]:
-            _, idx, seconds = pending
+            _, idx, seconds, trials = pending
             pending = next(samples, None)
         record = {"type": "job", **_out(JOB, job), "samples": seconds}
         if idx and (idx[0] != 0 or idx[-1] != len(idx) - 1):  # ordered and unique: contiguous iff these hold
             record["sample_idx"] = idx
+        if any(trials):
+            record["sample_trial"] = trials
         writer.write(record)
         summary.jobs += 1
         summary.samples += len(seconds)
@@ -516,15 +529,15 @@ class _Importer:
         self.run_id: str | None = None
         self.run_keys: set[str] = set()
         self.jobs: list[dict[str, Any]] = []
-        self.samples: list[tuple[list[float], list[int] | None]] = []
+        self.samples: list[tuple[list[float], list[int] | None, list[int] | None]] = []
         self.buffered = 0
         self.write_samples = sample_writer(session)
 
     def _check(self, record: dict[str, Any]) -> dict[str, Any]:
         kind = record["type"]
-        absent = V1_DEFAULTS.get(kind, {}) if self.reader.version == 1 else {}
+        absent = OLD_DEFAULTS.get(self.reader.version, {}).get(kind, {})
         expected = {"type", *RECORDS[kind].names, *REFERENCES[kind]} - absent.keys()
-        optional = {"sample_idx"} if kind == "job" else set()
+        optional = {"sample_idx", "sample_trial"} if kind == "job" else set()
         if missing := expected - record.keys():
             raise self.reader.invalid(f"a {kind} record lacks {', '.join(sorted(missing))}")
         if unknown := record.keys() - expected - optional:
@@ -614,11 +627,12 @@ class _Importer:
         self.run_keys = set(self.session.scalars(select(JobRecord.key).where(JobRecord.run_id == values["id"])))
 
     def _add_job(self, record: dict[str, Any], values: dict[str, Any]) -> None:
-        samples, idx = record["samples"], record.get("sample_idx")
+        samples, idx, trials = record["samples"], record.get("sample_idx"), record.get("sample_trial")
         if values["run_id"] != self.run_id:
             raise self.reader.invalid(f"job {values['key']} does not follow its run {values['run_id']}")
-        if not isinstance(samples, list) or (idx is not None and (not isinstance(idx, list)
-                                                                  or len(idx) != len(samples))):
+        if not isinstance(samples, list) or any(
+                extra is not None and (not isinstance(extra, list) or len(extra) != len(samples))
+                for extra in (idx, trials)):
             raise self.reader.invalid(f"job {values['key']} has malformed samples")
         if values["key"] in self.run_keys:
             self.summary.jobs_skipped += 1
@@ -626,7 +640,7 @@ class _Importer:
             return
         self.run_keys.add(values["key"])
         self.jobs.append(values)
-        self.samples.append((samples, idx))
+        self.samples.append((samples, idx, trials))
         self.buffered += len(samples)
         if len(self.jobs) >= JOB_BATCH or self.buffered >= SAMPLE_BATCH:
             self.flush()
@@ -638,9 +652,10 @@ class _Importer:
         table = JobRecord.__table__
         ids = self.session.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True),
                                    self.jobs).scalars().all()
-        rows: list[tuple[int, int, float]] = []
-        for job_id, (samples, idx) in zip(ids, self.samples, strict=True):
-            rows.extend(zip(repeat(job_id), idx if idx is not None else range(len(samples)), samples, strict=False))
+        rows: list[tuple[int, int, float, int]] = []
+        for job_id, (samples, idx, trials) in zip(ids, self.samples, strict=True):
+            rows.extend(zip(repeat(job_id), idx if idx is not None else range(len(samples)), samples,
+                            trials if trials is not None else repeat(0), strict=False))
         for start in range(0, len(rows), SAMPLE_BATCH):
             self.write_samples(rows[start:start + SAMPLE_BATCH])
         self.summary.jobs_added += len(self.jobs)

@@ -144,6 +144,9 @@ class JobRecord(Base):
     achieved_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     pct_peak: Mapped[float | None] = mapped_column(Float, nullable=True)
     bound: Mapped[str] = mapped_column(String(16), default="")
+    trials: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # trials whose samples are stored
+    timing_mode: Mapped[str] = mapped_column(String(16), default="", server_default="")  # pipelined / per-call
+    round_trip_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # host round trip, measured apart
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     run: Mapped[Run] = relationship()
@@ -156,5 +159,6 @@ class Sample(Base):
     __table_args__ = (UniqueConstraint("job_id", "idx"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
-    idx: Mapped[int] = mapped_column(Integer)
+    idx: Mapped[int] = mapped_column(Integer)  # unique within the job, across its trials
     seconds: Mapped[float] = mapped_column(Float)
+    trial: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # the process it came from

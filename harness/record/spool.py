@@ -68,7 +68,7 @@ def _label(db_url: str) -> None:
 def put(db_url: str, run_id: str, job: Job, result: JobResult) -> Path:
     """Spool one result; returns the entry's path."""
     _label(db_url)
-    path = folder(db_url) / run_id / f"{hashlib.sha1(job.key.encode()).hexdigest()}.json"
+    path = folder(db_url) / run_id / f"{hashlib.sha1(job.unit.encode()).hexdigest()}.json"
     _write_atomic(path, {"run_id": run_id, "job": job.to_dict(), "result": result.to_dict()})
     return path
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, bindparam, create_engine, event, insert, select, update
+from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
@@ -350,14 +350,50 @@ def _job_record(run_id: str, job: Job, result: JobResult, peaks: tuple[float | N
                        tolerance=result.tolerance, duration_s=result.duration_s, node=result.node,
                        attempts=result.attempts)
     if result.samples:
-        summary = summarize(result.samples)
-        record.n_samples, record.inner = summary.n, result.inner
-        record.warmup_s, record.warmup_calls = result.warmup_s, result.warmup_calls
-        record.median_s, record.ci_low_s, record.ci_high_s, record.iqr_rel = (
-            summary.median, summary.ci_low, summary.ci_high, summary.iqr_rel)
+        record.inner, record.warmup_s, record.warmup_calls = result.inner, result.warmup_s, result.warmup_calls
         record.flops, record.bytes_moved = result.flops, result.bytes_moved
-        apply_roofline(record, *peaks)
+        record.timing_mode, record.round_trip_s = result.mode, result.round_trip_s
+        _summarize_samples(record, result.samples, peaks)
     return record
+
+
+def _summarize_samples(record: JobRecord, samples: list[float], peaks: tuple[float | None, float | None]) -> None:
+    """The stored median / CI / IQR and roofline of a job over all its samples (every trial's)."""
+    summary = summarize(samples)
+    record.n_samples = summary.n
+    record.median_s, record.ci_low_s, record.ci_high_s, record.iqr_rel = (
+        summary.median, summary.ci_low, summary.ci_high, summary.iqr_rel)
+    apply_roofline(record, *peaks)
+
+
+# The status a job keeps when its trials disagree: any failure shows over a pass, a pass over a skip.
+_TRIAL_STATUS_RANK = {"skipped": 0, "passed": 1}
+
+
+def _add_trial(session: Session, record: JobRecord, result: JobResult,
+               peaks: tuple[float | None, float | None]) -> bool:
+    """Another trial of a stored benchmark job: its samples appended (their ``trial`` set), the summary over all
+    trials, and the worse status kept (a failed trial shows; its detail says which). False if already stored."""
+    stored = session.scalar(select(func.count()).select_from(Sample).where(Sample.job_id == record.id,
+                                                                         Sample.trial == result.trial))
+    if stored or (not result.samples and result.status == record.status):
+        return False
+    if _TRIAL_STATUS_RANK.get(result.status, 2) > _TRIAL_STATUS_RANK.get(record.status, 2):
+        record.status = result.status
+        record.detail = f"trial {result.trial + 1}: {result.detail}"[:4000]
+        record.output_tail = result.output_tail[-4000:] or record.output_tail
+    record.duration_s += result.duration_s
+    if result.samples:
+        first = session.scalar(select(func.coalesce(func.max(Sample.idx) + 1, 0)).where(Sample.job_id == record.id))
+        sample_writer(session)([(record.id, first + i, s, result.trial) for i, s in enumerate(result.samples)])
+        everything = list(session.scalars(select(Sample.seconds).where(Sample.job_id == record.id)))
+        record.trials = len(set(session.scalars(select(Sample.trial).where(Sample.job_id == record.id))))
+        record.inner = record.inner or result.inner
+        record.timing_mode = record.timing_mode or result.mode
+        record.round_trip_s = record.round_trip_s if record.round_trip_s is not None else result.round_trip_s
+        record.flops, record.bytes_moved = record.flops or result.flops, record.bytes_moved or result.bytes_moved
+        _summarize_samples(record, everything, peaks)
+    return True
 
 
 def apply_roofline(record: JobRecord, peak_flops: float | None, peak_bytes_per_s: float | None) -> None:
@@ -378,19 +414,20 @@ def apply_roofline(record: JobRecord, peak_flops: float | None, peak_bytes_per_s
 
 def record_result(store: Store, run_id: str, job: Job, result: JobResult,
                   peaks: tuple[float | None, float | None] = (None, None)) -> bool:
-    """Write one job result with its samples; False (and nothing written) if (run, key) is already stored."""
+    """Write one job result with its samples; False (and nothing written) if (run, key) is already stored -- for a
+    benchmark, if that trial of it is (another trial adds its samples to the job's row: :func:`_add_trial`)."""
     with store.sessions() as session:
         try:
             with session.begin():
-                exists = session.scalar(select(JobRecord.id).where(JobRecord.run_id == run_id,
-                                                                   JobRecord.key == job.key))
-                if exists is not None:
-                    return False
+                existing = session.scalar(select(JobRecord).where(JobRecord.run_id == run_id,
+                                                                  JobRecord.key == job.key))
+                if existing is not None:
+                    return job.kind == "benchmark" and _add_trial(session, existing, result, peaks)
                 record = _job_record(run_id, job, result, peaks)
                 session.add(record)
                 session.flush()
                 if result.samples:
-                    sample_writer(session)([(record.id, i, s) for i, s in enumerate(result.samples)])
+                    sample_writer(session)([(record.id, i, s, result.trial) for i, s in enumerate(result.samples)])
                 session.add_all(_test_records(run_id, job, result))  # a pytest job's tests, in the same transaction
         except IntegrityError:
             return False  # a concurrent writer stored it first
@@ -411,8 +448,8 @@ def _test_records(run_id: str, job: Job, result: JobResult) -> list[JobRecord]:
     return list(records.values())
 
 
-def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float]]], None]:
-    """The fastest bulk insert of (job_id, idx, seconds) rows the database offers, inside the session's transaction.
+def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float, int]]], None]:
+    """The fastest bulk insert of (job_id, idx, seconds, trial) rows the database offers, in the session's transaction.
 
     PostgreSQL (psycopg 3): COPY FROM STDIN in text format, the rows formatted at once (float repr is exact and
     PostgreSQL reads inf/nan). SQLite: executemany of plain tuples (no per-row parameter processing).
@@ -424,17 +461,17 @@ def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float]]], 
     if dialect.name == "postgresql" and dialect.driver == "psycopg":
         driver_connection = connection.connection.driver_connection
 
-        def copy(rows: list[tuple[int, int, float]]) -> None:
+        def copy(rows: list[tuple[int, int, float, int]]) -> None:
             with driver_connection.cursor() as cursor, \
-                    cursor.copy(f"COPY {table} (job_id, idx, seconds) FROM STDIN") as stream:
-                stream.write("".join([f"{job}\t{idx}\t{seconds!r}\n" for job, idx, seconds in rows]))
+                    cursor.copy(f"COPY {table} (job_id, idx, seconds, trial) FROM STDIN") as stream:
+                stream.write("".join([f"{job}\t{idx}\t{seconds!r}\t{trial}\n" for job, idx, seconds, trial in rows]))
 
         return copy
     if dialect.name == "sqlite":
         return lambda rows: connection.exec_driver_sql(
-            f"INSERT INTO {table} (job_id, idx, seconds) VALUES (?, ?, ?)", rows)
+            f"INSERT INTO {table} (job_id, idx, seconds, trial) VALUES (?, ?, ?, ?)", rows)
     return lambda rows: connection.execute(insert(Sample.__table__),
-                                           [{"job_id": j, "idx": i, "seconds": s} for j, i, s in rows])
+                                           [{"job_id": j, "idx": i, "seconds": s, "trial": t} for j, i, s, t in rows])
 
 
 def set_peaks(store: Store, run_id: str, peak_flops: float | None, peak_bytes_per_s: float | None) -> None:
@@ -445,13 +482,22 @@ def set_peaks(store: Store, run_id: str, peak_flops: float | None, peak_bytes_pe
 
 @dataclass(frozen=True)
 class StoredRun:
-    """What resuming a run needs: its options, commit, chip, and the jobs it already has."""
+    """What resuming a run needs: its options, commit, chip, and the jobs (and trials) it already has."""
 
     options: dict[str, Any]
     sha: str
     chip_key: str
-    statuses: Counter  # of its stored jobs (per-test rows not counted)
+    units: dict[str, str]  # each stored execution (job.unit: a key, or a benchmark's later trial) -> its status
     keys: set[str]  # every stored key, per-test rows included
+
+    @property
+    def statuses(self) -> Counter:
+        """Of the stored executions (per-test rows not counted)."""
+        return Counter(self.units.values())
+
+
+def _unit(key: str, trial: int) -> str:
+    return key if trial == 0 else f"{key}#trial{trial}"  # as harness.core.job.JobBase.unit
 
 
 def stored_run(store: Store, run_id: str) -> StoredRun | None:
@@ -459,10 +505,15 @@ def stored_run(store: Store, run_id: str) -> StoredRun | None:
         run = session.get(Run, run_id)
         if run is None:
             return None
-        statuses = Counter(session.scalars(select(JobRecord.status).where(JobRecord.run_id == run.id,
-                                                                          JobRecord.kind != "test")))
-        keys = set(session.scalars(select(JobRecord.key).where(JobRecord.run_id == run.id)))
-        return StoredRun(dict(run.options or {}), run.commit.sha, run.chip.key, statuses, keys)
+        rows = session.execute(select(JobRecord.id, JobRecord.key, JobRecord.kind, JobRecord.status)
+                               .where(JobRecord.run_id == run.id)).all()
+        trials: dict[int, set[int]] = {}
+        for job_id, trial in session.execute(select(Sample.job_id, Sample.trial).distinct().join(
+                JobRecord, Sample.job_id == JobRecord.id).where(JobRecord.run_id == run.id)):
+            trials.setdefault(job_id, set()).add(trial)
+        units = {_unit(key, trial): status for job_id, key, kind, status in rows if kind != "test"
+                 for trial in sorted(trials.get(job_id, {0}))}
+        return StoredRun(dict(run.options or {}), run.commit.sha, run.chip.key, units, {row.key for row in rows})
 
 
 def reopen_run(store: Store, run_id: str) -> None:

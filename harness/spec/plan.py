@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from harness.core.job import FunctionJob, InstallJob, Job, KernelJob, PytestJob
@@ -90,3 +92,29 @@ def _dedupe(jobs: list[Job]) -> list[Job]:
     for job in jobs:
         seen.setdefault(job.key, job)
     return list(seen.values())
+
+
+def plan_trials(jobs: list[Job], seed: int) -> list[Job]:
+    """Every job once, then each benchmark job again for each of its further trials, interleaved in rounds.
+
+    Round r holds every benchmark job with more than r trials (``[timing] trials``), in an order shuffled with
+    ``seed`` (the run records it): a drift of clocks, temperature or load during the run then spreads over every
+    series instead of landing on the ones that happened to run last. Round 0 keeps the planned order's place among
+    the other kinds (executors run kinds in phases); the rounds after it follow in order.
+    """
+    rng = random.Random(seed)
+    benchmarks = [job for job in jobs if job.kind == "benchmark"]
+    rounds = max((job.trials for job in benchmarks), default=1)
+    first = benchmarks[:]
+    rng.shuffle(first)
+    planned = [job for job in jobs if job.kind != "benchmark"] + first
+    for trial in range(1, rounds):
+        this_round = [replace(job, trial=trial) for job in benchmarks if job.trials > trial]
+        rng.shuffle(this_round)
+        planned.extend(this_round)
+    return planned
+
+
+def trial_seed() -> int:
+    """A fresh seed for a run's trial order (recorded with the run, so the order can be replayed)."""
+    return random.SystemRandom().randrange(2**31)

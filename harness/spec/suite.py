@@ -96,6 +96,8 @@ class TimingSpec(_Strict):
     samples: int = Field(defaults.SAMPLES, ge=1, le=10_000)
     max_inner: int = Field(defaults.MAX_INNER, ge=1)
     timeout_s: float = Field(defaults.TIMEOUT_S, gt=0)
+    mode: Literal["auto", "pipelined", "per-call"] = defaults.TIMING_MODE
+    trials: int = Field(defaults.TRIALS, ge=1, le=100)
     # BLAS/OpenMP threads of the job process (harness.execute.local.thread_env): None inherits the harness's env.
     threads: int | None = Field(defaults.THREADS, ge=1)
 
@@ -129,7 +131,7 @@ class CorrectnessSpec(_JobSpec):
 
 class BenchmarkSpec(_JobSpec):
     grid: dict[Literal["cpu", "gpu"], dict[str, list[int]]] = Field(min_length=1)
-    timing: dict[str, float | int] = {}
+    timing: dict[str, float | int | str] = {}
 
     @field_validator("grid")
     @classmethod
@@ -205,7 +207,7 @@ class FunctionSpec(_Strict):
     target: str = Field(max_length=100)
     grid: dict[Literal["cpu", "gpu"], dict[str, list[int]]] = {}
     dtypes: list[Literal["float32", "float16", "bfloat16"]] = []
-    timing: dict[str, float | int] = {}
+    timing: dict[str, float | int | str] = {}
     timeout_s: float = Field(120.0, gt=0)
 
     @field_validator("target")

@@ -25,10 +25,13 @@ def test_run_stores_every_result_and_renders_the_report(repo: Path):
     assert (sha, message, dirty, status) == (head, "add <b>suite</b>", 0, "complete") and peak > 0
     statuses = dict(rows(db, "select key, status from job"))
     assert len(statuses) == 2 + 4 + 2 and set(statuses.values()) == {"passed"}
-    bench = rows(db, "select j.variant, j.n_samples, j.median_s, j.pct_peak, count(s.id) from job j "
+    bench = rows(db, "select j.variant, j.n_samples, j.median_s, j.pct_peak, count(s.id), j.trials, "
+                     "count(distinct s.trial), j.timing_mode from job j "
                      "join sample s on s.job_id = j.id where j.kind = 'benchmark' group by j.id")
     assert {b[0] for b in bench} == {"sdpa", "flash_bq16_bk32"}
-    assert all(n == 5 and count == 5 and median > 0 and pct > 0 for _, n, median, pct, count in bench)
+    # 5 samples in each of 3 trials (fresh job processes), every trial timed in the mode the first one chose
+    assert all(n == 15 and count == 15 and median > 0 and pct > 0 and trials == distinct == 3
+               and mode in ("pipelined", "per-call") for _, n, median, pct, count, trials, distinct, mode in bench)
     chip_pages = list(report.parent.glob("chip-*.html"))
     assert len(chip_pages) == 1
     html = chip_pages[0].read_text()

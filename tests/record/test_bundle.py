@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import DateTime, delete, func, select, update
 from sqlalchemy.engine import make_url
@@ -24,6 +25,7 @@ from harness.core.job import JobResult, KernelJob
 from harness.record import bundle, outbox, query, store
 from harness.record.bundle import export_bundle, import_bundle, read_header
 from harness.record.models import Base, Chip, Commit, JobRecord, Machine, Run, Sample
+from testkit.analysis import add_run, grid_results
 from testkit.lineage import bisect_history
 from testkit.paths import ROOT
 
@@ -413,9 +415,9 @@ def empty(path: Path) -> None:
     path.write_bytes(b"")
 
 
-def version_3(path: Path) -> None:
+def version_4(path: Path) -> None:
     header, payload = split(path)
-    write(path, {**header, "version": 3}, payload)
+    write(path, {**header, "version": 4}, payload)
 
 
 def altered(path: Path) -> None:
@@ -432,7 +434,7 @@ def newer_field(path: Path) -> None:
     (corrupt, "error: bundle b.bundle is corrupted or truncated: "),
     (truncate, "error: bundle b.bundle is corrupted or truncated: the file ends early"),
     (not_a_bundle, "error: b.bundle is not a harness bundle (no 'mlx-harness-bundle' header)"),
-    (version_3, "error: bundle format version 3 is not supported (this harness reads versions 1, 2): b.bundle"),
+    (version_4, "error: bundle format version 4 is not supported (this harness reads versions 1, 2, 3): b.bundle"),
 ])
 def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source, damage, message):
     path = export_bundle(source[0], tmp_path / "b.bundle").path
@@ -453,7 +455,7 @@ def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source,
     (plain_text, "bundle {} is corrupted or truncated: not gzip-compressed"),
     (empty, "bundle {} is corrupted or truncated: the file is empty"),
     (other_gzip, "{} is not a harness bundle (no 'mlx-harness-bundle' header)"),
-    (newer_field, "bundle {} is not a valid version 2 bundle: a job record has fields this harness does not know: "
+    (newer_field, "bundle {} is not a valid version 3 bundle: a job record has fields this harness does not know: "
                   "energy_j (written by a newer harness?)"),
 ])
 def test_more_bad_bundles(tmp_path: Path, source, damage, message):
@@ -504,16 +506,46 @@ def test_parents_branches_and_link_commits_travel(tmp_path: Path, target):
         fresh.close()
 
 
-def as_version_1(path: Path, keep: tuple[str, ...] = ()) -> Path:
-    """The bundle as a version 1 harness wrote it: no commit parents, no run branch (unless in ``keep``)."""
+V3_FIELDS = (("job", "trials"), ("job", "timing_mode"), ("job", "round_trip_s"), ("job", "sample_trial"))
+
+
+def as_version(path: Path, version: int, keep: tuple[str, ...] = ()) -> Path:
+    """The bundle as a version 1 or 2 harness wrote it: version 2 without the trial fields of version 3, version 1
+    also without commit parents and run branch (fields named in ``keep`` are left)."""
     header, payload = split(path)
     records = [json.loads(line) for line in payload.splitlines()]
+    dropped = V3_FIELDS + ((("commit", "parents"), ("run", "branch")) if version == 1 else ())
     for record in records:
-        for kind, name in (("commit", "parents"), ("run", "branch")):
+        for kind, name in dropped:
             if record["type"] == kind and name not in keep:
-                del record[name]
+                record.pop(name, None)
     lines = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)
-    return write(path, {**header, "version": 1}, lines)
+    return write(path, {**header, "version": version}, lines)
+
+
+def as_version_1(path: Path, keep: tuple[str, ...] = ()) -> Path:
+    return as_version(path, 1, keep)
+
+
+def test_a_version_2_bundle_imports_as_one_trial_per_job(tmp_path: Path, source, target):
+    v2 = as_version(export_bundle(source[0], tmp_path / "v2.bundle").path, 2)
+    assert import_bundle(target, v2).runs_added == 3
+    with target.session() as session:
+        assert set(session.scalars(select(JobRecord.trials))) == {1}
+        assert set(session.scalars(select(JobRecord.timing_mode))) == {""}
+        assert set(session.scalars(select(Sample.trial))) == {0}
+
+
+def test_trials_survive_a_round_trip(tmp_path: Path, target):
+    src = outbox.open_store(f"sqlite:///{tmp_path / 'src.db'}")
+    rng = np.random.default_rng(3)
+    add_run(src, "chip-a", 1, grid_results(rng, trials=3), minutes=0)
+    import_bundle(target, export_bundle(src, tmp_path / "t.bundle").path)
+    for db in (src, target):
+        with db.session() as session:
+            assert set(session.scalars(select(JobRecord.trials))) == {3}
+            assert sorted(set(session.scalars(select(Sample.trial)))) == [0, 1, 2]
+    src.close()
 
 
 def test_a_version_1_bundle_imports_with_unknown_parents_and_heals_later(tmp_path: Path, source, target):
@@ -523,7 +555,7 @@ def test_a_version_1_bundle_imports_with_unknown_parents_and_heals_later(tmp_pat
         session.execute(update(Run).values(branch="main"))
     v2 = export_bundle(src, tmp_path / "v2.bundle").path
     v1 = as_version_1(export_bundle(src, tmp_path / "v1.bundle").path)
-    assert read_header(v1)["version"] == 1 and read_header(v2)["version"] == 2
+    assert read_header(v1)["version"] == 1 and read_header(v2)["version"] == 3
     assert import_bundle(target, v1).runs_added == 3
     with target.session() as session:
         assert set(session.scalars(select(Commit.parents))) == {None}

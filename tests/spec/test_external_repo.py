@@ -340,14 +340,15 @@ def test_benchmark_functions_are_timed_with_their_counts(kern: Kern, good_run: s
                           "benchmark/tinykern.bench:bench_metal/default/-/"}
     status, detail, _name, _dur, n, flops, pct, kernel, variant = bench["benchmark/tinykern.bench:bench_matmul/"
                                                                         "default/-/N=64"]
-    assert (status, n, flops, kernel, variant) == ("passed", 3, 2 * 64**3, "tinykern.bench:bench_matmul", "default")
-    assert pct > 0 and "mx.eval" in detail  # roofline % against this run's calibration
+    # 3 samples in each of the default 3 trials (job processes)
+    assert (status, n, flops, kernel, variant) == ("passed", 9, 2 * 64**3, "tinykern.bench:bench_matmul", "default")
+    assert pct > 0 and "mx.async_eval" in detail  # roofline % against this run's calibration
     status, detail, *_rest, n, flops, pct, _k, _v = bench["benchmark/tinykern.bench:bench_add/default/-/N=1000"]
-    assert (status, n, flops, pct) == ("passed", 3, None, None) and "no sync" in detail
+    assert (status, n, flops, pct) == ("passed", 9, None, None) and "no sync" in detail
     assert bench["benchmark/tinykern.bench:bench_metal/default/-/"][:2] == ("skipped", "Metal not available")
     samples = kern.rows("select count(*) from sample s join job j on j.id = s.job_id where j.kind = 'benchmark' "
                         "and j.status = 'passed'")
-    assert samples == [(9,)]
+    assert samples == [(27,)]
 
 
 def test_the_environment_is_reused_and_still_imports_the_commit(kern: Kern, good_run: subprocess.CompletedProcess):
