@@ -1,9 +1,11 @@
 """Time harness.analysis on a large synthetic SQLite history (commits x chips x series x samples).
 
-    python scripts/bench_analysis.py --commits 1000 --chips 4 --series 200 --samples 10 --db /tmp/big.db
+    python scripts/bench_analysis.py --commits 1000 --chips 4 --series 200 --samples 10 --trials 3 --db /tmp/big.db
 
-Rows are bulk-inserted with sqlite3 (the store's record_result would take hours at this size); every 50th
-commit carries a 15 % step in one series, so the regression list is not empty.
+Rows are bulk-inserted with sqlite3 (the store's record_result would take hours at this size); each job is measured
+in ``--trials`` trials (job processes) of ``--samples`` samples, each trial at a level of its own (lognormal,
+``--between`` log sd: real processes differ); every 50th commit carries a 15 % step in one series, so the regression
+list is not empty.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from harness.analysis.variants import variant_matrix  # noqa: E402
 from harness.record import outbox  # noqa: E402
 
 
-def build(path: Path, commits: int, chips: int, series: int, samples: int, seed: int = 0) -> None:
+def build(path: Path, commits: int, chips: int, series: int, samples: int, trials: int = 3, between: float = 0.01,
+          seed: int = 0) -> None:
     outbox.open_store(f"sqlite:///{path}").close()
     rng = np.random.default_rng(seed)
     variants = [f"flash_bq{bq}_bk{bk}" for bq in (8, 16, 32) for bk in (16, 32, 64)] + ["sdpa"]
@@ -51,19 +54,22 @@ def build(path: Path, commits: int, chips: int, series: int, samples: int, seed:
             run_id = f"r{c:06d}{k:02d}"
             started = (t0 + timedelta(minutes=10 * c + k)).strftime("%Y-%m-%d %H:%M:%S.%f")
             runs.append((run_id, c + 1, k + 1, k + 1, "big", 0, "local", "complete", started, 0, "{}"))
-            values = base[k][:, None] * level[c, k][:, None] * np.exp(rng.normal(0, 0.02, (series, samples)))
+            levels = (base[k] * level[c, k])[:, None, None] * np.exp(rng.normal(0, between, (series, trials, 1)))
+            values = (levels * np.exp(rng.normal(0, 0.02, (series, trials, samples)))).reshape(series, -1)
+            trial_of = np.repeat(np.arange(trials), samples).tolist()
             for s, (variant, shape_key) in enumerate(keys):
                 job_id += 1
                 jobs.append((job_id, run_id, f"benchmark/flash_prefill/{variant}/float32/{shape_key}", "benchmark",
                              "big", "flash_prefill", variant, "float32", "{}", shape_key, "", "passed", "", "",
-                             0.0, "", 1, samples, "", started))
-                rows.extend((job_id, i, float(v)) for i, v in enumerate(values[s]))
+                             0.0, "", 1, samples * trials, trials, "", started))
+                rows.extend(zip([job_id] * values.shape[1], range(values.shape[1]), values[s].tolist(), trial_of,
+                                strict=True))
         conn.executemany("insert into run (id, commit_id, chip_id, machine_id, suite, dirty, executor, status, "
                          "started_at, planned_jobs, options) values (?,?,?,?,?,?,?,?,?,?,?)", runs)
         conn.executemany("insert into job (id, run_id, key, kind, name, kernel, variant, dtype, shape, shape_key, "
-                         "check_name, status, detail, output_tail, duration_s, node, attempts, n_samples, bound, "
-                         "created_at) values (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", jobs)
-        conn.executemany("insert into sample (job_id, idx, seconds) values (?,?,?)", rows)
+                         "check_name, status, detail, output_tail, duration_s, node, attempts, n_samples, trials, "
+                         "bound, created_at) values (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", jobs)
+        conn.executemany("insert into sample (job_id, idx, seconds, trial) values (?,?,?,?)", rows)
     conn.commit()
     conn.close()
 
@@ -73,14 +79,16 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=1000)
     parser.add_argument("--chips", type=int, default=4)
     parser.add_argument("--series", type=int, default=200)
-    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=10, help="samples per trial")
+    parser.add_argument("--trials", type=int, default=3, help="trials (job processes) per job")
+    parser.add_argument("--between", type=float, default=0.01, help="log sd of a trial's level between processes")
     parser.add_argument("--db", type=Path, default=Path("/tmp/harness-bench-analysis.db"))
     parser.add_argument("--reuse", action="store_true", help="Time an existing --db instead of building it.")
     args = parser.parse_args()
     if not args.reuse:
         args.db.unlink(missing_ok=True)
         start = time.perf_counter()
-        build(args.db, args.commits, args.chips, args.series, args.samples)
+        build(args.db, args.commits, args.chips, args.series, args.samples, args.trials, args.between)
         print(f"build: {time.perf_counter() - start:.1f} s")
     handle = outbox.open_store(f"sqlite:///{args.db}")
     chip = "chip-0"

@@ -1,8 +1,9 @@
 """Benchmark the report on a large synthetic history (not a test).
 
-Default: 1,000 commits × 4 chips × 200 benchmark series (10 samples each: 8 M sample rows) plus a few correctness
-jobs per run, bulk-inserted straight into a temporary SQLite DB (the per-job write path would take hours). Planted:
-a handful of step changes, one of them a confirmed regression at the last commit, and a divergent variant.
+Default: 1,000 commits × 4 chips × 200 benchmark series (3 trials of 10 samples each: 24 M sample rows) plus a few
+correctness jobs per run, bulk-inserted straight into a temporary SQLite DB (the per-job write path would take hours).
+Each trial (job process) sits at a level of its own (lognormal, ``--between`` log sd). Planted: a handful of step
+changes, one of them a confirmed regression at the last commit, and a divergent variant.
 
 Prints the time of each phase of ``harness report`` (queries + analysis, then rendering the HTML), the page count
 and sizes. Targets: rendering ≤ 5 s, index.html ≤ 1 MB.
@@ -59,7 +60,8 @@ def series_list(limit: int) -> list[tuple[str, str, str, dict[str, int]]]:
     return out[:limit]
 
 
-def fill(url: str, n_commits: int, n_chips: int, n_series: int, n_samples: int, seed: int = 0) -> dict[str, int]:
+def fill(url: str, n_commits: int, n_chips: int, n_series: int, n_samples: int, n_trials: int = 3,
+         between: float = 0.01, seed: int = 0) -> dict[str, int]:
     store = open_store(url)
     rng = np.random.default_rng(seed)
     series = series_list(n_series)
@@ -111,32 +113,39 @@ def fill(url: str, n_commits: int, n_chips: int, n_series: int, n_samples: int, 
         columns = ("id", "run_id", "key", "kind", "name", "kernel", "variant", "dtype", "shape", "shape_key",
                    "check_name", "status", "detail", "output_tail", "max_error", "tolerance", "duration_s", "node",
                    "attempts", "n_samples", "inner", "median_s", "ci_low_s", "ci_high_s", "iqr_rel", "flops",
-                   "bytes_moved", "achieved_flops", "achieved_bytes_per_s", "pct_peak", "bound", "created_at")
+                   "bytes_moved", "achieved_flops", "achieved_bytes_per_s", "pct_peak", "bound", "trials", "created_at")
         quoted = ", ".join('"' + c + '"' for c in columns)
         job_sql = f"INSERT INTO job ({quoted}) VALUES ({', '.join('?' * len(columns))})"
-        sample_sql = "INSERT INTO sample (job_id, idx, seconds) VALUES (?, ?, ?)"
+        sample_sql = "INSERT INTO sample (job_id, idx, seconds, trial) VALUES (?, ?, ?, ?)"
         for i in range(n_commits):
             jobs, samples = [], []
             for c in range(len(chips)):
                 run_id = f"r{i:05d}c{c}"
-                times = (base[c] * level[i, c])[:, None] * np.exp(rng.normal(0.0, 0.01, (len(series), n_samples)))
+                levels = (base[c] * level[i, c])[:, None, None] * np.exp(
+                    rng.normal(0.0, between, (len(series), n_trials, 1)))
+                per_job = n_trials * n_samples
+                times = (levels * np.exp(rng.normal(0.0, 0.01, (len(series), n_trials, n_samples)))).reshape(
+                    len(series), per_job)
                 medians = np.median(times, axis=1).tolist()
                 lows, highs = times.min(axis=1).tolist(), times.max(axis=1).tolist()
                 ids = np.arange(job_id + 1, job_id + 1 + len(series))
                 for s, (kernel, variant, dtype, _) in enumerate(series):
                     m = medians[s]
                     jobs.append((job_id + 1 + s, run_id, keys[s], "benchmark", kernel, kernel, variant, dtype,
-                                 shapes[s], labels[s], "", "passed", "", "", None, None, 1.0, "", 1, n_samples, 10,
-                                 m, lows[s], highs[s], 0.01, 1e9, 1e8, 1e9 / m, 1e8 / m, 10.0, "compute", created))
-                samples.extend(zip(np.repeat(ids, n_samples).tolist(), np.tile(np.arange(n_samples), len(series))
-                                   .tolist(), times.ravel().tolist(), strict=True))
+                                 shapes[s], labels[s], "", "passed", "", "", None, None, 1.0, "", 1, per_job, 10,
+                                 m, lows[s], highs[s], 0.01, 1e9, 1e8, 1e9 / m, 1e8 / m, 10.0, "compute", n_trials,
+                                 created))
+                samples.extend(zip(np.repeat(ids, per_job).tolist(), np.tile(np.arange(per_job), len(series))
+                                   .tolist(), times.ravel().tolist(),
+                                   np.tile(np.repeat(np.arange(n_trials), n_samples), len(series)).tolist(),
+                                   strict=True))
                 job_id += len(series)
                 for kernel, variant, dtype, shape in checks:
                     job_id += 1
                     jobs.append((job_id, run_id, job_key("correctness", kernel, variant, shape, dtype, "reference"),
                                  "correctness", kernel, kernel, variant, dtype, json.dumps(shape), shape_label(shape),
                                  "reference", "passed", "", "", 1e-4, 2e-3, 0.1, "", 1, None, None, None, None, None,
-                                 None, None, None, None, None, None, "", created))
+                                 None, None, None, None, None, None, "", 1, created))
             conn.exec_driver_sql(job_sql, jobs)
             conn.exec_driver_sql(sample_sql, samples)
             n_jobs += len(jobs)
@@ -151,7 +160,9 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=1000)
     parser.add_argument("--chips", type=int, default=4, choices=range(1, len(CHIPS) + 1))
     parser.add_argument("--series", type=int, default=200)
-    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=10, help="samples per trial")
+    parser.add_argument("--trials", type=int, default=3, help="trials (job processes) per benchmark job and run")
+    parser.add_argument("--between", type=float, default=0.01, help="log sd of a trial's level between processes")
     parser.add_argument("--change-points", action=argparse.BooleanOptionalAction, default=True,
                         help="run stats.detect_change_points on every history (O(n^2) per series)")
     parser.add_argument("--last", type=int, help="histories and regressions of each chip's last N commits only")
@@ -164,7 +175,7 @@ def main() -> None:
         url = f"sqlite:///{db}"
         if not db.exists():
             start = time.perf_counter()
-            counts = fill(url, args.commits, args.chips, args.series, args.samples)
+            counts = fill(url, args.commits, args.chips, args.series, args.samples, args.trials, args.between)
             print(f"filled {db} in {time.perf_counter() - start:.1f} s: {counts['runs']} runs, {counts['jobs']} jobs, "
                   f"{counts['samples']} samples ({db.stat().st_size / 2**20:.0f} MiB)")
         store = open_store(url)

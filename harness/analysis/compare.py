@@ -1,11 +1,14 @@
 """Compare BASE with HEAD: resolve each side to its runs, then give every series on both sides (per chip) a
-verdict with ``stats.compare_grid`` (BH across the whole grid), ``broken`` where the head failed a correctness job
-of the kernel on that chip.  Samples, failures and references come from ``harness.record.query``."""
+verdict at trial level (``harness.core.trials.compare_trials``: the spread between job processes, floored by the
+spread of the series' recent runs on the base branch; BH across the whole grid), ``broken`` where the head failed a
+correctness job of the kernel on that chip.  Samples, failures and references come from ``harness.record.query``."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from harness.analysis.records import CompareReport, CompareRow, CorrectnessFailure, Side
-from harness.core import stats
+from harness.core import stats, trials
 from harness.record import query
 from harness.record.store import Store
 
@@ -32,8 +35,12 @@ def compare(
     chip: str | None = None,
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
+    same_session: bool = False,
 ) -> CompareReport:
     """Every benchmark series present on both sides (per chip): pooled samples, BH across the whole grid, gated.
+
+    ``same_session``: the two sides were measured interleaved in one session (``harness compare --ab``), so the
+    spread between their trials is the whole noise and no history floor applies.
 
     Correctness failures on the head side (kernel checks and repository tests, ``harness.core.status``) are listed,
     each marked new or already failing at base; any of them fails the gate. A kernel whose correctness check failed
@@ -41,24 +48,51 @@ def compare(
     the same runs on both sides (trivially unchanged): compare two run ids to compare runs.
     """
     base_side, head_side = resolve_side(store, base, chip), resolve_side(store, head, chip)
-    base_samples = query.series_samples(store, base_side.run_ids)
-    head_samples = query.series_samples(store, head_side.run_ids)
+    base_trials = query.series_trials(store, base_side.run_ids)
+    head_trials = query.series_trials(store, head_side.run_ids)
     failing_at_base = {(row.chip, row.key) for row in query.correctness_failures(store, base_side.run_ids)}
     failures = [CorrectnessFailure(*row, new=(row.chip, row.key) not in failing_at_base)
                 for row in query.correctness_failures(store, head_side.run_ids)]
     failures.sort(key=lambda f: not f.new)  # newly failing first
     broken_kernels = {(f.chip, f.kernel) for f in failures if f.kind == "correctness"}
-    common = sorted(base_samples.keys() & head_samples.keys())
-    pairs = {key: (base_samples[key], head_samples[key]) for key in common}
+    common = sorted(base_trials.keys() & head_trials.keys())
+    pairs = {key: (base_trials[key].trials, head_trials[key].trials) for key in common}
     broken = {key for key in common if (key.chip, key.kernel) in broken_kernels}
-    verdicts = stats.compare_grid(pairs, min_effect=min_effect, alpha=alpha, broken=broken)
-    rows = sorted((CompareRow(key, c.verdict, c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted, c.n_base,
-                              c.n_head, c.more_samples_needed, stats.median_ci(pairs[key][0])[0],
-                              stats.median_ci(pairs[key][1])[0])
-                   for key, c in verdicts.items()), key=_row_order)
+    floors = {} if same_session else series_floors(store, base_side.run_ids)
+    base_modes, head_modes = query.timing_modes(store, base_side.run_ids), query.timing_modes(store, head_side.run_ids)
+    verdicts = trials.compare_trials(pairs, floors=floors, same_session=same_session,
+                                     runs={key: (base_trials[key].runs, head_trials[key].runs) for key in common},
+                                     min_effect=min_effect, alpha=alpha, broken=broken,
+                                     incomparable={key for key in common
+                                                   if not same_mode(base_modes.get(key), head_modes.get(key))})
+    rows = sorted((_row(key, c, pairs[key]) for key, c in verdicts.items()), key=_row_order)
     counts = {verdict: 0 for verdict in stats.VERDICTS}
     for row in rows:
         counts[row.verdict] += 1
     return CompareReport(base_side, head_side, tuple(rows), tuple(failures), counts,
-                         len(base_samples.keys() - head_samples.keys()), len(head_samples.keys() - base_samples.keys()),
+                         len(base_trials.keys() - head_trials.keys()), len(head_trials.keys() - base_trials.keys()),
                          min_effect, alpha)
+
+
+def same_mode(first: str | None, second: str | None) -> bool:
+    """Whether two series were timed alike: pipelined and per-call timings differ by the host round trip and by how
+    busy the GPU is kept (3x for a 30 us kernel on an H200, 5-15 % at 1-3 ms), so they are never compared. A side
+    whose mode was not recorded (before modes were) or that mixes modes ("a+b") is only alike an identical one."""
+    return not first or not second or first == second
+
+
+def series_floors(store: Store, run_ids: list[str]) -> dict[query.SeriesKey, trials.Floor]:
+    """Each series' between-run noise from its recent runs on the base branch (where it has enough of them)."""
+    floors = {key: trials.history_floor(medians) for key, medians in query.history_medians(store, run_ids).items()}
+    return {key: floor for key, floor in floors.items() if floor is not None}
+
+
+def _pooled_median(side: list) -> float:
+    return float(np.median(np.concatenate(side))) if side else float("nan")
+
+
+def _row(key: query.SeriesKey, c: trials.TrialComparison, pair: tuple[list, list]) -> CompareRow:
+    return CompareRow(key, c.verdict, c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted, c.n_base, c.n_head,
+                      c.more_samples_needed, _pooled_median(pair[0]), _pooled_median(pair[1]),
+                      trials_base=c.trials_base, trials_head=c.trials_head, more_trials_needed=c.more_trials_needed,
+                      basis=c.basis, noise=c.noise, detectable=c.detectable)

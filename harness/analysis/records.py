@@ -23,9 +23,12 @@ __all__ = [
     "ChangeFlag",
     "CompareReport",
     "CompareRow",
+    "ChipNoise",
     "CorrectnessFailure",
     "DivergentVariant",
     "HistoryPoint",
+    "NoiseReport",
+    "NoiseRow",
     "RegressionEvidence",
     "SeriesHistory",
     "Side",
@@ -132,6 +135,12 @@ class CompareRow(_Plain):
     more_samples_needed: int
     base_median: float
     head_median: float
+    trials_base: int = 0  # independent trials (job processes, over every run of the side) behind each side
+    trials_head: int = 0
+    more_trials_needed: int = 0  # per side, to settle an inconclusive verdict
+    basis: str = ""  # the spread that decided: "trials" (between processes), "history" (between runs), "none"
+    noise: float = float("nan")  # that spread, as a log sd per trial or run
+    detectable: float = float("nan")  # the smallest relative change this comparison could detect
 
 
 @dataclass(frozen=True)
@@ -306,7 +315,46 @@ class RegressionEvidence(_Plain):
     check: str = ""
     status: str = ""
     detail: str = ""
+    trials_base: int | None = None  # performance: independent trials (job processes, over the point's runs) per side
+    trials_head: int | None = None
+    basis: str = ""  # performance: the spread that decided, "trials" (between processes) or "history" (between runs)
+    noise: float | None = None  # performance: that spread, as a log sd per trial or run
+    detectable: float | None = None  # performance: the smallest relative change the comparison could detect
 
     @property
     def key(self) -> SeriesKey:
         return SeriesKey(self.kernel, self.variant, self.dtype, self.shape_key, self.chip)
+
+
+@dataclass(frozen=True)
+class NoiseRow(_Plain):
+    """One series' noise on one chip, each level a log sd (~ relative sd): inside a process, between the
+    processes (trials) of one run, between runs (its recent base-branch history); ``detectable`` is the smallest
+    change a comparison with as many trials per side would detect."""
+
+    key: SeriesKey
+    median_s: float
+    trials: int
+    within: float
+    between_trial: float
+    between_run: float
+    history_runs: int
+    detectable: float
+    mode: str  # how the samples were timed ("pipelined", "per-call"; "" when not recorded)
+
+
+@dataclass(frozen=True)
+class ChipNoise(_Plain):
+    """A chip's noise in one figure per level: the median and 90th percentile over its series."""
+
+    chip: str
+    run_ids: tuple[str, ...]
+    series: int
+    with_history: int
+    levels: dict[str, tuple[float, float]]  # level -> (median, p90) over series (nan when no series has it)
+
+
+@dataclass(frozen=True)
+class NoiseReport(_Plain):
+    chips: tuple[ChipNoise, ...]
+    rows: tuple[NoiseRow, ...]

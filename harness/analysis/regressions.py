@@ -1,22 +1,34 @@
 """The regression list: new correctness failures (the first commit of each failing stretch) and confirmed
 slowdowns, each commit judged against its previous commit on its chip (its nearest ancestor with runs there:
-``harness.record.query.ChipHistory.previous``) exactly as ``stats.compare_grid`` would judge it (BH across the
-commit's whole grid), with a cheap Mann-Whitney + BH screen so that only series that can be confirmed are
-bootstrapped.  Histories and correctness rows come from ``harness.record.query``."""
+``harness.record.query.ChipHistory.previous``) as ``harness compare`` judges two commits: at trial level
+(``harness.core.trials.compare_trials``: the spread between job processes, moderated across the commit's grid and
+floored by the series' between-run noise on the chip's history before the base), Benjamini-Hochberg across the
+commit's whole grid.  An exact vectorised screen computes every series' p-value as ``compare_trials`` would, so that
+only the commits with a series that can be confirmed go through it.  Histories and correctness rows come from
+``harness.record.query``."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 from scipy.stats import false_discovery_control
 
+from harness.analysis.history import trial_levels
 from harness.analysis.records import RegressionEvidence
-from harness.core import stats
+from harness.core import defaults, stats, trials
 from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
 
 __all__ = ["regressions"]
+
+# The screen's p-values and intervals are compare_trials' own computation on the same numbers, up to the order of
+# floating-point sums: a family is only skipped when none of its series comes within this relative slack of a flag.
+_SCREEN_SLACK = 1e-6
+_MIN_FLOOR_RUNS = 3  # trials.history_floor's default: fewer runs give no floor
 
 
 def _correctness_events(store: Store, data: query.ChipHistory, include_dirty: bool
@@ -64,76 +76,263 @@ def _correctness_events(store: Store, data: query.ChipHistory, include_dirty: bo
     return [event for _, event in ordered], broken
 
 
-def _bh_per_family(p_values: npt.NDArray[np.float64], bounds: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
-    """Benjamini-Hochberg within each family ``p_values[bounds[k]:bounds[k + 1]]``."""
-    # The BH of stats.apply_fdr (scipy's false_discovery_control), per commit; apply_fdr itself would build and
-    # re-decide a Comparison per pair (~1 s per 200 000 pairs) where only the adjusted p-values are needed here.
-    adjusted = np.empty_like(p_values)
-    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        if stop > start:
-            adjusted[start:stop] = false_discovery_control(p_values[start:stop], method="bh")
-    return adjusted
+# ---------------------------------------------------------------------------------------------------------------
+# Per cell: trial and run summaries
+# ---------------------------------------------------------------------------------------------------------------
 
 
-def _screened_only(p_value: float, n_base: int, n_head: int) -> stats.Comparison:
-    # A pair left out of the bootstrap (its screened p-value failed BH): it only counts in its commit's BH family,
-    # which stats.apply_fdr reads from the raw p-values; its verdict is never read.
-    return stats.Comparison("unchanged", 1.0, 1.0, 1.0, p_value, p_value, n_base, n_head, 0)
+@dataclass(frozen=True)
+class _Cells:
+    """Per flat cell index of a ``ChipHistory``: what ``compare_trials`` measures of one side, and its runs' levels."""
+
+    trials: npt.NDArray[np.int64]  # trials (job processes)
+    mean_log: npt.NDArray[np.float64]  # mean log trial median (nan without trials)
+    squares: npt.NDArray[np.float64]  # sum of squared deviations of the log trial medians about that mean
+    runs: npt.NDArray[np.int64]  # distinct runs
+    run_offsets: npt.NDArray[np.int64]  # start of the cell's runs in ``run_levels`` (oldest first)
+    run_levels: npt.NDArray[np.float64]  # per (cell, run): mean log trial median of the run's trials
 
 
-def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int | None, min_effect: float,
-                      alpha: float, min_samples: int) -> list[RegressionEvidence]:
-    data = query.chip_history(store, chip, None, include_dirty=include_dirty, last=last)
-    events, broken = _correctness_events(store, data, include_dirty)
-    if last is not None:  # a failure whose job did not run at the window's bases may be old
-        events = [e for e in events if e.base_sha is not None]
+def _cell_summaries(data: query.ChipHistory) -> _Cells:
+    logs = np.log(data.trial_medians())
+    cell_of = data.trial_cells()
+    n_cells = data.trial_counts.size
+    count = data.trial_counts.ravel()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_log = np.bincount(cell_of, logs, minlength=n_cells) / count
+    squares = np.bincount(cell_of, (logs - mean_log[cell_of]) ** 2, minlength=n_cells)
+    n_runs = int(data.trial_runs.max()) + 1 if data.trial_runs.size else 1
+    run_key = cell_of * n_runs + data.trial_runs  # ascending: a cell's trials come run by run
+    first = np.concatenate([[True], run_key[1:] != run_key[:-1]]) if run_key.size else np.zeros(0, dtype=bool)
+    segment = np.cumsum(first) - 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        run_levels = np.bincount(segment, logs) / np.bincount(segment) if segment.size else np.zeros(0)
+    runs = np.bincount(cell_of[first], minlength=n_cells).astype(np.int64)
+    run_offsets = np.concatenate([[0], np.cumsum(runs)[:-1]]).astype(np.int64)
+    return _Cells(count.astype(np.int64), mean_log, squares, runs, run_offsets, run_levels)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# History floors: each base's earlier runs of the series
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _floor_runs(cells: _Cells, base_of: npt.NDArray[np.int64], base_commit: npt.NDArray[np.int64],
+                series: npt.NDArray[np.int64], n_series: int, limit: int = defaults.HISTORY_RUNS
+                ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Per pair: the log levels of the series' newest ``limit`` runs before its base commit, up the series' chain
+    of previous points (each point's runs newest first), and how many there are; rows padded with nan."""
+    levels = np.full((series.size, limit), np.nan)
+    filled = np.zeros(series.size, dtype=np.int64)
+    at = base_of[base_commit, series]  # the point before the base
+    for _ in range(limit):  # every point has a run: ``limit`` points give ``limit`` runs
+        active = np.flatnonzero(at >= 0)
+        if active.size == 0:
+            break
+        cell = at[active] * n_series + series[active]
+        runs, offset = cells.runs[cell], cells.run_offsets[cell]
+        for j in range(int(runs.max())):
+            take = (j < runs) & (filled[active] < limit)
+            if not take.any():
+                break
+            who = active[take]
+            levels[who, filled[who]] = cells.run_levels[offset[take] + runs[take] - 1 - j]
+            filled[who] += 1
+        at[active] = np.where(filled[active] < limit, base_of[at[active], series[active]], -1)
+    return levels, filled
+
+
+def _floor_sd(levels: npt.NDArray[np.float64], filled: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """``trials.history_floor``'s sd of each row's first ``filled`` log levels, vectorised per count; nan below its
+    minimum of runs."""
+    sd = np.full(filled.size, np.nan)
+    for n in np.unique(filled[filled >= _MIN_FLOOR_RUNS]).tolist():
+        where = np.flatnonzero(filled == n)
+        rows = levels[where, :n]
+        middle = np.median(rows, axis=1)
+        mad = np.median(np.abs(rows - middle[:, None]), axis=1)
+        sd[where] = np.maximum(stats._MAD_TO_SIGMA * mad * trials._mad_correction(n), stats._NOISE_FLOOR)
+    return sd
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The pairs of a chip: each point of each series against the series' previous point
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """Every (head commit, series) of the window with a previous point, ordered by head commit (the families)."""
+
+    head_commit: npt.NDArray[np.int64]
+    base_commit: npt.NDArray[np.int64]
+    series: npt.NDArray[np.int64]
+    base_cell: npt.NDArray[np.int64]
+    head_cell: npt.NDArray[np.int64]
+    broken: npt.NDArray[np.bool_]
+    bounds: npt.NDArray[np.intp]  # family of commit c: pairs bounds[c]:bounds[c + 1]
+
+
+def _pairs(data: query.ChipHistory, broken: set[tuple[int, str]]) -> tuple[_Pairs, npt.NDArray[np.int64]]:
     n_series = len(data.series)
-    if n_series == 0:
-        return events
-    # Each point of each series (of the window) against the series' previous point: its nearest ancestor with it.
     present = data.counts > 0
     base_of = data.nearest_with(present)
-    head_commit, series = np.nonzero(present & (base_of >= 0) & data.shown[:, None])
+    head_commit, series = np.nonzero(present & (base_of >= 0) & data.shown[:, None])  # commit-major
     base_commit = base_of[head_commit, series]
-    base_cell, head_cell = base_commit * n_series + series, head_commit * n_series + series
-    counts = data.counts.ravel()
-    n_base, n_head = counts[base_cell], counts[head_cell]
     kernel_ids = {name: i for i, name in enumerate(sorted({key.kernel for key in data.series}))}
     series_kernel = np.array([kernel_ids[key.kernel] for key in data.series], dtype=np.int64)
     broken_codes = [commit * len(kernel_ids) + kernel_ids[name] for commit, name in broken if name in kernel_ids]
     is_broken = np.isin(head_commit * len(kernel_ids) + series_kernel[series], broken_codes)
-    tested = (np.minimum(n_base, n_head) >= min_samples) & ~is_broken
-    p_values = np.full(series.size, np.nan)
-    sizes = np.stack([n_base, n_head], axis=1)
-    for nb, nh in np.unique(sizes[tested], axis=0).tolist():
-        where = np.flatnonzero(tested & (n_base == nb) & (n_head == nh))
-        # The very test stats.compare_each runs, on the same sorted rows: a cheap screen before the bootstrap.
-        p_values[where] = stats.mann_whitney_pvalues(data.cell_rows(base_cell[where], nb),
-                                                      data.cell_rows(head_cell[where], nh))
-    tested_pairs = np.flatnonzero(tested)
-    tested_pairs = tested_pairs[np.argsort(head_commit[tested_pairs], kind="stable")]
-    family_bounds = np.searchsorted(head_commit[tested_pairs], np.arange(len(data.commits) + 1))
-    adjusted = _bh_per_family(p_values[tested_pairs], family_bounds)
-    candidates = tested_pairs[adjusted < alpha]
-    if candidates.size == 0:
+    bounds = np.searchsorted(head_commit, np.arange(len(data.commits) + 1))
+    return _Pairs(head_commit, base_commit, series, base_commit * n_series + series, head_commit * n_series + series,
+                  is_broken, bounds), base_of
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The screen: compare_trials' p-values and intervals for every pair, vectorised
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _measured(cells: _Cells, counts: npt.NDArray[np.int64], pairs: _Pairs) -> trials._Measured:
+    """``compare_trials``' per-series measurements of every pair, from the cell summaries."""
+    trials_base, trials_head = cells.trials[pairs.base_cell], cells.trials[pairs.head_cell]
+    df = np.maximum(trials_base - 1, 0) + np.maximum(trials_head - 1, 0)
+    squares = cells.squares[pairs.base_cell] + cells.squares[pairs.head_cell]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variance = np.where(df > 0, squares / np.maximum(df, 1), math.nan)
+    return trials._Measured(trials_base=trials_base, trials_head=trials_head, samples_base=counts[pairs.base_cell],
+                            samples_head=counts[pairs.head_cell],
+                            effect=cells.mean_log[pairs.head_cell] - cells.mean_log[pairs.base_cell],
+                            variance=variance, df=df)
+
+
+def _slice(measured: trials._Measured, span: slice) -> trials._Measured:
+    return trials._Measured(measured.trials_base[span], measured.trials_head[span], measured.samples_base[span],
+                            measured.samples_head[span], measured.effect[span], measured.variance[span],
+                            measured.df[span])
+
+
+def _bh_per_family(p_values: npt.NDArray[np.float64], in_family: npt.NDArray[np.bool_],
+                   bounds: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+    """Benjamini-Hochberg within each family ``bounds[k]:bounds[k + 1]`` over the pairs ``in_family``."""
+    adjusted = np.full(p_values.shape, math.nan)
+    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        members = start + np.flatnonzero(in_family[start:stop])
+        if members.size:
+            adjusted[members] = false_discovery_control(p_values[members], method="bh")
+    return adjusted
+
+
+@dataclass(frozen=True)
+class _Screened:
+    """Per pair, as ``compare_trials`` of its family computes them: the BH-adjusted p-value (nan out of the family)
+    and the interval's lower end."""
+
+    p_adjusted: npt.NDArray[np.float64]
+    ci_low: npt.NDArray[np.float64]
+
+    def candidates(self, min_effect: float, alpha: float) -> npt.NDArray[np.bool_]:
+        """Whether ``compare_trials`` may call the pair regressed: p(FDR) < alpha and the interval above
+        1 + min_effect (``stats._decide``), each met within ``_SCREEN_SLACK``."""
+        with np.errstate(invalid="ignore"):
+            return (self.p_adjusted < alpha * (1 + _SCREEN_SLACK)) & (
+                self.ci_low > (1.0 + min_effect) * (1 - _SCREEN_SLACK))
+
+
+def _screen(measured: trials._Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.float64],
+            floor_runs: npt.NDArray[np.int64], runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], *,
+            alpha: float) -> _Screened:
+    """The same steps on the same numbers as ``compare_trials`` of each family: the moderation prior per family
+    (broken series left out), the history floor (``runs`` distinct runs behind each side), the t test, BH per
+    family over the tested, healthy series."""
+    variance = np.full(pairs.series.size, math.nan)
+    total_df = np.zeros(pairs.series.size)
+    healthy_df = np.where(pairs.broken, 0, measured.df)
+    for start, stop in zip(pairs.bounds[:-1].tolist(), pairs.bounds[1:].tolist(), strict=True):
+        if stop > start:
+            span = slice(start, stop)
+            prior = trials._fit_prior(measured.variance[span], healthy_df[span])
+            variance[span], total_df[span] = trials._moderate(_slice(measured, span), prior)
+    has_floor = np.isfinite(floor_sd)
+    with np.errstate(invalid="ignore"):
+        floor_term = np.where(has_floor, floor_sd**2 * (1.0 / np.maximum(runs[0], 1) + 1.0 / np.maximum(runs[1], 1)),
+                              0.0)
+    floor_df = np.where(has_floor, np.maximum(1.0, floor_runs - 1.0), 0.0)
+    spread = trials._spread(measured, variance, total_df, floor_term, floor_df, floor_sd)
+    tested = trials._test(measured.effect, spread, alpha)
+    in_family = (np.array(spread.basis) != "none") & np.isfinite(tested.p_value) & ~pairs.broken
+    return _Screened(_bh_per_family(tested.p_value, in_family, pairs.bounds), tested.ci_low)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The list
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """One chip's pairs, with what their decisions need and the screen's verdict on them."""
+
+    data: query.ChipHistory
+    pairs: _Pairs
+    history_levels: npt.NDArray[np.float64]  # per pair: the log levels of the runs behind the base (nan-padded)
+    history_runs: npt.NDArray[np.int64]  # per pair: how many
+    runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]  # per pair: distinct runs of base and head
+    screened: _Screened
+
+    def family(self, commit: int, *, min_effect: float, alpha: float) -> dict[int, trials.TrialComparison]:
+        """``compare_trials`` of the commit's whole grid (pair index -> comparison)."""
+        members = range(int(self.pairs.bounds[commit]), int(self.pairs.bounds[commit + 1]))
+        floors = {i: floor for i in members
+                  if (floor := trials.history_floor(np.exp(self.history_levels[i, :self.history_runs[i]])))}
+        trials_of = self.data.trials
+        return trials.compare_trials(
+            {i: (trials_of(int(self.pairs.base_cell[i])), trials_of(int(self.pairs.head_cell[i]))) for i in members},
+            floors=floors, runs={i: (int(self.runs[0][i]), int(self.runs[1][i])) for i in members},
+            min_effect=min_effect, alpha=alpha, broken={i for i in members if self.pairs.broken[i]})
+
+
+def _judge(data: query.ChipHistory, broken: set[tuple[int, str]], *, alpha: float) -> _Judged | None:
+    n_series = len(data.series)
+    if n_series == 0:
+        return None
+    pairs, base_of = _pairs(data, broken)
+    if pairs.series.size == 0:
+        return None
+    cells = _cell_summaries(data)
+    history_levels, history_runs = _floor_runs(cells, base_of, pairs.base_commit, pairs.series, n_series)
+    runs = (cells.runs[pairs.base_cell], cells.runs[pairs.head_cell])
+    screened = _screen(_measured(cells, data.counts.ravel(), pairs), pairs, _floor_sd(history_levels, history_runs),
+                       history_runs, runs, alpha=alpha)
+    return _Judged(data, pairs, history_levels, history_runs, runs, screened)
+
+
+def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int | None, min_effect: float,
+                      alpha: float) -> list[RegressionEvidence]:
+    data = query.chip_history(store, chip, None, include_dirty=include_dirty, last=last)
+    events, broken = _correctness_events(store, data, include_dirty)
+    if last is not None:  # a failure whose job did not run at the window's bases may be old
+        events = [e for e in events if e.base_sha is not None]
+    judged = _judge(data, broken, alpha=alpha)
+    if judged is None:
         return events
-    full = stats.compare_each({int(i): (data.samples(base_cell[i]), data.samples(head_cell[i])) for i in candidates},
-                              min_effect=min_effect, alpha=alpha, min_samples=min_samples)
+    pairs = judged.pairs
     found: list[RegressionEvidence] = []
-    for commit in np.unique(head_commit[candidates]).tolist():
-        members = tested_pairs[family_bounds[commit]:family_bounds[commit + 1]].tolist()
-        family = {i: full.get(i) or _screened_only(float(p_values[i]), int(n_base[i]), int(n_head[i]))
-                  for i in members}
-        decided = stats.apply_fdr(family, min_effect=min_effect, alpha=alpha)
+    for commit in np.unique(pairs.head_commit[judged.screened.candidates(min_effect, alpha)]).tolist():
+        decided = judged.family(commit, min_effect=min_effect, alpha=alpha)
+        confirmed = [i for i, c in decided.items() if c.verdict == "regressed"]
+        if not confirmed:
+            continue
         _, sha, message, _, started = data.commits[commit]
-        confirmed = [i for i in members if i in full and decided[i].verdict == "regressed"]
-        for i in sorted(confirmed, key=lambda i: (-decided[i].ratio, data.series[series[i]])):
-            c, key = decided[i], data.series[series[i]]
+        cells = np.array([(pairs.base_cell[i], pairs.head_cell[i]) for i in confirmed], dtype=np.int64)
+        medians = dict(zip(confirmed, trial_levels(data, cells.ravel())[0].reshape(-1, 2).tolist(), strict=True))
+        for i in sorted(confirmed, key=lambda i: (-decided[i].ratio, data.series[pairs.series[i]])):
+            c, key = decided[i], data.series[pairs.series[i]]
             found.append(RegressionEvidence(
                 "performance", chip, key.kernel, key.variant, key.dtype, key.shape_key, sha, message, started,
-                data.commits[base_commit[i]][1], c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted, c.n_base,
-                c.n_head, stats.median_ci(data.samples(base_cell[i]))[0],
-                stats.median_ci(data.samples(head_cell[i]))[0]))
+                data.commits[pairs.base_commit[i]][1], c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted,
+                c.n_base, c.n_head, *medians[i], trials_base=c.trials_base, trials_head=c.trials_head,
+                basis=c.basis, noise=c.noise, detectable=c.detectable))
     return events + found
 
 
@@ -145,18 +344,23 @@ def regressions(
     last: int | None = None,
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
-    min_samples: int = stats.DEFAULT_MIN_SAMPLES,
 ) -> list[RegressionEvidence]:
     """New correctness failures first, then confirmed regressions, per chip in history order.
 
     Each commit is compared with its previous commit on the chip, its nearest ancestor with runs there (first
     parents, then the other parents; the commit run just before it when its parents are unknown): every series
-    with its own previous point (the nearest such ancestor that has samples of it), BH across the commit's whole
-    grid, exactly as ``stats.compare_grid`` (series of a kernel that failed correctness at the commit are
-    ``broken`` and leave the family).  The bootstrap runs only for series whose Mann-Whitney p-value survives BH,
-    as only they can be confirmed.  A correctness failure is listed at the first commit of each stretch of
-    ancestry where that job fails.  ``last`` judges only the window of ``query.chip_history`` (the main line's last
-    N commits, each against its previous commit).  Within a commit, the largest slowdown comes first.
+    with its own previous point (the nearest such ancestor that has samples of it), as ``harness compare`` compares
+    two commits -- ``trials.compare_trials`` on each side's trials (one per run and job process), BH across the
+    commit's whole grid, series of a kernel that failed correctness at the commit ``broken`` and out of the family.
+    A series' history floor is ``trials.history_floor`` of its newest ``defaults.HISTORY_RUNS`` runs before the
+    base commit, up the series' previous points (each run's level: the mean log median of its trials, as a side
+    is measured), so that a series with a history is judged against its between-run noise even when each side
+    has a single trial.  Only commits where an exact screen (the same p-values and intervals, vectorised) finds a
+    possible regression go through ``compare_trials``.  A correctness failure is listed at the first commit of each
+    stretch of ancestry where that job fails.  ``last`` judges only the window of ``query.chip_history`` (the main
+    line's last N commits, each against its previous commit, with the history behind it for the floors).  Within a
+    commit, the largest slowdown comes first.  ``base_median`` / ``head_median`` are the two points' levels on the
+    history page (the median of their trial medians).
     """
     if chip is not None:
         query.check_chip(store, chip)
@@ -164,7 +368,7 @@ def regressions(
     else:
         chips = query.chip_keys(store)
     per_chip = [_chip_regressions(store, key, include_dirty=include_dirty, last=last, min_effect=min_effect,
-                                  alpha=alpha, min_samples=min_samples) for key in chips]
+                                  alpha=alpha) for key in chips]
     correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
     performance = [e for events in per_chip for e in events if e.kind == "performance"]
     return correctness + performance

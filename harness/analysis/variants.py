@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from harness.analysis.compare import resolve_side
+from harness.analysis.compare import resolve_side, same_mode
 from harness.analysis.records import (
     BestVariant,
     CorrectnessFailure,
@@ -20,7 +20,7 @@ from harness.analysis.records import (
     VariantCell,
     VariantMatrix,
 )
-from harness.core import stats
+from harness.core import stats, trials
 from harness.record import query
 from harness.record.query import SeriesKey
 from harness.record.store import Store
@@ -68,10 +68,10 @@ def variant_matrix(
     defaults = {**default_variants(), **(defaults or {})}
     runs, shas = _matrix_runs(store, commit)
     run_ids = [run_id for ids in runs.values() for run_id in ids]
-    samples = query.series_samples(store, run_ids)
+    samples = {key: series.trials for key, series in query.series_trials(store, run_ids).items()}
     failures = [CorrectnessFailure(*row) for row in query.correctness_failures(store, run_ids)]
     failed = {(f.chip, f.kernel, f.variant) for f in failures}
-    grid: dict[tuple[str, str, str, str, str], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = {}
+    grid: dict[tuple[str, str, str, str, str], tuple[list[npt.NDArray[np.float64]], list[npt.NDArray[np.float64]]]] = {}
     broken = set()
     for key, values in samples.items():
         default = defaults.get(key.kernel)
@@ -84,7 +84,16 @@ def variant_matrix(
         grid[cell_key] = (baseline, values)
         if (key.chip, key.kernel, key.variant) in failed or (key.chip, key.kernel, default) in failed:
             broken.add(cell_key)
-    verdicts = stats.variant_verdict_grid(grid, min_effect=min_effect, alpha=alpha, broken=broken)
+    # A variant and its default were measured in the same runs, their trials interleaved: the spread between trials
+    # is the noise of the comparison (harness.core.trials).
+    modes = query.timing_modes(store, run_ids)
+
+    def mode_of(cell: tuple[str, str, str, str, str], variant: str) -> str | None:
+        kernel, dtype, shape_key, _, chip = cell
+        return modes.get(SeriesKey(kernel, variant, dtype, shape_key, chip))
+
+    mixed = {cell for cell in grid if not same_mode(mode_of(cell, defaults[cell[0]]), mode_of(cell, cell[3]))}
+    verdicts = trials.variant_trials_grid(grid, min_effect=min_effect, alpha=alpha, broken=broken, incomparable=mixed)
     cells = {key: _cell(key, defaults[key[0]], verdict) for key, verdict in sorted(verdicts.items())}
     per_chip: dict[tuple[str, tuple[str, str], str], dict[str, stats.VariantVerdict]] = {}
     for (kernel, dtype, shape_key, variant, chip), verdict in verdicts.items():

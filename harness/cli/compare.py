@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
 
-from harness.cli.common import DbOption, FdrOption, MinEffectOption, app
+from harness.cli.common import DbOption, FdrOption, MinEffectOption, app, console
+from harness.cli.run import progress_display  # the same progress as `harness run`
 from harness.cli.tables import (
     change,
     check_format,
@@ -14,6 +16,7 @@ from harness.cli.tables import (
     emit_table,
     interval,
     markdown_text,
+    percent,
     print_json,
     pvalue,
     ratio,
@@ -21,10 +24,12 @@ from harness.cli.tables import (
     stdout_console,
 )
 from harness.core import defaults
+from harness.core.errors import HarnessError
+from harness.pipeline.ab import ABRequest, execute_ab
 from harness.record.outbox import open_store
 
 SERIES_HEADERS = ("verdict", "chip", "kernel", "variant", "dtype", "shape", "change", "ratio", "95% CI", "p (BH)",
-                  "n base/head", "median base → head", "more samples")
+                  "trials base/head", "median base → head", "noise", "detects", "more trials")
 FAILURE_HEADERS = ("chip", "kind", "what", "dtype", "shape", "status", "detail")
 
 
@@ -33,10 +38,16 @@ HELP = "\n\n".join((
     "BASE and HEAD are each a commit (full sha or unique prefix: all runs of that commit on a chip pool their "
     "samples) or a run id (that run only). A commit compared with itself pools the same runs on both sides, so it "
     "is trivially unchanged; to compare two runs of one commit, pass their run ids.",
-    "Every series present on both sides gets a verdict (regressed, improved, unchanged, inconclusive) from a "
-    "Mann-Whitney test with Benjamini-Hochberg control across the whole grid and a bootstrap interval of the "
-    "median ratio; a kernel that failed a correctness job on HEAD on a chip is 'broken' there, without a timing "
-    "verdict. Unchanged series are counted, not listed (--all lists them).",
+    "Every series present on both sides gets a verdict (regressed, improved, unchanged, inconclusive). The unit of "
+    "evidence is a trial (one job process; a run measures each benchmark in [timing] trials of them): the spread "
+    "between trials, floored by the spread of the series' recent runs on the base branch, gives a t interval of "
+    "the ratio, with Benjamini-Hochberg control across the whole grid. With one trial a side and no history the "
+    "noise is unknown and the verdict is inconclusive, with the trials that would settle it. 'noise' is the spread "
+    "used, 'detects' the smallest change the comparison could detect. A kernel that failed a correctness job on "
+    "HEAD on a chip is 'broken' there, without a timing verdict. Unchanged series are counted, not listed (--all "
+    "lists them).",
+    "--ab measures BASE and HEAD afresh on this machine, interleaved in one session (ABBA rounds), and compares "
+    "the two new runs: for when there is little history.",
     "Exit status: 1 on any confirmed regression or correctness failure on HEAD, 0 otherwise, 2 on a usage error "
     "(such as an unknown commit).",
 ))
@@ -53,15 +64,28 @@ def compare(
     min_effect: MinEffectOption = defaults.MIN_EFFECT,
     alpha: FdrOption = defaults.ALPHA,
     all_series: Annotated[bool, typer.Option("--all", help="List unchanged series too.")] = False,
+    ab: Annotated[bool, typer.Option("--ab", help="Measure BASE and HEAD (commits of --repo) afresh on this "
+                                                  "machine, interleaved ABBA in one session, then compare the two "
+                                                  "runs on the spread between their trials.")] = False,
+    repo: Annotated[str, typer.Option(help="With --ab: the repository whose commits BASE and HEAD are.")] = ".",
+    suite: Annotated[str | None, typer.Option(help="With --ab: suite file (default: the built-in suite, or the "
+                                                   "commit's harness.toml).")] = None,
+    trials: Annotated[int | None, typer.Option(help="With --ab: trials per side (default: the suite's [timing] "
+                                                    "trials).", min=1)] = None,
+    chip_label: Annotated[str | None, typer.Option(help="With --ab: override the detected chip key.")] = None,
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""
     from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
 
     check_format(format)
     check_thresholds(min_effect, alpha)
+    if ab:
+        base, head = _measure_ab(base, head, repo=repo, suite=suite, db=db, trials=trials, chip_label=chip_label)
+    elif (repo, suite, trials, chip_label) != (".", None, None, None):
+        raise HarnessError("--repo, --suite, --trials and --chip-label are for --ab (measuring afresh)")
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
-        report = run_compare(store, base, head, chip=chip, min_effect=min_effect, alpha=alpha)
+        report = run_compare(store, base, head, chip=chip, min_effect=min_effect, alpha=alpha, same_session=ab)
     finally:
         store.close()
     if format == "json":
@@ -69,6 +93,30 @@ def compare(
     else:
         _render(report, format, all_series)
     raise typer.Exit(report.exit_code)
+
+
+def _measure_ab(base: str, head: str, *, repo: str, suite: str | None, db: str | None, trials: int | None,
+                chip_label: str | None) -> tuple[str, str]:
+    """Run both commits' benchmarks interleaved (harness/pipeline/ab.py); the two new run ids."""
+    request = ABRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label,
+                        trials=trials)
+    with progress_display() as (on_planned, progress, abandon):
+        try:
+            base_run, head_run = execute_ab(request, progress=progress, on_planned=on_planned)
+        except BaseException:
+            abandon()
+            raise
+    for name, outcome in (("base", base_run), ("head", head_run)):
+        console.print(f"{name} run {outcome.run_id} at {outcome.sha[:12]}: {dict(outcome.counts)}",
+                          highlight=False, soft_wrap=True)
+    return base_run.run_id, head_run.run_id
+
+
+def _noise(row) -> str:
+    """The spread the verdict used, and where it came from (between trials, or the series' run history)."""
+    if row.basis == "none" or row.noise != row.noise:
+        return "unknown"
+    return f"{percent(math.expm1(row.noise))} ({row.basis})"
 
 
 def _side_line(name: str, side) -> str:
@@ -105,8 +153,8 @@ def _render(report, fmt: str, all_series: bool) -> None:
             (row.verdict, row.key.chip, row.key.kernel, row.key.variant, row.key.dtype, row.key.shape_key,
              change(row.ratio), ratio(row.ratio), interval(row.ci_low, row.ci_high),
              pvalue(None if row.verdict == "broken" else row.p_adjusted),
-             f"{row.n_base}/{row.n_head}", f"{seconds(row.base_median)} → {seconds(row.head_median)}",
-             str(row.more_samples_needed) if row.more_samples_needed else "")
+             f"{row.trials_base}/{row.trials_head}", f"{seconds(row.base_median)} → {seconds(row.head_median)}",
+             _noise(row), percent(row.detectable), str(row.more_trials_needed) if row.more_trials_needed else "")
             for row in shown])
     notes = []
     if not report.rows:

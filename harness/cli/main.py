@@ -12,7 +12,8 @@ import typer
 from harness.cli.common import app, console, state
 from harness.core.errors import HarnessError
 
-COMMANDS = ("run", "chips", "report", "compare", "variants", "bundle", "bisect", "cluster", "node", "submit", "spool")
+COMMANDS = ("run", "chips", "report", "compare", "noise", "variants", "bundle", "bisect", "cluster", "node", "submit",
+            "spool")
 
 for _name in COMMANDS:
     importlib.import_module(f"harness.cli.{_name}")

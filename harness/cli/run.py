@@ -72,7 +72,7 @@ def run(
         return
     request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
                               chip_label=chip_label, resume=resume)
-    with _progress_display() as (planned, progress, abandon):
+    with progress_display() as (planned, progress, abandon):
         try:
             outcome = execute_run(request, progress=progress, on_planned=planned)
         except HarnessError:
@@ -106,7 +106,7 @@ def run(
 
 
 @contextmanager
-def _progress_display():
+def progress_display():
     """``(on_planned, progress, abandon)`` for :func:`execute_run`: a rich bar with an ETA in a terminal; in a log
     (stderr not a terminal, as in CI) a plain line at a bounded rate (:class:`LineProgress`). Failures are printed
     as they happen either way; ``abandon`` drops the bar on an error so that only the error's line is left."""

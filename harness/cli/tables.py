@@ -62,6 +62,11 @@ def change(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{100.0 * (value - 1.0):+.1f} %"
 
 
+def percent(value: float | None) -> str:
+    """A relative figure (0.034) as a percentage ("3.4%"); empty when unknown."""
+    return "" if value is None or value != value else f"{100 * value:.1f}%"
+
+
 def pvalue(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "-"

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import groupby
 from operator import attrgetter
 from typing import Any, Literal, NamedTuple
 
@@ -21,6 +22,7 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.record import ancestry
@@ -56,7 +58,7 @@ class RunView:
 JOB_FIELDS = ("key", "kind", "name", "kernel", "variant", "dtype", "shape", "shape_key", "check_name", "status",
               "detail", "output_tail", "max_error", "tolerance", "duration_s", "node", "attempts", "n_samples",
               "inner", "warmup_s", "median_s", "ci_low_s", "ci_high_s", "iqr_rel", "flops", "bytes_moved",
-              "achieved_flops", "achieved_bytes_per_s", "pct_peak", "bound")
+              "achieved_flops", "achieved_bytes_per_s", "pct_peak", "bound", "trials", "timing_mode", "round_trip_s")
 
 
 def _job_dict(record: JobRecord) -> dict[str, Any]:
@@ -186,6 +188,97 @@ def series_samples(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, npt.
         for kernel, variant, dtype, shape_key, chip, seconds in rows:
             pooled.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), []).append(seconds)
     return {key: _positive(values) for key, values in pooled.items()}
+
+
+class SeriesTrials(NamedTuple):
+    """One series' raw samples on one side of a comparison, grouped by trial: one array per (run, trial)."""
+
+    trials: list[npt.NDArray[np.float64]]
+    runs: int  # the distinct runs they came from
+
+
+def series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, SeriesTrials]:
+    """Raw benchmark samples of the given runs per series (chip included), one array per trial (a run's job
+    process; rows stored before trials were recorded are one trial each); only finite positive samples."""
+    if not run_ids:
+        return {}
+    with store.session() as session:
+        rows = session.execute(
+            select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
+                   JobRecord.run_id, Sample.trial, Sample.seconds)
+            .select_from(Sample)
+            .join(JobRecord, Sample.job_id == JobRecord.id)
+            .join(Run, JobRecord.run_id == Run.id)
+            .join(Chip, Run.chip_id == Chip.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")
+            .order_by(JobRecord.id, Sample.idx)
+        )
+        grouped: dict[SeriesKey, dict[tuple[str, int], list[float]]] = {}
+        for kernel, variant, dtype, shape_key, chip, run_id, trial, seconds in rows:
+            series = grouped.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), {})
+            series.setdefault((run_id, trial), []).append(seconds)
+    result = {}
+    for key, trials in grouped.items():
+        arrays = [array for array in map(_positive, trials.values()) if array.size]
+        if arrays:
+            result[key] = SeriesTrials(arrays, len({run_id for run_id, _ in trials}))
+    return result
+
+
+def _first_parents(graph: ancestry.Graph, start: ancestry.Key, limit: int) -> list[str]:
+    """``start``'s sha and those of its first-parent ancestors, newest first, as far as parents are known."""
+    shas, key = [], start
+    while key in graph and len(shas) < limit:
+        shas.append(key[1])
+        parents = graph[key]
+        if not parents:
+            break
+        key = (key[0], parents[0])
+    return shas
+
+
+def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS
+                    ) -> dict[SeriesKey, list[float]]:
+    """Each series' medians over the newest ``limit`` finished, clean runs on the given runs' chips at their commits
+    or the commits' first-parent ancestors (the base branch): the between-run noise of a series
+    (``harness.core.trials.history_floor``). The given runs themselves count; runs of other branches do not."""
+    if not run_ids:
+        return {}
+    medians: dict[SeriesKey, list[float]] = {}
+    with store.session() as session:
+        given = session.scalars(select(Run).where(Run.id.in_(list(run_ids)))).all()
+        graph = ancestry.load_graph(session, {run.commit.repo for run in given})
+        for (repo, chip_id, chip_key), runs in groupby(
+                sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
+                key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
+            order = {sha: rank for run in runs
+                     for rank, sha in enumerate(_first_parents(graph, (repo, run.commit.sha), 10 * limit))}
+            candidates = session.execute(
+                select(Run.id, Commit.sha).join(Commit, Run.commit_id == Commit.id)
+                .where(Run.chip_id == chip_id, Commit.repo == repo, Commit.sha.in_(list(order)),
+                       Run.finished_at.is_not(None), Run.dirty.is_(False))
+                .order_by(Run.started_at.desc())).all()
+            chosen = [run_id for run_id, _ in sorted(candidates, key=lambda c: order[c[1]])][:limit]
+            rows = session.execute(
+                select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.median_s)
+                .where(JobRecord.run_id.in_(chosen), JobRecord.kind == "benchmark", JobRecord.median_s.is_not(None)))
+            for kernel, variant, dtype, shape_key, median in rows:
+                medians.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip_key), []).append(median)
+    return medians
+
+
+def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
+    """How each benchmark series of the given runs was timed ("pipelined", "per-call"; "" if not recorded), joined
+    with "+" where its runs differ."""
+    modes: dict[SeriesKey, set[str]] = {}
+    with store.session() as session:
+        for kernel, variant, dtype, shape_key, chip, mode in session.execute(
+                select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
+                       JobRecord.timing_mode)
+                .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+                .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")):
+            modes.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), set()).add(mode or "")
+    return {key: "+".join(sorted(m for m in found if m)) for key, found in modes.items()}
 
 
 def correctness_failures(store: Store, run_ids: Sequence[str]) -> list[FailureRow]:
@@ -331,13 +424,19 @@ def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
 
 @dataclass
 class ChipHistory:
-    """All clean runs of one chip, pooled per (commit, series) cell; samples sorted within each cell.
+    """All clean runs of one chip, pooled per (commit, series) cell and grouped per trial within each cell.
 
     ``commits`` are in history order (``harness.record.ancestry.arrange``): the branch's first-parent line, oldest
     first (``line`` 0), then the commits off it as lines of their own (1, 2, ...); without parents, time order.
     ``previous``: per commit, the index of its previous commit (its nearest ancestor with runs on the chip), -1
-    when it has none here. ``shown``: the commits of the window (all without ``last``); the others are only the
-    previous commits of shown ones, loaded as their bases.
+    when it has none here. ``shown``: the commits of the window (all without ``last``); the others are only loaded
+    behind shown ones: their previous commits (the bases they are judged against) and the history before those.
+
+    Samples: each cell's are contiguous in ``values`` (``offsets``, ``counts``) and grouped there by trial, one
+    trial per (run, trial) -- a job process -- with the runs in start order; each trial's samples are sorted.
+    A cell's trials are ``trial_counts`` entries of the per-trial arrays from ``trial_offsets``: where the trial's
+    samples start in ``values`` (``trial_starts``), how many (``trial_sizes``) and its run (``trial_runs``: an index
+    in the chip's runs in start order, so a cell's runs are ascending and its newest run last).
     """
 
     chip: str
@@ -345,10 +444,16 @@ class ChipHistory:
     series: list[SeriesKey]
     counts: npt.NDArray[np.int64]  # (n_commits, n_series): valid samples per cell
     offsets: npt.NDArray[np.int64]  # (n_commits, n_series): start of each cell in ``values``
-    values: npt.NDArray[np.float64]  # samples sorted by (cell, seconds)
+    values: npt.NDArray[np.float64]  # samples sorted by (cell, run, trial, seconds)
     previous: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     shown: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
     line: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    trial_counts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    trial_offsets: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    trial_starts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    trial_sizes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    trial_runs: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _trial_medians: npt.NDArray[np.float64] | None = field(default=None, repr=False, compare=False)
 
     def nearest_with(self, present: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
         """Per commit and column of ``present`` (n_commits, k): the nearest commit up the commit's ``previous``
@@ -373,13 +478,33 @@ class ChipHistory:
         return out
 
     def cell_rows(self, cells: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.float64]:
-        """Sorted samples of flat cell indices that all have n samples: shape (len(cells), n)."""
-        return self.values[self.offsets.ravel()[cells][:, None] + np.arange(n)]
+        """Pooled samples (every trial's) of flat cell indices that all have n samples, each row sorted:
+        shape (len(cells), n)."""
+        return np.sort(self.values[self.offsets.ravel()[cells][:, None] + np.arange(n)], axis=1)
 
     def samples(self, cell: int) -> npt.NDArray[np.float64]:
-        """Sorted samples of one flat cell index."""
+        """Pooled samples (every trial's) of one flat cell index, sorted."""
         start = self.offsets.ravel()[cell]
-        return self.values[start:start + self.counts.ravel()[cell]]
+        return np.sort(self.values[start:start + self.counts.ravel()[cell]])
+
+    def trials(self, cell: int) -> list[npt.NDArray[np.float64]]:
+        """The samples of one flat cell index per trial (runs in start order), each sorted."""
+        first = int(self.trial_offsets.ravel()[cell])
+        span = slice(first, first + int(self.trial_counts.ravel()[cell]))
+        return [self.values[start:start + size]
+                for start, size in zip(self.trial_starts[span].tolist(), self.trial_sizes[span].tolist(), strict=True)]
+
+    def trial_medians(self) -> npt.NDArray[np.float64]:
+        """The median of every trial (as ``np.median`` computes it), in the order of the per-trial arrays."""
+        if self._trial_medians is None:
+            lower = self.values[self.trial_starts + (self.trial_sizes - 1) // 2]
+            upper = self.values[self.trial_starts + self.trial_sizes // 2]
+            self._trial_medians = (lower + upper) / 2.0
+        return self._trial_medians
+
+    def trial_cells(self) -> npt.NDArray[np.int64]:
+        """The flat cell index of every trial."""
+        return np.repeat(np.arange(self.trial_counts.size), self.trial_counts.ravel())
 
 
 def _run_filter(query, chip: str, include_dirty: bool):
@@ -460,7 +585,11 @@ def _arranged(session: Session, chip: str, include_dirty: bool,
         since = min(window, default=len(rows))  # rows are in time order
         shown = {*window, *(i for i, line in zip(arranged.order, arranged.line, strict=True)
                             if line > 0 and i >= since)}
-    kept = shown | {arranged.previous[i] for i in shown if arranged.previous[i] >= 0}
+    # The previous commits of the window (its bases) and the history behind them (the bases' history floors)
+    kept, frontier = set(shown), set(shown)
+    for _ in range(1 + defaults.HISTORY_RUNS):
+        frontier = {arranged.previous[i] for i in frontier if arranged.previous[i] >= 0} - kept
+        kept |= frontier
     positions = [i for i in arranged.order if i in kept]
     position = {i: k for k, i in enumerate(positions)}
     line_of = dict(zip(arranged.order, arranged.line, strict=True))
@@ -470,6 +599,9 @@ def _arranged(session: Session, chip: str, include_dirty: bool,
     return commits, previous, [i in shown for i in positions], [line_of[i] for i in positions]
 
 
+_SAMPLE_ROW = np.dtype([("job", np.int64), ("seconds", np.float64), ("trial", np.int64)])
+
+
 def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: bool,
                 last: int | None) -> ChipHistory:
     commits, previous, shown, line = _arranged(session, chip, include_dirty, last)
@@ -477,8 +609,10 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
     runs = _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
     if last is not None:
         runs = runs.where(Run.commit_id.in_(list(commit_index)))
-    run_commit = {run_id: commit_index[commit_id] for run_id, commit_id in session.execute(
-        runs.with_only_columns(Run.id, Run.commit_id))}
+    run_rows = session.execute(runs.with_only_columns(Run.id, Run.commit_id)
+                               .order_by(Run.started_at, Run.id)).all()
+    run_commit = {run_id: commit_index[commit_id] for run_id, commit_id in run_rows}
+    run_index = {run_id: i for i, (run_id, _) in enumerate(run_rows)}  # start order
 
     def benchmark_jobs(query):
         # Runs first, then their jobs by index: SQLite would otherwise scan the whole job table.
@@ -492,27 +626,50 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
     job_ids = np.empty(len(job_rows), dtype=np.int64)
     job_cells = np.empty(len(job_rows), dtype=np.int64)
     job_commit = np.empty(len(job_rows), dtype=np.int64)
+    job_run = np.empty(len(job_rows), dtype=np.int64)
     for i, (job_id, run_id, *series) in enumerate(job_rows):
         job_ids[i] = job_id
         job_commit[i] = run_commit[run_id]
+        job_run[i] = run_index[run_id]
         job_cells[i] = series_index.setdefault(tuple(series), len(series_index))
     n_commits, n_series = len(commits), len(series_index)
     job_cells += job_commit * n_series
     sample_rows = _plain_rows(session, benchmark_jobs(
-        select(Sample.job_id, Sample.seconds).join(JobRecord, Sample.job_id == JobRecord.id)))
-    sample_jobs = np.fromiter((row[0] for row in sample_rows), dtype=np.int64, count=len(sample_rows))
-    seconds = np.fromiter((row[1] for row in sample_rows), dtype=np.float64, count=len(sample_rows))
+        select(Sample.job_id, Sample.seconds, Sample.trial).join(JobRecord, Sample.job_id == JobRecord.id)))
+    samples = np.fromiter(sample_rows, dtype=_SAMPLE_ROW, count=len(sample_rows))
     del sample_rows
-    valid = np.isfinite(seconds) & (seconds > 0)
-    sample_jobs, seconds = sample_jobs[valid], seconds[valid]
+    valid = np.isfinite(samples["seconds"]) & (samples["seconds"] > 0)
+    sample_jobs, seconds, trial = samples["job"][valid], samples["seconds"][valid], samples["trial"][valid]
+    del samples
     order = np.argsort(job_ids)
-    cells = job_cells[order][np.searchsorted(job_ids[order], sample_jobs)] if job_ids.size else sample_jobs[:0]
-    by_cell = np.lexsort((seconds, cells))
+    job_of = order[np.searchsorted(job_ids[order], sample_jobs)] if job_ids.size else sample_jobs[:0]
+    cells = job_cells[job_of]
+    # One key per trial, (cell, run, trial) in this order: a cell's samples stay contiguous, grouped by trial.
+    if trial.size and trial.min() < 0:
+        trial = np.unique(trial, return_inverse=True)[1].reshape(-1)
+    per_run = int(trial.max()) + 1 if trial.size else 1
+    per_cell = per_run * max(len(run_rows), 1)
+    keys = cells * per_cell + job_run[job_of] * per_run + trial
+    by_trial = np.argsort(keys, kind="stable")  # the rows come nearly in this order: much faster than a lexsort
+    keys, values = keys[by_trial], seconds[by_trial]
+    del by_trial
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if keys.size else keys
+    sizes = np.diff(np.append(starts, keys.size))
+    for size in np.unique(sizes).tolist():  # each trial's samples sorted, trials of one size at a time
+        rows = starts[sizes == size][:, None] + np.arange(size)
+        values[rows] = np.sort(values[rows], axis=1)
+    trial_cell = keys[starts] // per_cell
     counts = np.bincount(cells, minlength=n_commits * n_series).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if counts.size else counts
+    trial_counts = np.bincount(trial_cell, minlength=n_commits * n_series).astype(np.int64)
+    trial_offsets = (np.concatenate([[0], np.cumsum(trial_counts)[:-1]]).astype(np.int64) if trial_counts.size
+                     else trial_counts)
+    shape = (n_commits, n_series)
     return ChipHistory(chip, commits, [SeriesKey(*series, chip) for series in series_index],
-                       counts.reshape(n_commits, n_series), offsets.reshape(n_commits, n_series), seconds[by_cell],
-                       np.array(previous, dtype=np.int64), np.array(shown, dtype=bool), np.array(line, dtype=np.int64))
+                       counts.reshape(shape), offsets.reshape(shape), values,
+                       np.array(previous, dtype=np.int64), np.array(shown, dtype=bool), np.array(line, dtype=np.int64),
+                       trial_counts.reshape(shape), trial_offsets.reshape(shape), starts.astype(np.int64),
+                       sizes.astype(np.int64), (keys[starts] // per_run % max(len(run_rows), 1)).astype(np.int64))
 
 
 # The correctness evidence of a commit's history: kernel checks and repository tests (a pytest selection's own row

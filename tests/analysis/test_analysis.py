@@ -8,14 +8,15 @@ import json
 import numpy as np
 import pytest
 
+from harness.analysis import regressions as regressions_module
 from harness.analysis.compare import compare, resolve_side
 from harness.analysis.history import history
 from harness.analysis.regressions import regressions
 from harness.analysis.variants import tuning_drift, variant_matrix
-from harness.core import stats
+from harness.core import defaults, stats, trials
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES
-from harness.record import outbox, store
+from harness.record import outbox, query, store
 from harness.record.query import SeriesKey
 from testkit.analysis import add_run, checks, grid_results, sha_of
 from testkit.pg import scratch_database
@@ -63,7 +64,8 @@ def test_a_planted_regression_is_the_only_change_and_fails_the_compare(db):
     flagged = [row for row in report.rows if row.verdict in ("regressed", "improved")]
     assert [(row.key, row.verdict) for row in flagged] == [(SLOW_KEY, "regressed")]
     (row,) = flagged
-    assert 1.05 < row.ratio < 1.15 and row.ci_low > 1.02 and row.p_adjusted < 0.05 and row.n_base == row.n_head == 10
+    assert 1.05 < row.ratio < 1.15 and row.ci_low > 1.02 and row.p_adjusted < 0.05
+    assert row.n_base == row.n_head == 30 and row.trials_base == row.trials_head == 3
     assert report.rows[0] == row  # changes first
     assert report.counts["regressed"] == 1 and sum(report.counts.values()) == 16
     assert report.exit_code == 1 and not report.correctness_failures
@@ -122,7 +124,8 @@ def test_sides_resolve_commits_prefixes_and_runs(db):
     same = compare(db, sha_of(1), sha_of(1), chip="chip-a")
     assert {row.ratio for row in same.rows} == {1.0} and same.counts["unchanged"] == 8
     runs = compare(db, first, second)
-    assert len(runs.rows) == 8 and all(row.n_base == row.n_head == 10 for row in runs.rows)
+    assert len(runs.rows) == 8 and all(row.n_base == row.n_head == 30 and row.trials_base == row.trials_head == 3
+                                       for row in runs.rows)
     add_run(db, "chip-a", 0xABCD, [], minutes=3)  # sha abcdc0ffee..., shares no prefix with 0001c0ffee
     with pytest.raises(HarnessError, match="no commit or run 'deadbeef'"):
         resolve_side(db, "deadbeef")
@@ -224,6 +227,46 @@ def history_db(db, commits: int = 14, broken_at=(10, 11), seed: int = 7):
     add_run(db, "chip-a", 3, grid_results(rng), minutes=10 * 3 + 1)
 
 
+def trials_by_cell(db, chip: str) -> dict[tuple[str, SeriesKey], list[tuple[str, np.ndarray]]]:
+    """Straight from the database: (commit sha, series) -> [(run id, samples)] per (run, trial), runs in start order."""
+    from sqlalchemy import select
+
+    from harness.record.models import Chip, Commit, JobRecord, Run, Sample
+
+    with db.session() as session:
+        rows = session.execute(
+            select(Commit.sha, JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Run.id,
+                   Sample.trial, Sample.seconds)
+            .select_from(Sample).join(JobRecord).join(Run).join(Chip).join(Commit)
+            .where(Chip.key == chip, Run.dirty.is_(False), JobRecord.kind == "benchmark")
+            .order_by(Run.started_at, Run.id, Sample.trial, Sample.idx)).all()
+    grouped: dict[tuple[str, SeriesKey], dict[tuple[str, int], list[float]]] = {}
+    for sha, kernel, variant, dtype, shape_key, run_id, trial, seconds in rows:
+        cell = grouped.setdefault((sha, SeriesKey(kernel, variant, dtype, shape_key, chip)), {})
+        cell.setdefault((run_id, trial), []).append(seconds)
+    return {cell: [(run_id, np.array(values)) for (run_id, _), values in trials_of.items()]
+            for cell, trials_of in grouped.items()}
+
+
+def test_chip_history_groups_each_cell_by_run_and_trial(history_store):
+    data = query.chip_history(history_store, "chip-a")
+    expected = trials_by_cell(history_store, "chip-a")
+    medians = data.trial_medians()
+    n_series = len(data.series)
+    assert len(expected) == int((data.counts > 0).sum()) == 14 * 8
+    for (sha, key), want in expected.items():
+        cell = [c[1] for c in data.commits].index(sha) * n_series + data.series.index(key)
+        got = data.trials(cell)
+        assert [g.tolist() for g in got] == [sorted(values.tolist()) for _, values in want]
+        first, count = int(data.trial_offsets.ravel()[cell]), int(data.trial_counts.ravel()[cell])
+        assert medians[first:first + count].tolist() == [float(np.median(values)) for _, values in want]
+        runs = data.trial_runs[first:first + count]
+        assert np.all(np.diff(runs) >= 0) and len(set(runs.tolist())) == len({run for run, _ in want})
+        assert data.samples(cell).tolist() == sorted(np.concatenate([values for _, values in want]).tolist())
+        assert count == (6 if sha == sha_of(3) else 3)  # commit 3 ran twice: two runs of three trials
+    assert np.array_equal(data.trial_cells(), np.repeat(np.arange(data.counts.size), data.trial_counts.ravel()))
+
+
 def test_history_orders_commits_by_first_run_pools_runs_and_flags_the_step(history_store):
     db = history_store
     histories = history(db, "chip-a")
@@ -231,10 +274,17 @@ def test_history_orders_commits_by_first_run_pools_runs_and_flags_the_step(histo
     by_key = {h.key: h for h in histories}
     stepped = by_key[SeriesKey("flash_prefill", "sdpa", "float32", "B=1,D=32,H=1,S=64", "chip-a")]
     assert [p.sha for p in stepped.points] == [sha_of(i) for i in range(14)]
-    assert [p.n for p in stepped.points] == [10, 10, 10, 20] + [10] * 10
+    assert [p.n for p in stepped.points] == [30, 30, 30, 60] + [30] * 10
     point = stepped.points[0]
     assert point.ci_low < point.median < point.ci_high and point.message == "commit 0" and point.branch == "main"
     assert 0.9e-3 < point.median < 1.1e-3 and point.started_at is not None
+    # A point is the median of its trials' medians (one per process, over all its runs), its interval their range
+    by_cell = trials_by_cell(db, "chip-a")
+    for i in (0, 3):
+        medians = [float(np.median(values)) for _, values in by_cell[(sha_of(i), stepped.key)]]
+        assert stepped.points[i].median == pytest.approx(float(np.median(medians)), rel=1e-12)
+    medians = [float(np.median(values)) for _, values in by_cell[(sha_of(0), stepped.key)]]
+    assert (point.ci_low, point.ci_high) == (min(medians), max(medians))
     (flag,) = stepped.change_points
     assert (flag.kind, flag.index, flag.sha) == ("step", STEP_AT, sha_of(STEP_AT)) and 1.2 < flag.ratio < 1.3
     flat = by_key[SeriesKey("swiglu", "unfused", "float32", "B=1,D=32,H=1,S=128", "chip-a")]
@@ -249,40 +299,75 @@ def test_history_orders_commits_by_first_run_pools_runs_and_flags_the_step(histo
         history(db, "nope")
 
 
-def brute_force_regressions(db, chip: str) -> list[tuple]:
-    """compare_grid of every commit against each series' previous point, straight from history()'s order."""
+def _commit_order_and_failures(db, chip: str) -> tuple[list[str], set[tuple[str, str]]]:
     from sqlalchemy import select
 
-    from harness.record.models import Chip, Commit, JobRecord, Run, Sample
+    from harness.record.models import Chip, Commit, JobRecord, Run
 
     with db.session() as session:
         rows = session.execute(
-            select(Commit.sha, JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key,
-                   Sample.seconds, JobRecord.status, JobRecord.kind, Run.started_at)
-            .select_from(JobRecord).join(Run).join(Chip).join(Commit).outerjoin(Sample, Sample.job_id == JobRecord.id)
+            select(Commit.sha, JobRecord.kernel, JobRecord.status, JobRecord.kind, Run.started_at)
+            .select_from(JobRecord).join(Run).join(Chip).join(Commit)
             .where(Chip.key == chip, Run.dirty.is_(False))).all()
     first: dict[str, object] = {}
-    samples: dict[tuple, list[float]] = {}
     failing: set[tuple[str, str]] = set()
-    for sha, kernel, variant, dtype, shape_key, seconds, status, kind, started in rows:
+    for sha, kernel, status, kind, started in rows:
         first[sha] = min(first.get(sha, started), started)
-        if kind == "benchmark" and seconds is not None:
-            samples.setdefault((sha, SeriesKey(kernel, variant, dtype, shape_key, chip)), []).append(seconds)
         if kind == "correctness" and status in CODE_FAILURES:
             failing.add((sha, kernel))
-    order = sorted(first, key=lambda sha: first[sha])
+    return sorted(first, key=lambda sha: first[sha]), failing
+
+
+def brute_force_regressions(db, chip: str) -> list[tuple]:
+    """compare_trials of every commit against each series' previous point, straight from the database in time order:
+    each side's trials per (run, trial), the floor from the series' newest HISTORY_RUNS runs before the base (a
+    run's level: exp(mean log trial median)), BH across the commit's grid, failing kernels broken."""
+    order, failing = _commit_order_and_failures(db, chip)
+    cells = trials_by_cell(db, chip)
     found = []
-    for before, after in zip(order, order[1:], strict=False):
-        pairs = {key: (samples[(before, key)], values) for (sha, key), values in samples.items()
-                 if sha == after and (before, key) in samples}
-        broken = {key for key in pairs if (after, key.kernel) in failing}
-        for key, c in stats.compare_grid(pairs, broken=broken).items():
+    for at, (before, after) in enumerate(zip(order, order[1:], strict=False)):
+        keys = [key for sha, key in cells if sha == after and (before, key) in cells]
+        floors, runs = {}, {}
+        for key in keys:
+            levels = []
+            for sha in reversed(order[:at]):  # the points before the base, newest first
+                per_run: dict[str, list[float]] = {}
+                for run_id, values in cells.get((sha, key), []):
+                    per_run.setdefault(run_id, []).append(float(np.log(np.median(values))))
+                levels.extend(float(np.exp(np.mean(logs))) for logs in reversed(per_run.values()))
+            floor = trials.history_floor(levels[:defaults.HISTORY_RUNS])
+            if floor is not None:
+                floors[key] = floor
+            runs[key] = tuple(len({run for run, _ in cells[(sha, key)]}) for sha in (before, after))
+        pairs = {key: ([v for _, v in cells[(before, key)]], [v for _, v in cells[(after, key)]]) for key in keys}
+        broken = {key for key in keys if (after, key.kernel) in failing}
+        for key, c in trials.compare_trials(pairs, floors=floors, runs=runs, broken=broken).items():
             if c.verdict == "regressed":
                 found.append((key, before, after, c.ratio, c.ci_low, c.ci_high, c.p_adjusted))
     return sorted(found, key=lambda item: (item[2], item[0]))
 
 
-def test_regressions_match_compare_grid_and_list_new_correctness_failures_first(history_store):
+def pooled_sample_regressions(db, chip: str) -> list[tuple]:
+    """The old rule: stats.compare_grid (Mann-Whitney + bootstrap) of every commit's pooled samples against the
+    previous commit's, BH across the commit's grid."""
+    order, _ = _commit_order_and_failures(db, chip)
+    pooled = {cell: np.concatenate([values for _, values in per_trial])
+              for cell, per_trial in trials_by_cell(db, chip).items()}
+    found = []
+    for before, after in zip(order, order[1:], strict=False):
+        pairs = {key: (pooled[(before, key)], values) for (sha, key), values in pooled.items()
+                 if sha == after and (before, key) in pooled}
+        found.extend((key, before, after) for key, c in stats.compare_grid(pairs).items() if c.verdict == "regressed")
+    return found
+
+
+def same_regressions(got: list[tuple], expected: list[tuple]) -> bool:
+    """Same series and commits, the same numbers up to the order of floating-point sums."""
+    return len(got) == len(expected) and all(
+        g[:3] == e[:3] and g[3:] == pytest.approx(e[3:], rel=1e-9) for g, e in zip(got, expected, strict=True))
+
+
+def test_regressions_match_compare_trials_and_list_new_correctness_failures_first(history_store):
     db = history_store
     found = regressions(db)
     correctness = [e for e in found if e.kind == "correctness"]
@@ -293,10 +378,15 @@ def test_regressions_match_compare_grid_and_list_new_correctness_failures_first(
         sha_of(10), sha_of(9), "flash_prefill", "flash_bq16_bk32", "failed")
     got = sorted(((e.key, e.base_sha, e.head_sha, e.ratio, e.ci_low, e.ci_high, e.p_adjusted) for e in performance),
                  key=lambda item: (item[2], item[0]))
-    assert got == brute_force_regressions(db, "chip-a")
+    assert same_regressions(got, brute_force_regressions(db, "chip-a"))
     step = [e for e in performance if e.head_sha == sha_of(STEP_AT)]
     assert [(e.kernel, e.variant, e.shape_key) for e in step] == [("flash_prefill", "sdpa", "B=1,D=32,H=1,S=64")]
-    assert 1.2 < step[0].ratio < 1.3 and step[0].n_base == step[0].n_head == 10 and step[0].base_sha == sha_of(6)
+    (e,) = step
+    assert 1.2 < e.ratio < 1.3 and e.ci_low > 1.02 and e.p_adjusted < 0.05 and e.base_sha == sha_of(6)
+    # 3 trials of 10 samples a side; six earlier runs give the series a history floor, which decides here
+    assert e.n_base == e.n_head == 30 and e.trials_base == e.trials_head == 3
+    assert e.basis == "history" and 0 < e.noise < 0.05 and 0 < e.detectable < 0.2
+    assert e.base_median == pytest.approx(1e-3, rel=0.05) and e.head_median == pytest.approx(1.25e-3, rel=0.05)
     assert regressions(db, chip="chip-a") == found
     window = regressions(db, "chip-a", last=STEP_AT)  # commits 7..13, judged against 6..12
     assert window == [e for e in found if e.head_sha >= sha_of(STEP_AT)]
@@ -305,15 +395,59 @@ def test_regressions_match_compare_grid_and_list_new_correctness_failures_first(
     json.dumps([e.to_dict() for e in found], allow_nan=False)
 
 
-def test_regressions_screen_agrees_with_compare_grid_on_a_noisy_many_change_grid(db):
-    """Many commits with random changes of all sizes: the p-value screen must not lose a confirmed regression."""
-    rng = np.random.default_rng(11)
-    for i in range(8):
-        factors = {(k, v, s): float(np.exp(rng.normal(0, 0.08))) for k, v in
+def noisy_many_change_history(db, chip: str = "chip-b", commits: int = 10, seed: int = 11) -> None:
+    """Commits with random changes of all sizes, 1 to 3 trials a job (1 at the first two commits: no spread to go
+    on), 6 or 10 samples a trial."""
+    rng = np.random.default_rng(seed)
+    for i in range(commits):
+        factors = {(k, v, s): float(np.exp(rng.normal(0, 0.15))) for k, v in
                    (("flash_prefill", "sdpa"), ("swiglu", "unfused"), ("swiglu", "fused_gateup")) for s in (0, 1)}
-        add_run(db, "chip-b", i, grid_results(rng, factors, n=int(rng.choice([6, 10])), cv=0.03), minutes=i)
+        add_run(db, chip, i, grid_results(rng, factors, n=int(rng.choice([6, 10])), cv=0.03,
+                                          trials=1 if i < 2 else int(rng.choice([1, 2, 3]))), minutes=i)
+
+
+def test_regressions_screen_agrees_with_compare_trials_on_a_noisy_many_change_grid(db):
+    """Many commits with random changes of all sizes: the screen must not lose a confirmed regression."""
+    noisy_many_change_history(db)
     performance = [e for e in regressions(db, "chip-b") if e.kind == "performance"]
     expected = brute_force_regressions(db, "chip-b")
     assert len(expected) >= 3
-    assert sorted(((e.key, e.base_sha, e.head_sha, e.ratio, e.ci_low, e.ci_high, e.p_adjusted)
-                   for e in performance), key=lambda item: (item[2], item[0])) == expected
+    assert {e.basis for e in performance} == {"trials", "history"}
+    assert same_regressions(sorted(((e.key, e.base_sha, e.head_sha, e.ratio, e.ci_low, e.ci_high, e.p_adjusted)
+                                    for e in performance), key=lambda item: (item[2], item[0])), expected)
+
+
+def test_the_screen_computes_the_very_p_values_of_compare_trials(db):
+    """Every commit's whole grid through compare_trials: the screen's adjusted p-values and intervals are the same."""
+    noisy_many_change_history(db)
+    data = query.chip_history(db, "chip-b")
+    judged = regressions_module._judge(data, set(), alpha=0.05)
+    bases = set()
+    for commit in np.unique(judged.pairs.head_commit).tolist():
+        for i, c in judged.family(commit, min_effect=0.02, alpha=0.05).items():
+            bases.add(c.basis)
+            if c.basis == "none":
+                assert np.isnan(judged.screened.p_adjusted[i])
+            else:
+                assert judged.screened.p_adjusted[i] == pytest.approx(c.p_adjusted, rel=1e-9)
+                assert judged.screened.ci_low[i] == pytest.approx(c.ci_low, rel=1e-9)
+    assert bases == {"trials", "history", "none"}
+
+
+def test_between_process_noise_is_not_a_regression_but_a_step_is(db):
+    """Each trial at its own level (4 % between processes, 0.3 % within): the old rule, Mann-Whitney + bootstrap on
+    the pooled samples, calls identical code regressed at several commits; trials do not, and a planted 30 % step is
+    still listed."""
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        add_run(db, "chip-a", i, grid_results(rng, {SLOW_SERIES: 1.3} if i >= 10 else {}, cv=0.003, between=0.04)
+                + checks(), minutes=10 * i)
+    performance = [e for e in regressions(db, "chip-a") if e.kind == "performance"]
+    assert [(e.key, e.base_sha, e.head_sha) for e in performance] == [(SLOW_KEY, sha_of(9), sha_of(10))]
+    (step,) = performance
+    assert 1.2 < step.ratio < 1.45 and step.ci_low > 1.02 and step.p_adjusted < 0.05
+    assert step.basis in ("trials", "history") and step.trials_base == step.trials_head == 3
+    assert step.n_base == step.n_head == 30
+    old_rule = pooled_sample_regressions(db, "chip-a")
+    false_alarms = [found for found in old_rule if found != (SLOW_KEY, sha_of(9), sha_of(10))]
+    assert len(false_alarms) >= 5

@@ -125,7 +125,11 @@ def test_every_mma_variant_passed_every_half_precision_correctness_job_on_the_h2
 
 
 def test_on_the_h200_the_mma_kernels_beat_the_wmma_kernels_at_every_benchmarked_shape(h200_flash):
-    """The figures docs/ and the README quote: variant / SDPA time, from the harness's own variant verdicts."""
+    """The figures docs/ and the README quote: variant / SDPA time, from the harness's own variant matrix.
+
+    The bundle was recorded with one job process per job (before trials): its point estimates stand, but the spread
+    between processes is unknown, so the matrix gives no verdict and asks for more trials instead of a confident
+    win or lose drawn from one process's samples."""
     from harness.analysis.variants import variant_matrix
 
     matrix = variant_matrix(h200_flash)
@@ -136,8 +140,9 @@ def test_on_the_h200_the_mma_kernels_beat_the_wmma_kernels_at_every_benchmarked_
         here = [c for c in cells if c.shape_key == shape]
         best_mma = min((c for c in here if c.variant.startswith("cuda_mma")), key=lambda c: c.ratio)
         best_wmma = min((c for c in here if c.variant.startswith("cuda_bq")), key=lambda c: c.ratio)
-        assert best_mma.ci_high < best_wmma.ci_low, (shape, best_mma, best_wmma)
-        assert all(c.outcome == "lose" for c in here)  # SDPA (cuDNN) stays the fastest on this chip
+        assert best_mma.ratio < best_wmma.ratio, (shape, best_mma, best_wmma)
+        assert all(c.ratio > 1 for c in here)  # SDPA (cuDNN) stays the fastest on this chip
+        assert all(c.outcome == "inconclusive" and c.more_samples_needed > 0 for c in here)  # one trial a side
 
 
 def test_the_recorded_runs_suite_is_the_flash_slice_of_the_builtin_suite(tmp_path):

@@ -1,0 +1,112 @@
+"""`harness compare --ab BASE HEAD`: both commits measured afresh, interleaved in one session, then compared on the
+spread between their trials; and `harness noise` on what that stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testkit.e2e import commit, git
+from testkit.paths import ROOT
+
+PACKAGE = '''import numpy as np
+
+
+def work(x):
+    for _ in range({repeats}):
+        np.sort(x)
+'''
+
+BENCH = '''import numpy as np
+
+import abkern
+
+
+def bench_work(N):
+    x = np.random.default_rng(0).random(N)
+    return lambda: abkern.work(x)
+'''
+
+SUITE = '''[suite]
+name = "abkern"
+
+[timing]
+warmup_s = 0.02
+warmup_calls = 2
+min_sample_s = 0.005
+samples = 5
+trials = 3
+
+[[function]]
+name = "work"
+target = "abkern.bench:bench_work"
+grid.cpu = { N = [20000] }
+grid.gpu = { N = [20000] }
+'''
+
+
+@pytest.fixture(scope="module")
+def ab_repo(tmp_path_factory) -> tuple[Path, list[str]]:
+    """c0; c1 changes only the README; c2 sorts 8x as often (unmistakably slower even on a loaded machine)."""
+    repo = tmp_path_factory.mktemp("ab") / "abkern"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "T")
+    shas = [commit(repo, {"abkern/__init__.py": PACKAGE.format(repeats=1), "abkern/bench.py": BENCH,
+                          "harness.toml": SUITE, "README": "0\n"}, "c0"),
+            commit(repo, {"README": "1\n"}, "c1 docs"),
+            commit(repo, {"abkern/__init__.py": PACKAGE.format(repeats=8)}, "c2 sort 8x as often")]
+    return repo, shas
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(root / "cache"), "COLUMNS": "200"}
+    code = "from harness.cli.main import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_ab_flags_the_slower_commit_and_not_a_docs_change(ab_repo, tmp_path):
+    repo, shas = ab_repo
+    db = tmp_path / "ab.db"
+    slower = run(tmp_path, "compare", "--ab", shas[0], shas[2], "--repo", str(repo), "--db", f"sqlite:///{db}",
+                 "--format", "json")
+    assert slower.returncode == 1, slower.stderr
+    report = json.loads(slower.stdout)
+    (row,) = report["rows"]
+    assert row["verdict"] == "regressed" and row["ratio"] > 2 and row["trials_base"] == row["trials_head"] == 3
+    assert row["basis"] == "trials"  # one session: no history floor
+    same = run(tmp_path, "compare", "--ab", shas[0], shas[1], "--repo", str(repo), "--db", f"sqlite:///{db}",
+               "--format", "json")
+    assert same.returncode == 0, same.stderr
+    (row,) = json.loads(same.stdout)["rows"]
+    assert row["verdict"] in ("unchanged", "inconclusive"), row
+    with sqlite3.connect(db) as conn:
+        runs = [json.loads(options) for (options,) in conn.execute("select options from run order by started_at")]
+    sessions: dict[str, list[dict]] = {}
+    for options in runs:
+        sessions.setdefault(options["ab_session"], []).append(options)
+    assert len(sessions) == 2  # one session per --ab, a base run and a head run each, sharing the trial order
+    for pair in sessions.values():
+        assert sorted(o["ab_side"] for o in pair) == ["base", "head"] and pair[0]["trial_seed"] == pair[1]["trial_seed"]
+
+    noise = run(tmp_path, "noise", "--db", f"sqlite:///{db}", "--format", "json")
+    assert noise.returncode == 0, noise.stderr
+    (chip,) = json.loads(noise.stdout)["chips"]
+    assert chip["series"] == 1 and chip["levels"]["between_trial"][0] is not None
+
+
+def test_ab_needs_commits_and_other_options_need_ab(ab_repo, tmp_path):
+    repo, _ = ab_repo
+    done = run(tmp_path, "compare", "--ab", "nosuchref", "HEAD", "--repo", str(repo), "--db",
+               f"sqlite:///{tmp_path / 'x.db'}")
+    assert done.returncode == 2 and "nosuchref" in done.stderr and "Traceback" not in done.stderr
+    done = run(tmp_path, "compare", "a", "b", "--trials", "2", "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert done.returncode == 2 and "--ab" in done.stderr
