@@ -3,8 +3,8 @@
 bisect follows (:class:`Series`) and the rules that turn one run's rows into an answer: the install job failed ->
 skip ("does not install"); perf mode: a correctness job of the kernel (or of a ``--gate`` selection) failed, crashed
 or timed out -> skip ("fails correctness"), the benchmark job itself failed, crashed or timed out or is missing ->
-skip, else its job id (whose samples are the measurement); correctness mode: a matching job failed -> bad, crashed /
-timed out / lost / skipped / missing -> skip, passed -> good.
+skip, else its job id (whose samples, per trial, are the measurement); correctness mode: a matching job failed ->
+bad, crashed / timed out / lost / skipped / missing -> skip, passed -> good.
 
 A pytest selection is judged test by test against the good commit (:func:`follow` -> :class:`Baseline`): the tests
 that pass there are *followed*; those skipped there or already failing there (pre-existing failures, listed) are
@@ -52,7 +52,8 @@ class BisectRequest:
     parallel: int = 1
     max_rounds: int | None = None
     probes_per_round: int | None = None  # default: 1 locally, the chip's live nodes with Ray
-    max_runs: int = bisect.DEFAULT_MAX_RUNS
+    max_runs: int = bisect.DEFAULT_MAX_RUNS  # perf: new runs of one commit at most while it is undecided
+    confirm_runs: int = bisect.DEFAULT_CONFIRM_RUNS  # perf: agreeing runs the endpoints and the culprit's bounds need
     min_effect: float = defaults.MIN_EFFECT
     alpha: float = defaults.ALPHA
     gates: tuple[str, ...] = ()  # perf mode: more correctness jobs / pytest selections whose failure skips a commit

@@ -10,9 +10,14 @@ commit (:mod:`harness.bisect.probes`); this module feeds them:
   suite of that commit runs and every result is stored, so the history pages show the probes like any run.
   With Ray the probes of a round run at once (one driver thread per commit; the chip's nodes share the jobs).
 - **Reuse.** The first time a commit is needed, its clean runs already stored for the chip are used instead of
-  running it (all of them, pooled; read through :mod:`harness.record.runs`); a repeated bisect therefore runs
-  nothing. A perf probe that stays inconclusive is run again (a new run each time) and its samples are pooled,
-  up to ``max_runs`` runs in all.
+  running it (all of them; read through :mod:`harness.record.runs`); a repeated bisect therefore runs nothing.
+  Perf mode reads each run's samples per trial (:func:`harness.record.runs.job_trials`) and pools a commit's
+  runs only while they agree within the run-to-run noise: a run slower than the commit's fastest runs beyond it
+  (a stale run from a loaded machine, a loaded re-run) is set aside, listed in the report, and the commit then
+  needs two agreeing runs (:class:`harness.bisect.search.PerfProber`). A perf probe that stays undecided is run
+  again (a new run each time), up to ``max_runs`` new runs; still undecided, it is inconclusive and the bisect
+  stops with the range instead of guessing. The culprit and the commit before it are re-checked (run again as
+  needed) before the culprit is named.
 - **What a run says**: :func:`harness.bisect.probes.perf_outcome` / ``correctness_outcome`` on its job rows; a
   run that could not be made at all (no suite at that commit, checkout failed...) -> skip. In correctness mode
   the good endpoint's rows first say which tests of a pytest selection to follow (:func:`harness.bisect.probes.
@@ -21,6 +26,7 @@ commit (:mod:`harness.bisect.probes`); this module feeds them:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -43,11 +49,11 @@ from harness.bisect.probes import (
 )
 from harness.cluster.driver import connect, run_on_cluster
 from harness.core import chip as chip_id
-from harness.core import stats
+from harness.core import trials
 from harness.core.errors import HarnessError
 from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
 from harness.record.outbox import open_store
-from harness.record.runs import StoredJob, clean_runs, job_rows, job_samples
+from harness.record.runs import StoredJob, clean_runs, job_rows, job_trials
 from harness.record.store import Store
 from harness.spec import git
 
@@ -96,19 +102,36 @@ class TestAtGood(_Record):
 
 
 @dataclass(frozen=True)
+class SetAsideRun(_Record):
+    """A run of a commit left out of its evidence: slower than the commit's fastest runs beyond the noise."""
+
+    run_id: str
+    vs_kept: trials.TrialComparison  # this run against the kept runs (ratio = this run / kept)
+
+
+@dataclass(frozen=True)
 class ProbeLine(_Record):
-    """One classified commit of one round."""
+    """One classified commit of one round (``step`` "probe"), or of the re-check of the culprit's bounds
+    ("confirm"), with its evidence: the runs and trials behind it and, in perf mode, its comparison with each
+    endpoint (ratio = probe / endpoint, interval, verdict)."""
 
     round: int
+    step: str  # probe | confirm
     sha: str
     subject: str
-    state: str
+    state: str  # good | bad | skip | inconclusive
     reason: str
     ratio_vs_good: float | None
     ratio_vs_bad: float | None
-    n: int
-    runs: int
-    weak: bool
+    vs_good: trials.TrialComparison | None
+    vs_bad: trials.TrialComparison | None
+    n: int  # samples in the evidence
+    trials: int  # trials (processes) in the evidence
+    runs: int  # runs of the commit read, set-aside ones included
+    run_ids: tuple[str, ...]  # the runs whose trials are the evidence
+    set_aside: tuple[SetAsideRun, ...]
+    confirmed: bool
+    nearer: str  # inconclusive: the endpoint its level is nearer (a hint only)
 
 
 @dataclass(frozen=True)
@@ -122,16 +145,16 @@ class BisectReport(_Record):
     good: CommitRef
     bad: CommitRef
     commits: int  # candidates after good, bad included
-    status: str  # found | hidden | stopped | no-regression
+    status: str  # found | hidden | stopped | inconclusive | no-regression
     message: str
     culprit: CommitRef | None
     last_good: CommitRef | None
-    candidates: tuple[CommitRef, ...]
+    candidates: tuple[CommitRef, ...]  # the range the culprit is in (found: the culprit)
     skipped: tuple[SkippedCommit, ...]
-    evidence: stats.Comparison | None  # perf: culprit vs last good (ratio = culprit / last good)
-    endpoints: stats.Comparison | None  # perf: bad vs good
+    evidence: trials.TrialComparison | None  # perf: culprit vs last good (ratio = culprit / last good)
+    endpoints: trials.TrialComparison | None  # perf: bad vs good
     detail: str  # correctness: what failed at the culprit
-    rounds: int
+    rounds: int  # k-ary rounds (confirmation steps not included)
     round_bound: int  # ceil(log_{P+1} N): the most rounds needed without skips
     probes: int
     probes_per_round: int
@@ -140,6 +163,12 @@ class BisectReport(_Record):
     new_runs: tuple[str, ...]  # run ids made by this bisect
     history: tuple[ProbeLine, ...]
     notes: tuple[str, ...] = ()
+    confirmations: int = 0  # perf: re-checks of the culprit's bounds
+    inconclusive: tuple[CommitRef, ...] = ()  # status inconclusive: the probes inside the range left undecided
+    # perf: the endpoints' runs kept as evidence (and those set aside), and the between-run floor (log sd, df)
+    endpoint_runs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    endpoint_set_aside: tuple[SetAsideRun, ...] = ()
+    floor: dict[str, float] | None = None
     # correctness of a pytest selection: the tests passing at good that the bisect follows (how many), the tests
     # failing there (pre-existing failures: ignored) and those skipped there (ignored)
     followed_tests: int = 0
@@ -148,7 +177,7 @@ class BisectReport(_Record):
 
     @property
     def exit_code(self) -> int:
-        """0 when one culprit is named, 1 otherwise (hidden by skips, stopped, or no regression to find)."""
+        """0 when one culprit is named, 1 otherwise (hidden by skips, stopped, inconclusive, or no regression)."""
         return 0 if self.status == "found" else 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -243,19 +272,25 @@ class Prober:
 
 def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], series: Series,
                   gates: Sequence[str]) -> dict[str, bisect.Measured]:
-    """What :class:`harness.bisect.search.PerfProber` measures: the samples of each commit's (new or stored) runs."""
+    """What :class:`harness.bisect.search.PerfProber` measures: the trials of each commit's (new or stored) runs,
+    one :class:`harness.bisect.search.RunTrials` per run that timed the series (the first ``reused`` run ids of a
+    commit are the stored ones)."""
     jobs = job_rows(prober.store, [run_id for ids, _, _ in got.values() for run_id in ids])
     out = {}
     for sha, (run_ids, reused, why) in got.items():
         if not run_ids:
-            out[sha] = bisect.Measured(runs=0, skip=why)
+            out[sha] = bisect.Measured(skip=why)
             continue
         verdicts = [perf_outcome(jobs[run_id], series, gates) for run_id in run_ids]
-        job_ids = [job_id for job_id, _ in verdicts if job_id is not None]
-        samples = job_samples(prober.store, job_ids)
-        pooled = tuple(s for job_id in job_ids for s in samples[job_id])
-        skip = "" if pooled else (verdicts[-1][1] or "no samples")
-        out[sha] = bisect.Measured(pooled, runs=len(run_ids), skip=skip, reused=reused)
+        by_job = job_trials(prober.store, [job_id for job_id, _ in verdicts if job_id is not None])
+        timed = []
+        for position, (run_id, (job_id, _)) in enumerate(zip(run_ids, verdicts, strict=True)):
+            per_trial = by_job.get(job_id, {}) if job_id is not None else {}
+            if per_trial:
+                timed.append(bisect.RunTrials(run_id, tuple(tuple(per_trial[t]) for t in sorted(per_trial)),
+                                              reused=position < reused))
+        skip = "" if timed else next((why for _, why in reversed(verdicts) if why), "no samples")
+        out[sha] = bisect.Measured(tuple(timed), skip=skip, untimed=len(run_ids) - len(timed), reused=reused)
     return out
 
 
@@ -296,6 +331,8 @@ def _check_request(request: BisectRequest) -> None:
         raise HarnessError(f"--probes-per-round must be at least 1, not {request.probes_per_round}")
     if request.max_runs < 1:
         raise HarnessError(f"--max-runs must be at least 1, not {request.max_runs}")
+    if request.confirm_runs < 1:
+        raise HarnessError(f"--confirm-runs must be at least 1, not {request.confirm_runs}")
     normalize_shape(request.shape)
 
 
@@ -366,30 +403,51 @@ class _Context:
         return None if sha is None else CommitRef(sha, self.subjects.get(sha, ""))
 
     def on_round(self, done: bisect.Round) -> None:
+        what = "confirm" if done.confirm else "round"
         for sha, c in done.probes:
             extra = f" ({c.reason})" if c.reason else ""
-            ratio = f", {c.vs_good.ratio:.3f}x good" if c.vs_good is not None and c.state != "skip" else ""
-            self.log(f"round {done.index}: {sha[:12]} {c.state}{ratio}{extra}")
+            ratio = ""
+            if c.vs_good is not None and c.state != "skip":
+                ratio = (f", {c.vs_good.ratio:.3f}x good, {c.vs_bad.ratio:.3f}x bad, {c.trials} trial(s) of "
+                         f"{len(c.run_ids)} run(s)" if c.vs_bad is not None else f", {c.vs_good.ratio:.3f}x good")
+            self.log(f"{what} {done.index}: {sha[:12]} {c.state}{ratio}{extra}")
+
+
+def _set_aside(items: Sequence[bisect.SetAside]) -> tuple[SetAsideRun, ...]:
+    return tuple(SetAsideRun(item.run_id, item.vs_kept) for item in items)
 
 
 def _lines(context: _Context, result: bisect.BisectResult) -> tuple[ProbeLine, ...]:
     lines = []
     for done in result.history:
         for sha, c in done.probes:
-            lines.append(ProbeLine(done.index, sha, context.subjects.get(sha, ""), c.state, c.reason,
-                                   c.vs_good.ratio if c.vs_good else None, c.vs_bad.ratio if c.vs_bad else None,
-                                   c.n, c.runs, c.weak))
+            lines.append(ProbeLine(
+                round=done.index, step="confirm" if done.confirm else "probe", sha=sha,
+                subject=context.subjects.get(sha, ""), state=c.state, reason=c.reason,
+                ratio_vs_good=c.vs_good.ratio if c.vs_good else None, ratio_vs_bad=c.vs_bad.ratio if c.vs_bad else None,
+                vs_good=c.vs_good, vs_bad=c.vs_bad, n=c.n, trials=c.trials, runs=c.runs, run_ids=c.run_ids,
+                set_aside=_set_aside(c.set_aside), confirmed=c.confirmed, nearer=c.nearer))
     return tuple(lines)
 
 
 def _report(context: _Context, result: bisect.BisectResult | None, *, target: str, status: str, message: str,
-            runs: int, reused: int, evidence: stats.Comparison | None = None,
-            endpoints: stats.Comparison | None = None, detail: str = "",
-            baseline: Baseline | None = None) -> BisectReport:
+            runs: int, reused: int, evidence: trials.TrialComparison | None = None,
+            endpoints: trials.TrialComparison | None = None, detail: str = "",
+            baseline: Baseline | None = None, perf: bisect.PerfProber | None = None) -> BisectReport:
     request = context.request
     baseline = baseline or Baseline()
     skipped = tuple(SkippedCommit(sha, context.subjects.get(sha, ""), why) for sha, why in result.skipped) \
         if result else ()
+    endpoint_runs: dict[str, tuple[str, ...]] = {}
+    endpoint_set_aside: tuple[SetAsideRun, ...] = ()
+    floor = None
+    if perf is not None:
+        for which, sha in (("good", context.good.sha), ("bad", context.bad.sha)):
+            kept = perf.evidence(sha)
+            endpoint_runs[which] = tuple(run.run_id for run in kept.kept)
+            endpoint_set_aside += _set_aside(kept.aside)
+        found = perf.floor()
+        floor = {"sd": found.sd, "df": found.runs - 1} if found is not None else None
     return BisectReport(
         mode=request.mode, chip=context.chip, target=target, repo=request.repo, good=context.good, bad=context.bad,
         commits=len(context.commits), status=status, message=message,
@@ -403,17 +461,33 @@ def _report(context: _Context, result: bisect.BisectResult | None, *, target: st
         new_runs=tuple(context.prober.new_runs), history=_lines(context, result) if result else (),
         notes=result.notes if result else (), followed_tests=len(baseline.followed),
         pre_existing_failures=tuple(TestAtGood.of(job) for job in baseline.pre_existing),
-        ignored_at_good=tuple(TestAtGood.of(job) for job in baseline.ignored))
+        ignored_at_good=tuple(TestAtGood.of(job) for job in baseline.ignored),
+        confirmations=result.confirmations if result else 0,
+        inconclusive=tuple(context.ref(sha) for sha in result.inconclusive) if result else (),
+        endpoint_runs=endpoint_runs, endpoint_set_aside=endpoint_set_aside, floor=floor)
+
+
+def _range(result: bisect.BisectResult) -> str:
+    return (f"{len(result.candidates)} commits {result.candidates[0][:12]}..{result.candidates[-1][:12]}"
+            if result.candidates else "no commit")
 
 
 def _summary(result: bisect.BisectResult, what: str) -> str:
     if result.status == "found":
         return f"{result.culprit[:12]} is the first {what} commit"
     if result.status == "hidden":
-        return (f"skipped commits hide the first {what} commit: it is one of {len(result.candidates)} commits "
-                f"{result.candidates[0][:12]}..{result.candidates[-1][:12]}")
-    return (f"stopped after {result.rounds} round(s) (--max-rounds): the first {what} commit is one of "
-            f"{len(result.candidates)} commits {result.candidates[0][:12]}..{result.candidates[-1][:12]}")
+        return f"skipped commits hide the first {what} commit: it is one of {_range(result)}"
+    if result.status == "inconclusive":
+        probes = "; ".join(f"{sha[:12]}: {result.classifications[sha].reason}" for sha in result.inconclusive)
+        return (f"the first {what} commit is one of {_range(result)}; no culprit named, as the measurements "
+                f"could not classify {probes}")
+    return f"stopped after {result.rounds} round(s) (--max-rounds): the first {what} commit is one of {_range(result)}"
+
+
+def _endpoints_line(endpoints: trials.TrialComparison) -> str:
+    ci = (f" (95% CI {endpoints.ci_low:.3f}-{endpoints.ci_high:.3f})" if math.isfinite(endpoints.ci_low) else "")
+    return (f"{endpoints.verdict}, ratio {endpoints.ratio:.3f}{ci}, {endpoints.trials_base}/{endpoints.trials_head} "
+            "trials")
 
 
 def _perf(context: _Context) -> BisectReport:
@@ -432,33 +506,39 @@ def _perf(context: _Context) -> BisectReport:
         return perf_measured(context.prober, got, chosen[0], request.gates)
 
     prober = bisect.PerfProber(measure, context.good.sha, context.bad.sha, max_runs=request.max_runs,
-                               min_effect=request.min_effect, alpha=request.alpha)
+                               confirm_runs=request.confirm_runs, min_effect=request.min_effect, alpha=request.alpha)
     endpoints = prober.confirm()
     target = str(chosen[0]) if chosen else request.kernel
     if endpoints is None:
         sha = context.good.sha if context.good.sha in prober.skips else context.bad.sha
         which = "good" if sha == context.good.sha else "bad"
         raise HarnessError(f"the {which} endpoint {sha[:12]} has no valid timing of {target}: {prober.skips[sha]}")
+    ends = f"the bad commit {context.bad.sha[:12]} and the good commit {context.good.sha[:12]}"
+    if not prober.endpoints_settled:
+        kept = [len(prober.evidence(sha).kept) for sha in (context.good.sha, context.bad.sha)]
+        message = (f"could not tell whether {ends} differ for {target} on {context.chip} after "
+                   f"{prober.runs} run(s) ({kept[0]}/{kept[1]} agreeing run(s) kept, {prober.need('good')}/"
+                   f"{prober.need('bad')} needed): "
+                   f"{_endpoints_line(endpoints)}; nothing bisected")
+        return _report(context, None, target=target, status="inconclusive", message=message, runs=prober.runs,
+                       reused=prober.reused, endpoints=endpoints, perf=prober)
     if endpoints.verdict != "regressed":
         message = (f"the bad commit {context.bad.sha[:12]} is not slower than the good commit "
-                   f"{context.good.sha[:12]} for {target} on {context.chip}: {endpoints.verdict}, ratio "
-                   f"{endpoints.ratio:.3f} (95% CI {endpoints.ci_low:.3f}-{endpoints.ci_high:.3f}), "
-                   f"{endpoints.n_base}/{endpoints.n_head} samples; nothing to bisect")
+                   f"{context.good.sha[:12]} for {target} on {context.chip}: {_endpoints_line(endpoints)}; "
+                   "nothing to bisect")
         return _report(context, None, target=target, status="no-regression", message=message, runs=prober.runs,
-                       reused=prober.reused, endpoints=endpoints)
-    context.log(f"endpoints: bad is {endpoints.ratio:.3f}x good (95% CI {endpoints.ci_low:.3f}-"
-                f"{endpoints.ci_high:.3f})")
+                       reused=prober.reused, endpoints=endpoints, perf=prober)
+    context.log(f"endpoints: bad / good {_endpoints_line(endpoints)}")
     result = bisect.search([c.sha for c in context.commits], prober, probes_per_round=context.per_round,
-                           max_rounds=request.max_rounds, on_round=context.on_round)
+                           max_rounds=request.max_rounds, on_round=context.on_round, confirm=prober.confirm_bounds)
     evidence = None
     if result.culprit:
-        evidence = prober.evidence(result.last_good or context.good.sha, result.culprit)
+        evidence = prober.evidence_between(result.last_good or context.good.sha, result.culprit)
     message = _summary(result, "slower")
     if evidence is not None:
-        message += (f": {evidence.ratio:.3f}x its predecessor (95% CI {evidence.ci_low:.3f}-{evidence.ci_high:.3f}, "
-                    f"p {evidence.p_value:.2g}, {evidence.n_base}/{evidence.n_head} samples)")
+        message += f": {bisect.describe(evidence, 'its predecessor')}"
     return _report(context, result, target=target, status=result.status, message=message, runs=prober.runs,
-                   reused=prober.reused, evidence=evidence, endpoints=endpoints)
+                   reused=prober.reused, evidence=evidence, endpoints=endpoints, perf=prober)
 
 
 def _correctness(context: _Context) -> BisectReport:

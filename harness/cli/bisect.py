@@ -15,20 +15,27 @@ HELP = "\n\n".join((
     "Find the first commit between --good and --bad that made a kernel slower (--mode perf) or wrong "
     "(--mode correctness) on one chip.",
     "Every probe is a run of the commit's suite, stored like any other (the history pages show it); commits "
-    "already run on the chip are read from the database instead of run again. Perf mode first checks that the "
-    "bad commit is slower than the good one (Mann-Whitney test and bootstrap interval of the median ratio, as "
-    "`harness compare`), then classifies each probe as good-like or bad-like with the same test, running it again "
-    "while it is inconclusive (--max-runs runs at most, samples pooled). Commits that do not install, cannot be "
-    "run, crash, or (perf) fail correctness of the kernel are skipped like `git bisect skip`; when skips hide the "
-    "culprit, the range it lies in is named.",
+    "already run on the chip are read from the database instead of run again. Perf mode compares trials (the "
+    "independent processes of each run, as `harness compare`), never one process's samples, with the spread "
+    "between runs of one commit as a floor: it first checks, on agreeing runs of each endpoint (2 of the good one, "
+    "--confirm-runs of the bad one), that the bad commit is slower than the good one, then classifies each probe "
+    "as good-like or bad-like against both, running it again while it is undecided (--max-runs new runs at most). "
+    "A run slower than the commit's other runs beyond the run-to-run noise (a loaded machine, a stale result) is "
+    "set aside, not pooled, and the commit then needs 2 agreeing runs. Before the culprit is named, it and the "
+    "commit before it are re-checked (the culprit on --confirm-runs agreeing runs, at a Bonferroni-corrected "
+    "level). A probe still undecided inside the range stops the bisect: status inconclusive, the range and each "
+    "probe's evidence, exit 1; no culprit is guessed. Commits that do not install, cannot be run, crash, or (perf) "
+    "fail correctness of the kernel are skipped like `git bisect skip`; when skips hide the culprit, the range it "
+    "lies in is named.",
     "Correctness of a pytest selection follows the tests that pass at --good (or the one --check names): the "
     "culprit is the first commit where one of them fails or errors. Tests skipped or already failing at --good are "
     "ignored (the failing ones are listed as pre-existing failures); a followed test skipped or missing at a commit "
     "makes that commit a skip.",
     "With --executor ray, the probes of a round (default: one per live node of the chip) run at once: P probes "
     "cut the range into P+1 parts, so about log_(P+1) N rounds. Locally probes run one after another.",
-    "Exit status: 0 one culprit named; 1 skips hide it, --max-rounds stopped the search, or the bad commit is not "
-    "slower (or not failing); 2 a usage error.",
+    "Exit status: 0 one culprit named; 1 skips hide it, --max-rounds stopped the search, the evidence is "
+    "inconclusive (status inconclusive: the range is named), or the bad commit is not slower (or not failing); 2 a "
+    "usage error.",
 ))
 
 
@@ -60,8 +67,12 @@ def bisect(
     probes_per_round: Annotated[int | None, typer.Option("--probes-per-round", help="Commits probed per round "
                                                          "(default: 1 locally, the chip's live nodes with Ray).")
                                 ] = None,
-    max_runs: Annotated[int, typer.Option("--max-runs", help="Perf: runs of one commit at most while it is "
-                                                             "inconclusive (samples pooled).")] = 3,
+    max_runs: Annotated[int, typer.Option("--max-runs", help="Perf: new runs of one commit at most while it is "
+                                                             "undecided (stored runs it reuses do not count).")] = 5,
+    confirm_runs: Annotated[int, typer.Option("--confirm-runs", help="Perf: agreeing runs the named culprit needs "
+                                                                     "and the bad endpoint need (the good endpoint "
+                                                                     "and the last good commit need 2; at most "
+                                                                     "--max-runs).")] = 4,
     min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest relative change that matters.")
                           ] = defaults.MIN_EFFECT,
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of each probe's test.")
@@ -83,7 +94,8 @@ def bisect(
     request = BisectRequest(good=good, bad=bad, kernel=kernel, mode=mode, chip=chip, variant=variant, shape=shape,
                             dtype=dtype, check=check, repo=repo, suite=suite, db_url=db, executor=executor,
                             address=address, parallel=parallel, max_rounds=max_rounds,
-                            probes_per_round=probes_per_round, max_runs=max_runs, min_effect=min_effect,
+                            probes_per_round=probes_per_round, max_runs=max_runs, confirm_runs=confirm_runs,
+                            min_effect=min_effect,
                             alpha=alpha, gates=tuple(gate or ()), reuse=reuse)
     report = run_bisect(request, log=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
     if format == "json":
@@ -97,14 +109,36 @@ def _commit(ref) -> str:
     return f"{ref.sha[:12]} {ref.subject!r}" if ref is not None else "-"
 
 
+def _comparison(c, what: str) -> str:
+    if c is None:
+        return ""
+    return f"{ratio(c.ratio)}x {what} ({interval(c.ci_low, c.ci_high)}, {c.verdict})"
+
+
+def _probe(line) -> str:
+    head = f"  {'confirm' if line.step == 'confirm' else 'round'} {line.round}: {line.sha[:12]} {line.state}"
+    if line.state == "skip" or line.vs_good is None:
+        return head + (f", {line.runs} run(s)" if line.runs else "") + (f": {line.reason}" if line.reason else "")
+    text = (f"{head}: {_comparison(line.vs_good, 'good')}, {_comparison(line.vs_bad, 'bad')}; {line.trials} "
+            f"trial(s) of {len(line.run_ids)} run(s) {', '.join(r[:8] for r in line.run_ids)}")
+    if line.set_aside:
+        text += f"; set aside {', '.join(a.run_id[:8] for a in line.set_aside)}"
+    if line.state == "inconclusive" and line.nearer:
+        text += f"; nearer {line.nearer} (hint only)"
+    return text
+
+
 def _render(report) -> None:
     out = stdout_console()
     out.print(f"bisect {report.mode} of {report.target} on {report.chip}: good {_commit(report.good)}, bad "
               f"{_commit(report.bad)} ({report.commits} commits)", markup=False)
     if report.endpoints is not None:
         e = report.endpoints
+        runs = report.endpoint_runs
+        kept = f", runs kept {len(runs.get('good', ()))}/{len(runs.get('bad', ()))}" if runs else ""
+        floor = f", between-run floor {100 * report.floor['sd']:.1f} %" if report.floor else ""
         out.print(f"endpoints: bad / good = {ratio(e.ratio)} (95% CI {interval(e.ci_low, e.ci_high)}), "
-                  f"{e.verdict}, {e.n_base}/{e.n_head} samples", markup=False)
+                  f"{e.verdict}, {e.trials_base}/{e.trials_head} trials{kept}{floor}", markup=False)
     if report.followed_tests:
         out.print(f"following {report.followed_tests} test(s) of {report.target} that pass at the good commit "
                   f"({len(report.pre_existing_failures)} failing and {len(report.ignored_at_good)} skipped there: "
@@ -113,23 +147,19 @@ def _render(report) -> None:
         reason = f": {test.reason}" if test.reason else ""
         out.print(f"pre-existing failure (ignored): {test.name} {test.status}{reason}", markup=False)
     for line in report.history:
-        ratios = f" {ratio(line.ratio_vs_good)}x good" if line.ratio_vs_good is not None and line.state != "skip" \
-            else ""
-        weak = " (weak)" if line.weak else ""
-        reason = f": {line.reason}" if line.reason else ""
-        out.print(f"  round {line.round}: {line.sha[:12]} {line.state}{weak}{ratios}, {line.runs} run(s)"
-                  f"{reason}", markup=False)
+        out.print(_probe(line), markup=False)
     if report.status == "found":
         out.print(f"culprit: {_commit(report.culprit)}", markup=False)
         out.print(f"  last good: {_commit(report.last_good or report.good)}", markup=False)
         if report.evidence is not None:
             e = report.evidence
             out.print(f"  evidence: {ratio(e.ratio)}x the last good commit (95% CI {interval(e.ci_low, e.ci_high)}, "
-                      f"p {e.p_value:.2g}, {e.n_base}/{e.n_head} samples)", markup=False)
+                      f"p {e.p_value:.2g}, {e.trials_base}/{e.trials_head} trials)", markup=False)
         if report.detail:
             out.print(f"  evidence: {report.detail}", markup=False)
     elif report.candidates:
-        out.print(f"culprit hidden: one of {len(report.candidates)} commits:", markup=False)
+        why = "undecided" if report.status == "inconclusive" else "hidden"
+        out.print(f"culprit {why}: one of {len(report.candidates)} commits:", markup=False)
         for ref in report.candidates:
             out.print(f"  {_commit(ref)}", markup=False)
     for skipped in report.skipped:
@@ -137,6 +167,7 @@ def _render(report) -> None:
     for note in report.notes:
         out.print(f"note: {note}", markup=False)
     out.print(f"{report.rounds} round(s) (at most {report.round_bound} without skips at {report.probes_per_round} "
-              f"probe(s) per round), {report.probes} probe(s), {report.runs} run(s) of which {report.reused_runs} "
-              f"reused", markup=False)
-    out.print(("OK: " if report.exit_code == 0 else "NOT FOUND: ") + report.message, markup=False)
+              f"probe(s) per round), {report.confirmations} confirmation(s), {report.probes} probe(s), {report.runs} "
+              f"run(s) of which {report.reused_runs} reused", markup=False)
+    label = "OK: " if report.exit_code == 0 else "INCONCLUSIVE: " if report.status == "inconclusive" else "NOT FOUND: "
+    out.print(label + report.message, markup=False)

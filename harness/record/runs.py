@@ -1,9 +1,9 @@
 """Stored runs of a commit on a chip, their job rows and samples, for reuse by `harness bisect`. It owns the read
 queries a bisect needs: which clean runs of a commit exist on a chip (:func:`clean_runs`), every job row of some
-runs (:func:`job_rows`, as :class:`StoredJob` tuples) and the timing samples of some jobs (:func:`job_samples`).
-Everything returned is plain data (strings, tuples, lists of floats): no ORM object or session leaves this module,
-so the caller needs neither sqlalchemy nor the models.
-"""
+runs (:func:`job_rows`, as :class:`StoredJob` tuples) and the timing samples of some jobs, pooled
+(:func:`job_samples`) or per trial (:func:`job_trials`: one list per independent process, which is what a bisect
+compares; see :mod:`harness.core.trials`). Everything returned is plain data (strings, tuples, lists of floats):
+no ORM object or session leaves this module, so the caller needs neither sqlalchemy nor the models."""
 
 from __future__ import annotations
 
@@ -72,4 +72,19 @@ def job_samples(store: Store, job_ids: Sequence[int]) -> dict[int, list[float]]:
                                                .where(Sample.job_id.in_(list(job_ids)))
                                                .order_by(Sample.job_id, Sample.idx)):
             out[job_id].append(seconds)
+    return out
+
+
+def job_trials(store: Store, job_ids: Sequence[int]) -> dict[int, dict[int, list[float]]]:
+    """The timing samples (seconds) of the given jobs per job and trial (the process they came from), trials in
+    ascending order and samples in sample order; a job without samples maps to {} (rows stored before trials were
+    recorded are one trial, 0)."""
+    out: dict[int, dict[int, list[float]]] = {job_id: {} for job_id in job_ids}
+    if not job_ids:
+        return out
+    with store.session() as session:
+        for job_id, trial, seconds in session.execute(select(Sample.job_id, Sample.trial, Sample.seconds)
+                                                      .where(Sample.job_id.in_(list(job_ids)))
+                                                      .order_by(Sample.job_id, Sample.trial, Sample.idx)):
+            out[job_id].setdefault(trial, []).append(seconds)
     return out

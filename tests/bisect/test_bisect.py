@@ -25,7 +25,16 @@ from harness.bisect.probes import (
     normalize_shape,
     perf_outcome,
 )
-from harness.bisect.search import Classification, Measured, PerfProber, max_rounds_needed, search, split_points
+from harness.bisect.search import (
+    Classification,
+    Measured,
+    PerfProber,
+    RunTrials,
+    max_rounds_needed,
+    search,
+    split_points,
+)
+from harness.core import stats
 from harness.core.errors import HarnessError
 from harness.record.runs import StoredJob
 from testkit.paths import ROOT
@@ -137,71 +146,240 @@ def test_the_probe_must_answer_every_commit():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Perf classification and adaptive repeats, on synthetic samples
+# Perf classification on trials, agreeing runs, repeats and confirmation, on synthetic runs
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def lognormal(rng, level: float, n: int = 10, cv: float = 0.02) -> np.ndarray:
-    return level * rng.lognormal(0.0, cv, n)
+def trials_at(rng, levels, n: int = 10, cv: float = 0.01) -> list[tuple[float, ...]]:
+    """One trial (process) of ``n`` lognormal samples around each level."""
+    return [tuple(level * rng.lognormal(0.0, cv, n)) for level in levels]
 
 
-def test_classify_perf_good_bad_and_intermediate():
-    rng = np.random.default_rng(3)
-    good, bad = lognormal(rng, 1.0), lognormal(rng, 1.10)
-    assert bisect.classify_perf(good, bad, lognormal(rng, 1.10)).state == "bad"
-    assert bisect.classify_perf(good, bad, lognormal(rng, 1.0)).state == "good"
-    middle = bisect.classify_perf(good, bad, lognormal(rng, 1.05, 40))
-    assert middle.state == "inconclusive"
-    assert middle.vs_good.verdict == "regressed" and middle.vs_bad.verdict == "improved"
-    assert bisect.nearest_endpoint(good, bad, lognormal(rng, 1.07, 40)) == "bad"
+def near(rng, level: float, k: int = 3, sd: float = 0.005) -> list[tuple[float, ...]]:
+    """``k`` trials whose levels move ``sd`` around ``level`` (between-process noise)."""
+    return trials_at(rng, level * np.exp(rng.normal(0.0, sd, k)))
 
 
-def test_perf_prober_repeats_inconclusive_probes_and_pools_them():
-    rng = np.random.default_rng(5)
-    levels = {"g": 1.0, "x": 1.0, "b": 1.2, "noisy": 1.2}
-    calls: list = []
+def runs_of(level_of, *, trials: int = 3, run_sd: float = 0.01, seed: int = 0, calls: list | None = None):
+    """A ``measure`` for PerfProber: one new run per commit and call, at ``level_of(sha, k)`` for its k-th run."""
+    rng = np.random.default_rng(seed)
+    made: dict[str, int] = {}
 
     def measure(batch):
-        calls.append(list(batch))
+        if calls is not None:
+            calls.append(list(batch))
         out = {}
         for sha in batch:
-            n = 3 if sha == "noisy" else 10  # 3 samples: too few for any verdict until pooled
-            out[sha] = Measured(tuple(lognormal(rng, levels[sha], n)))
+            k = made[sha] = made.get(sha, 0) + 1
+            level = level_of(sha, k)
+            if level is None:
+                out[sha] = Measured(skip="does not install", untimed=1)
+                continue
+            level *= rng.lognormal(0.0, run_sd)
+            out[sha] = Measured((RunTrials(f"{sha}-run{k}", tuple(near(rng, level, trials))),))
         return out
+
+    return measure
+
+
+def test_classify_perf_on_trials_good_bad_intermediate():
+    rng = np.random.default_rng(3)
+    good, bad = near(rng, 1.0), near(rng, 1.2)
+    assert bisect.classify_perf(good, bad, near(rng, 1.2)).state == "bad"
+    assert bisect.classify_perf(good, bad, near(rng, 1.0)).state == "good"
+    assert bisect.classify_perf(good, bad, near(rng, 0.9)).state == "good"  # a speed-up before the slowdown
+    middle = bisect.classify_perf(good, bad, near(rng, 1.1, 6))
+    assert middle.state == "inconclusive"
+    assert middle.vs_good.verdict == "regressed" and middle.vs_bad.verdict == "improved"
+    assert middle.vs_good.trials_head == 6 and middle.vs_good.trials_base == 3
+    slower = bisect.classify_perf(good, bad, near(rng, 1.6))  # slower than bad: what a loaded run looks like
+    assert slower.state == "inconclusive" and slower.vs_bad.verdict == "regressed"
+    assert bisect.nearest_endpoint(good, bad, near(rng, 1.15)) == "bad"
+
+
+def test_tight_samples_of_processes_that_disagree_are_not_a_confident_verdict():
+    """(c) Each process is tight (0.1 % noise in its samples), but the processes land far apart: no verdict, where
+    the old rule (pooled samples) was sure with a tiny p-value."""
+    rng = np.random.default_rng(7)
+    good, bad = trials_at(rng, [1.0, 1.0, 1.0], cv=0.001), trials_at(rng, [1.3, 1.3, 1.3], cv=0.001)
+    spread = trials_at(rng, [1.0, 1.3, 1.15], cv=0.001)
+    call = bisect.classify_perf(good, bad, spread)
+    assert call.state == "inconclusive"
+    assert call.vs_good.verdict != "regressed" and call.vs_bad.verdict != "improved"
+    assert call.vs_good.ci_low < 1.0 < call.vs_good.ci_high
+    pooled = stats.compare_samples([s for t in good for s in t], [s for t in spread for s in t])
+    assert pooled.verdict == "regressed" and pooled.p_value < 1e-5
+    # One process a side shows no spread at all: inconclusive, however tight its samples.
+    one = bisect.classify_perf(good[:1], bad[:1], trials_at(rng, [1.3], cv=0.001))
+    assert one.state == "inconclusive" and one.vs_good.basis == "none" and one.vs_bad.basis == "none"
+    # Through the prober, one run of such a commit (and no more allowed) is inconclusive, not bad.
+    levels = {"g": [1.0] * 3, "b": [1.3] * 3, "x": [1.0, 1.3, 1.15]}
+
+    def measure(batch):
+        return {sha: Measured((RunTrials(f"{sha}{rng.integers(1 << 30)}", tuple(trials_at(rng, levels[sha],
+                                                                                           cv=0.001))),))
+                for sha in batch}
+
+    prober = PerfProber(measure, "g", "b", max_runs=1)
+    assert prober.confirm().verdict == "regressed" and prober.endpoints_settled
+    got = prober(["x"])["x"]
+    assert got.state == "inconclusive" and got.trials == 3 and "inconclusive after 1 run(s)" in got.reason
+
+
+def test_perf_prober_repeats_undecided_probes_and_caps_them():
+    calls: list = []
+    levels = {"g": 1.0, "b": 1.2, "x": 1.0, "half": 1.1}
+    prober = PerfProber(runs_of(lambda sha, k: levels.get(sha), calls=calls), "g", "b", max_runs=3)
+    endpoints = prober.confirm()
+    assert endpoints.verdict == "regressed" and prober.endpoints_settled and 1.15 < endpoints.ratio < 1.25
+    assert calls == [["g", "b"], ["g", "b"], ["b"]]  # agreeing runs: two of good, of bad four but --max-runs 3
+    assert endpoints.trials_base == 6 and endpoints.trials_head == 9
+    got = prober(["x", "half", "broken"])
+    assert got["x"].state == "good" and got["x"].runs == 1 and got["x"].run_ids == ("x-run1",)
+    assert got["x"].trials == 3 and got["x"].vs_good.verdict == "unchanged" and got["x"].vs_bad.verdict == "improved"
+    half = got["half"]
+    assert half.state == "inconclusive" and half.runs == 3 and half.trials == 9 and half.nearer in ("good", "bad")
+    assert "inconclusive after 3 run(s)" in half.reason and "a hint only" in half.reason
+    assert half.vs_good.verdict == "regressed" and half.vs_bad.verdict == "improved"
+    assert got["broken"] == Classification("skip", "does not install", runs=1)
+    assert calls[3:] == [["x", "half", "broken"], ["half"], ["half"]] and prober.batches == 6
+
+
+def test_a_commit_that_cannot_be_run_again_reaches_the_cap():
+    """An undecided commit whose repeats cannot be made (the executor fails) counts each attempt to the cap."""
+    first = runs_of(lambda sha, k: {"g": 1.0, "b": 1.2, "half": 1.1}[sha])
+    asked: list = []
+
+    def measure(batch):
+        asked.extend(batch)
+        return {sha: Measured(skip="cannot run: no node") if asked.count("half") > 1 and sha == "half" else
+                first([sha])[sha] for sha in batch}
 
     prober = PerfProber(measure, "g", "b", max_runs=3)
     assert prober.confirm().verdict == "regressed"
-    got = prober(["x", "noisy"])
-    assert got["x"].state == "good" and got["x"].runs == 1
-    assert got["noisy"].state == "bad" and got["noisy"].runs == 2 and got["noisy"].n == 6  # pooled
-    assert calls[1:] == [["x", "noisy"], ["noisy"]] and prober.batches == 3
+    half = prober(["half"])["half"]
+    assert half.state == "inconclusive" and half.runs == 1 and prober.new_counts["half"] == 3
 
 
-def test_perf_prober_caps_repeats_and_skips_what_cannot_be_measured():
-    rng = np.random.default_rng(9)
+def test_a_run_slower_than_the_others_is_set_aside_whichever_is_newer():
+    """(b) Runs of one commit that disagree are not pooled: the one slower than the others beyond the run-to-run
+    noise (a loaded machine, a stale noisy run) is set aside, newest or not."""
+    rng = np.random.default_rng(13)
+    clean = RunTrials("clean", tuple(near(rng, 1.0)))
+    again = RunTrials("again", tuple(near(rng, 1.01)))
+    loaded = RunTrials("loaded", tuple(near(rng, 2.0)), reused=True)
+    for order in ([loaded, clean, again], [clean, again, loaded], [clean, loaded]):
+        kept, aside = bisect.agreeing_runs(order, band=0.05)
+        assert [run.run_id for run in aside] == ["loaded"] and "loaded" not in {run.run_id for run in kept}
+        assert aside[0].vs_kept.verdict == "regressed" and 1.9 < aside[0].vs_kept.ratio < 2.1
+    kept, aside = bisect.agreeing_runs([clean, again], band=0.05)  # 1 % apart: drift, pooled
+    assert len(kept) == 2 and aside == ()
 
-    def measure(batch):
-        return {sha: Measured(skip="does not install") if sha == "broken" else
-                Measured(tuple(lognormal(rng, {"g": 1.0, "b": 1.1}.get(sha, 1.05), 10))) for sha in batch}
 
-    prober = PerfProber(measure, "g", "b", max_runs=2)
+def test_stale_stored_runs_do_not_keep_their_answer_after_a_clean_rerun():
+    """(b) The issue: stored runs of a commit from an earlier, loaded bisect (x2, the bad level) and one clean re-run.
+    Pooled they said bad; now the stale runs are set aside and the clean run must be corroborated by a new one."""
+    rng = np.random.default_rng(17)
+    stored = {"x": (RunTrials("stale-1", tuple(near(rng, 2.0)), True), RunTrials("stale-2", tuple(near(rng, 1.95)),
+                                                                                  True),
+                    RunTrials("rerun", tuple(near(rng, 1.0)), True))}
+    fresh = runs_of(lambda sha, k: {"g": 1.0, "b": 2.0, "x": 1.0}[sha], seed=2, run_sd=0.0)
+
+    def measure(batch):  # the first request for x reads its stored runs, later ones make new runs
+        out = dict(fresh([sha for sha in batch if sha not in stored]))
+        out |= {sha: Measured(stored.pop(sha), reused=3) for sha in batch if sha in stored}
+        return out
+
+    prober = PerfProber(measure, "g", "b")
     assert prober.confirm().verdict == "regressed"
-    got = prober(["broken", "half"])
-    assert got["broken"] == Classification("skip", "does not install", runs=1)
-    assert got["half"].weak and got["half"].runs == 2 and "inconclusive after 2 run(s)" in got["half"].reason
+    got = prober(["x"])["x"]
+    assert got.state == "good" and got.runs == 4 and set(got.run_ids) == {"rerun", "x-run1"}
+    assert {a.run_id for a in got.set_aside} == {"stale-1", "stale-2"} and "set aside" in got.reason
+    assert got.vs_good.trials_head == 6  # the stale runs' trials are not pooled
+    assert prober.reused == 3 and prober.new_counts["x"] == 1
+
+
+def test_confirmation_re_measures_the_bounds_and_moves_them():
+    """A good commit whose only run was loaded looks bad and becomes the bound; re-measured, its clean runs are
+    faster, the loaded run is set aside, and the search goes on to the true culprit, confirmed on 3 runs."""
+    commits = [f"c{i}" for i in range(1, 9)]  # c8: the bad endpoint; the culprit is c6
+    truth = {sha: 2.0 if int(sha[1:]) >= 6 else 1.0 for sha in commits} | {"g": 1.0}
+    level = runs_of(lambda sha, k: truth[sha] * (2.0 if (sha, k) == ("c4", 1) else 1.0), seed=5)
+    prober = PerfProber(level, "g", "c8")
+    assert prober.confirm().verdict == "regressed"
+    result = search(commits, prober, confirm=prober.confirm_bounds)
+    assert (result.status, result.culprit, result.last_good) == ("found", "c6", "c5")
+    first = result.history[0].probes[0][1]
+    assert result.history[0].probes[0][0] == "c4" and first.state == "bad"  # the loaded run fooled the probe
+    c4 = result.classifications["c4"]
+    assert c4.state == "good" and c4.confirmed and [a.run_id for a in c4.set_aside] == ["c4-run1"]
+    assert any("re-measured to confirm it is good" in note for note in result.notes)
+    culprit = result.classifications["c6"]
+    assert culprit.confirmed and len(culprit.run_ids) >= 3 and culprit.vs_good.verdict == "regressed"
+    assert result.confirmations >= 2 and result.rounds == sum(not r.confirm for r in result.history)
+    assert prober.confirm_alpha() < prober.alpha  # the bounds were re-checked at a Bonferroni level
+
+
+def test_an_inconclusive_probe_inside_the_range_stops_the_search():
+    """(a) No culprit is guessed: a probe still undecided at the cap stops the search with the range."""
+    commits = shas(8)
+    answers = {i: "good" for i in range(4)} | {4: "inconclusive"} | {i: "bad" for i in range(5, 8)}
+    confirmed: list = []
+
+    def probe(batch):
+        return {sha: Classification(answers[commits.index(sha)]) for sha in batch}
+
+    def confirm(batch):
+        confirmed.append(list(batch))
+        return probe(batch)
+
+    result = search(commits, probe, confirm=confirm)
+    assert result.status == "inconclusive" and result.culprit is None
+    assert result.inconclusive == (commits[4],) and result.candidates == tuple(commits[4:6])
+    assert result.last_good == commits[3] and confirmed == [[commits[3], commits[5]]]  # its bounds re-checked
+    # An inconclusive commit the other probes of its round made irrelevant does not stop anything.
+    answers[6] = "inconclusive"
+    answers[4] = "bad"
+    result = search(commits, probe, probes_per_round=3)
+    assert result.status == "found" and result.culprit == commits[4]
+
+
+def test_an_intermediate_level_is_inconclusive_at_the_cap_not_the_nearer_endpoint():
+    """(a) Two steps (1.0 -> 1.1 -> 1.2): the probe at the middle level is neither; the bisect names no culprit."""
+    commits = [f"c{i}" for i in range(1, 9)]
+    prober = PerfProber(runs_of(lambda sha, k: 1.0 if sha == "g" else 1.1 if sha == "c3" else
+                                1.2 if int(sha[1:]) > 3 else 1.0, seed=9), "g", "c8", max_runs=2)
+    assert prober.confirm().verdict == "regressed"
+    result = search(commits, prober, confirm=prober.confirm_bounds)
+    assert [sha for r in result.history for sha, _ in r.probes] == ["c4", "c2", "c3", "c2", "c4"]
+    assert result.status == "inconclusive" and result.culprit is None and result.inconclusive == ("c3",)
+    assert result.candidates == ("c3", "c4") and result.last_good == "c2"
+    c3 = result.classifications["c3"]
+    assert c3.state == "inconclusive" and c3.runs == 2 and c3.nearer in ("good", "bad")
+    assert c3.vs_good.verdict == "regressed" and c3.vs_bad.verdict == "improved"
+    assert result.classifications["c4"].confirmed and result.classifications["c2"].confirmed
 
 
 def test_endpoints_that_do_not_differ_are_measured_to_the_cap_then_reported():
-    rng = np.random.default_rng(11)
-    runs: list = []
-
-    def measure(batch):
-        runs.extend(batch)
-        return {sha: Measured(tuple(lognormal(rng, 1.0, 10, cv=0.05))) for sha in batch}
-
-    prober = PerfProber(measure, "g", "b", max_runs=3)
+    calls: list = []
+    prober = PerfProber(runs_of(lambda sha, k: 1.0, run_sd=0.05, calls=calls), "g", "b", max_runs=3)
     verdict = prober.confirm()
-    assert verdict.verdict in ("unchanged", "inconclusive") and len(runs) <= 6
+    assert verdict.verdict != "regressed" and sum(len(batch) for batch in calls) <= 6
+
+
+def test_run_floor_and_rough_sd():
+    rng = np.random.default_rng(21)
+
+    def group(levels):
+        return [RunTrials(f"r{i}", tuple(near(rng, level, sd=0.0))) for i, level in enumerate(levels)]
+
+    assert bisect.run_floor([group([1.0])]) is None and bisect.rough_run_sd([group([1.0])]) is None
+    floor = bisect.run_floor([group([1.0, 1.1]), group([2.0, 2.0, 2.2])])
+    assert floor.runs == 4 and 0.04 < floor.sd < 0.09
+    # A wild run hardly moves the rough sd, which decides what counts as drift.
+    calm = [group([1.0, 1.05, 1.02]), group([1.0, 1.03, 1.01]), group([1.0, 1.04])]
+    wild = [group([1.0, 1.05, 3.0, 2.5]), *calm[1:]]
+    assert bisect.rough_run_sd(calm) < 0.05 and bisect.rough_run_sd(wild) < 0.06
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -427,9 +605,22 @@ def test_perf_bisect_names_the_slowdown_and_skips_the_uninstallable_commit(bisec
     (skipped,) = report["skipped"]
     assert skipped["sha"] == shas[3] and skipped["subject"] == "c3 break the install"
     assert skipped["reason"].startswith("does not install: install failed: `test ! -e BROKEN` exited with status 1")
-    assert report["rounds"] == len({line["round"] for line in report["history"]}) >= 3
-    assert report["probes"] == len(report["history"]) and report["probes_per_round"] == 1
-    assert report["runs"] >= 2 + report["probes"] and report["reused_runs"] == 0
+    probes = [line for line in report["history"] if line["step"] == "probe"]
+    assert report["rounds"] == len({line["round"] for line in probes}) >= 3
+    assert report["probes"] == len(probes) == len({line["sha"] for line in report["history"]})
+    assert report["probes_per_round"] == 1 and report["reused_runs"] == 0
+    # Every probe's evidence: its runs, trials (3 processes a run) and both comparisons.
+    for line in report["history"]:
+        if line["state"] != "skip":
+            assert line["trials"] == 3 * len(line["run_ids"]) and line["vs_good"]["trials_head"] == line["trials"]
+            assert line["vs_good"]["verdict"] in ("regressed", "unchanged", "improved")
+            assert line["vs_bad"]["ci_low"] is not None and line["n"] == 10 * line["trials"]
+    # The endpoints on two and four runs, and the culprit and the commit before it re-checked: the culprit on four.
+    assert [len(report["endpoint_runs"][side]) for side in ("good", "bad")] == [2, 4]
+    confirmed = {line["sha"]: line for line in report["history"] if line["step"] == "confirm"}
+    assert set(confirmed) == {shas[1], shas[2]} and report["confirmations"] == 1
+    assert len(confirmed[shas[2]]["run_ids"]) >= 4 and len(confirmed[shas[1]]["run_ids"]) >= 2
+    assert report["runs"] >= 6 + report["probes"] + 4
     # Every probe is a stored run: the endpoints and each probed commit, repeats included.
     stored = bisector.runs()
     assert len(stored) == report["runs"] == len(report["new_runs"])
@@ -466,7 +657,8 @@ def test_a_repeated_bisect_runs_nothing_and_text_output(bisector: Bisector, perf
 def test_no_regression_between_the_endpoints_exits_1(bisector: Bisector, perf):
     shas = bisector.shas
     done = bisector.harness("bisect", "--repo", str(bisector.repo), "--good", shas[2], "--bad", shas[7], "--db",
-                            f"sqlite:///{bisector.db}", "--kernel", "work", "--format", "json", "--max-runs", "1")
+                            f"sqlite:///{bisector.db}", "--kernel", "work", "--format", "json", "--max-runs", "1",
+                            "--min-effect", "0.5")  # same code: no run-to-run drift of a loaded machine counts
     assert done.returncode == 1, (done.stdout, done.stderr)
     report = json.loads(done.stdout)
     assert report["status"] == "no-regression" and "is not slower than the good commit" in report["message"]
