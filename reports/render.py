@@ -467,14 +467,16 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
                 baselines: dict[str, str], db_label: str, *, matrix: Any = None,
                 histories: Mapping[str, Sequence[Any]] | None = None, regressions: Sequence[Any] = (),
                 last: int | None = None, generated_at: str = "",
-                failing_before: Mapping[str, set[str]] | None = None) -> Path:
+                failing_before: Mapping[str, set[str]] | None = None,
+                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None) -> Path:
     """Write every page into ``out_dir``; returns the index path.
 
     ``latest``: chip key -> the latest ``RunView`` (with jobs) or None; ``matrix``: a ``VariantMatrix``;
     ``histories``: chip key -> its ``SeriesHistory`` list; ``regressions``: ``RegressionEvidence`` records,
     correctness failures first; ``last``: the histories and regressions cover each chip's last N commits only;
     ``failing_before``: chip key -> the job keys that failed correctness in the run before its latest (a failing
-    test not among them is shown as new).
+    test not among them is shown as new); ``noise``: chip key -> (kernel, variant, dtype, shape_key) -> that
+    series' noise meter (``NoiseRow``: between trials, between runs, detectable change).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -510,6 +512,7 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
               correctness=[j for j in jobs if j["kind"] == "correctness"],
               failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
               benchmarks=[j for j in jobs if j["kind"] == "benchmark"],
+              noise=(noise or {}).get(chip["key"], {}),
               calibration=[j for j in jobs if j["kind"] == "calibration"],
               variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []),
               selections=test_selections(jobs),

@@ -225,40 +225,55 @@ def series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, Serie
     return result
 
 
-def _first_parents(graph: ancestry.Graph, start: ancestry.Key, limit: int) -> list[str]:
-    """``start``'s sha and those of its first-parent ancestors, newest first, as far as parents are known."""
+def _first_parents(graph: ancestry.Graph, start: ancestry.Key, limit: int) -> list[str] | None:
+    """``start``'s sha and those of its first-parent ancestors, newest first; None when a commit's parents are
+    unknown on the way (stored before parents were recorded, or not seen in git)."""
     shas, key = [], start
     while key in graph and len(shas) < limit:
         shas.append(key[1])
         parents = graph[key]
+        if parents is None:
+            return None
         if not parents:
             break
         key = (key[0], parents[0])
     return shas
 
 
+def _history_runs(session: Session, graph: ancestry.Graph, runs: Sequence[Run], limit: int) -> list[str]:
+    """The newest ``limit`` finished clean runs on the runs' chip at their commits or first-parent ancestors; where
+    the ancestry is unknown, the chip's runs of the repository started up to the newest given run (time order, as
+    :func:`previous_run_id` falls back to)."""
+    repo, chip_id = runs[0].commit.repo, runs[0].chip_id
+    walks = [_first_parents(graph, (repo, run.commit.sha), 10 * limit) for run in runs]
+    finished = (select(Run.id, Commit.sha, Run.started_at).join(Commit, Run.commit_id == Commit.id)
+                .where(Run.chip_id == chip_id, Commit.repo == repo, Run.finished_at.is_not(None),
+                       Run.dirty.is_(False)))
+    if any(walk is None for walk in walks):
+        newest = max(run.started_at for run in runs)
+        rows = session.execute(finished.where(Run.started_at <= newest).order_by(Run.started_at.desc())
+                               .limit(limit)).all()
+        return [run_id for run_id, _, _ in rows]
+    order = {sha: rank for walk in walks for rank, sha in enumerate(walk or [])}
+    rows = session.execute(finished.where(Commit.sha.in_(list(order))).order_by(Run.started_at.desc())).all()
+    return [run_id for run_id, _, _ in sorted(rows, key=lambda row: order[row[1]])][:limit]
+
+
 def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS
                     ) -> dict[SeriesKey, list[float]]:
     """Each series' medians over the newest ``limit`` finished, clean runs on the given runs' chips at their commits
-    or the commits' first-parent ancestors (the base branch): the between-run noise of a series
-    (``harness.core.trials.history_floor``). The given runs themselves count; runs of other branches do not."""
+    or the commits' first-parent ancestors (the base branch; :func:`_history_runs`): the between-run noise of a
+    series (``harness.core.trials.history_floor``). The given runs themselves count; runs of other branches do
+    not."""
     if not run_ids:
         return {}
     medians: dict[SeriesKey, list[float]] = {}
     with store.session() as session:
         given = session.scalars(select(Run).where(Run.id.in_(list(run_ids)))).all()
         graph = ancestry.load_graph(session, {run.commit.repo for run in given})
-        for (repo, chip_id, chip_key), runs in groupby(
-                sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
-                key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
-            order = {sha: rank for run in runs
-                     for rank, sha in enumerate(_first_parents(graph, (repo, run.commit.sha), 10 * limit))}
-            candidates = session.execute(
-                select(Run.id, Commit.sha).join(Commit, Run.commit_id == Commit.id)
-                .where(Run.chip_id == chip_id, Commit.repo == repo, Commit.sha.in_(list(order)),
-                       Run.finished_at.is_not(None), Run.dirty.is_(False))
-                .order_by(Run.started_at.desc())).all()
-            chosen = [run_id for run_id, _ in sorted(candidates, key=lambda c: order[c[1]])][:limit]
+        for (_, _, chip_key), runs in groupby(sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
+                                              key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
+            chosen = _history_runs(session, graph, list(runs), limit)
             rows = session.execute(
                 select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.median_s)
                 .where(JobRecord.run_id.in_(chosen), JobRecord.kind == "benchmark", JobRecord.median_s.is_not(None)))

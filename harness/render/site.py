@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.history import history
-from harness.analysis.records import RegressionEvidence, SeriesHistory, VariantMatrix
+from harness.analysis.noise import noise_report
+from harness.analysis.records import NoiseRow, RegressionEvidence, SeriesHistory, VariantMatrix
 from harness.analysis.regressions import regressions as find_regressions
 from harness.analysis.variants import default_variants, variant_matrix
 from harness.record import query
@@ -31,6 +32,7 @@ class SiteData:
     histories: dict[str, list[SeriesHistory]]
     regressions: list[RegressionEvidence]
     db_label: str
+    noise: dict[str, dict[tuple[str, str, str, str], NoiseRow]] = field(default_factory=dict)
     last: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -56,8 +58,13 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     regressions = find_regressions(store, last=last)
     timings["regressions"] = time.perf_counter() - start
+    start = time.perf_counter()
+    noise: dict[str, dict[tuple[str, str, str, str], NoiseRow]] = {}
+    for row in noise_report(store).rows:  # each chip's latest run, as the chip pages show
+        noise.setdefault(row.key.chip, {})[(row.key.kernel, row.key.variant, row.key.dtype, row.key.shape_key)] = row
+    timings["noise"] = time.perf_counter() - start
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
-                    mask_url(store.url), last, timings)
+                    mask_url(store.url), noise, last, timings)
 
 
 def _failing_before(store: Store, run: query.RunView | None) -> set[str]:
@@ -69,7 +76,7 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR) -> Path:
     start = time.perf_counter()
     index = render_site(out_dir, data.chips, data.latest, data.baselines, data.db_label, matrix=data.matrix,
                         failing_before=data.failing_before,
-                        histories=data.histories, regressions=data.regressions, last=data.last,
+                        histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
                         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     data.timings["render"] = time.perf_counter() - start
     return index

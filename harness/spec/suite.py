@@ -7,7 +7,9 @@ A suite document looks like::
     plugins = []                 # modules imported first: they may register kernels or variants
 
     [timing]                     # default timing protocol for every benchmark
-    samples = 10
+    samples = 10                 # samples per job process
+    trials = 3                   # independent job processes per benchmark and run (the unit of evidence)
+    mode = "pipelined"           # or "per-call" (latency incl. the host round trip), "auto" (a pilot per job)
     threads = 4                  # optional: BLAS/OpenMP threads of the job process (default: inherited)
 
     [calibration.cpu]            # roofline calibration sizes per chip class (cpu | gpu)

@@ -616,7 +616,12 @@ def test_perf_bisect_names_the_slowdown_and_skips_the_uninstallable_commit(bisec
             assert line["vs_good"]["verdict"] in ("regressed", "unchanged", "improved")
             assert line["vs_bad"]["ci_low"] is not None and line["n"] == 10 * line["trials"]
     # The endpoints on two and four runs, and the culprit and the commit before it re-checked: the culprit on four.
-    assert [len(report["endpoint_runs"][side]) for side in ("good", "bad")] == [2, 4]
+    # (a run of an endpoint that the machine's load made slower than the others is set aside and listed, on this
+    # shared 2-core machine that happens: then the endpoint keeps fewer)
+    aside = {run["run_id"] for run in report["endpoint_set_aside"]}
+    bad_runs = [run_id for run_id, sha in bisector.runs() if sha == shas[7]]
+    assert len(report["endpoint_runs"]["good"]) >= 2 and len(bad_runs) >= 4
+    assert set(report["endpoint_runs"]["bad"]) | (aside & set(bad_runs)) == set(bad_runs)
     confirmed = {line["sha"]: line for line in report["history"] if line["step"] == "confirm"}
     assert set(confirmed) == {shas[1], shas[2]} and report["confirmations"] == 1
     assert len(confirmed[shas[2]]["run_ids"]) >= 4 and len(confirmed[shas[1]]["run_ids"]) >= 2

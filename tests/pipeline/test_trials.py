@@ -121,14 +121,18 @@ def test_history_medians_come_from_the_base_commit_and_its_first_parent_ancestor
     rng = np.random.default_rng(0)
     ids = {commit: add_run(db, "chip-a", commit, grid_results(rng, trials=1), minutes=commit) for commit in range(1, 6)}
     with db.session() as session:
-        for commit in range(2, 5):  # 1 <- 2 <- 3 <- 4; commit 5 is on another line (parent unknown)
+        for commit in range(2, 5):  # 1 <- 2 <- 3 <- 4; commit 5 a root of its own; commit 6's parents unknown
             session.execute(update(Commit).where(Commit.sha == sha_of(commit)).values(parents=[sha_of(commit - 1)]))
-        session.execute(update(Commit).where(Commit.sha == sha_of(1)).values(parents=[]))
+        for commit in (1, 5):
+            session.execute(update(Commit).where(Commit.sha == sha_of(commit)).values(parents=[]))
+    ids[6] = add_run(db, "chip-a", 6, grid_results(rng, trials=1), minutes=6)
     for run_id in ids.values():
         store.finish_run(db, run_id, "complete")
     assert {len(v) for v in query.history_medians(db, [ids[3]]).values()} == {3}  # commits 3, 2, 1
     assert {len(v) for v in query.history_medians(db, [ids[4]], limit=2).values()} == {2}
-    assert {len(v) for v in query.history_medians(db, [ids[5]]).values()} == {1}  # no known ancestors
+    assert {len(v) for v in query.history_medians(db, [ids[5]]).values()} == {1}  # a root: nothing older
+    # ancestry unknown: the chip's runs up to it in time order, as previous_run_id falls back to
+    assert {len(v) for v in query.history_medians(db, [ids[6]], limit=4).values()} == {4}
     db.close()
 
 

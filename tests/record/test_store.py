@@ -119,3 +119,35 @@ def test_bad_urls_are_one_line_errors_without_the_password(tmp_path):
     with pytest.raises(HarnessError) as info:
         outbox.open_store("postgresql://alice:s3cret@127.0.0.1:1/x")
     assert "s3cret" not in str(info.value) and "cannot open database" in str(info.value)
+
+
+def test_a_database_from_before_trials_reads_as_one_trial_per_job(db_url):
+    """Migration 0003 on rows written before it (written now, then the schema taken down to 0002, which drops the
+    trial columns): every sample reads as trial 0 and every job as one trial, its timing mode unknown."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, inspect
+
+    db = outbox.open_store(db_url)
+    run_id = new_run(db)
+    job = bench_job()
+    store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=[1.0, 2.0, 3.0], mode="pipelined"))
+    db.close()
+    engine = create_engine(db_url)
+    config = Config()
+    config.set_main_option("script_location", str(store.MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0002")
+    assert "trial" not in {c["name"] for c in inspect(engine).get_columns("sample")}
+    engine.dispose()
+    db = outbox.open_store(db_url)  # migrates to the newest revision again
+    try:
+        with db.session() as session:
+            assert set(session.scalars(select(Sample.trial))) == {0}
+            stored = session.scalars(select(JobRecord)).one()
+            assert (stored.trials, stored.timing_mode, stored.round_trip_s) == (1, "", None)
+        (series,) = query.series_trials(db, [run_id]).values()
+        assert len(series.trials) == 1 and sorted(series.trials[0]) == [1.0, 2.0, 3.0] and series.runs == 1
+    finally:
+        db.close()

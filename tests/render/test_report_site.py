@@ -174,6 +174,12 @@ def test_chip_page_has_identity_peaks_correctness_matrix_and_benchmarks(site):
     assert 'id="correctness"' in html and 'class="cmatrix"' in html and 'id="variants"' in html
     assert 'title="passed · max error 0.0001 · tolerance 0.002"' in html  # max error on hover
     assert 'id="benchmarks"' in html and "% <span" in html
+    # the noise meter of each series of the latest run: between trials, between runs (its history), detectable
+    benchmarks = html[html.index('id="benchmarks"'):]
+    benchmarks = benchmarks[:benchmarks.index("</table>")]
+    assert "Between trials" in benchmarks and "Between runs" in benchmarks and "Detects" in benchmarks
+    assert "in 3 trials" in benchmarks and re.search(r'class="num noise">\d+\.\d%</td>', benchmarks)
+    assert re.search(r'class="num noise">\d+\.\d% <span class="muted">\(\d+ runs\)</span>', benchmarks)
     apple = read(site, chip_page_name(APPLE.key))
     assert 'class="cell failed"' in apple and "&lt;script&gt;" in apple
 
