@@ -25,7 +25,7 @@ from harness.cluster.driver import print_progress, run_on_cluster
 from harness.core.errors import HarnessError
 from harness.core.status import count_label, is_run_failure, run_failures
 from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
-from harness.record import outbox, store
+from harness.record import outbox, query, store
 
 
 @app.command()
@@ -95,6 +95,8 @@ def run(
         console.print(f"calibrated peak: {(flops or 0) / 1e9:.1f} GFLOP/s matmul, "
                       f"{(bandwidth or 0) / 1e9:.1f} GB/s copy")
     console.print(f"database: {store.mask_url(db_url)}")
+    if not outcome.spooled:
+        _print_verdicts(db_url, outcome.run_id, outcome.sha)
     if not no_report and not outcome.spooled:
         _render_report(db_url, report)
     bad = run_failures(counts)
@@ -219,6 +221,42 @@ class LineProgress:
         if 0 < done < total:
             line += f", ETA {duration(elapsed / done * (total - done))}"
         self.say(line)
+
+
+SHOWN = 10  # changed series and winning variants listed at the end of a run, at most
+
+
+def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
+    """What the run changed: its benchmarks against the previous run on this chip (the nearest ancestor's,
+    ``query.previous_run_id``), as `harness compare` judges them, and the variants that win outright."""
+    from harness.analysis.compare import compare  # loads scipy: only once a run has finished
+    from harness.analysis.variants import variant_matrix
+
+    db_store = outbox.open_store(db_url)
+    try:
+        previous = query.previous_run_id(db_store, run_id)
+        chip = query.get_run(db_store, run_id).chip_key
+        report = compare(db_store, previous, run_id) if previous else None
+        best = [b for b in variant_matrix(db_store, sha).best if b.chip == chip and b.evidence is not None]
+    finally:
+        db_store.close()
+    if report is None:
+        console.print("against the previous run: no run of an earlier commit on this chip to compare with")
+    elif report.rows:
+        counts = report.counts
+        console.print(f"against the previous run {previous} ({report.base.sha[:12]}): "
+                      + ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "inconclusive", "unchanged",
+                                                                "broken") if counts[v]), highlight=False)
+        for row in [r for r in report.rows if r.verdict in ("regressed", "improved")][:SHOWN]:
+            console.print(f"  {row.verdict} {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
+                          f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], {row.trials_base}/"
+                          f"{row.trials_head} trials", highlight=False, soft_wrap=True)
+        console.print(f"  (harness compare {previous} {run_id} for the evidence)", highlight=False)
+    for b in best[:SHOWN]:
+        console.print(f"winning variant {b.kernel} {b.dtype} {b.shape_key}: {b.variant} x{b.evidence.ratio:.3f} "
+                      f"against {b.default_variant}", highlight=False, soft_wrap=True)
+    if len(best) > SHOWN:
+        console.print(f"  ... and {len(best) - SHOWN} more (harness variants)", highlight=False)
 
 
 def _render_report(db_url: str, folder: Path) -> None:

@@ -1,7 +1,7 @@
 """Read side of the store: every database read of the analysis and the report, returned as plain data.
 
 It owns the run views (``RunView``, ``runs``, ``latest_run``, ``get_run``, ``chips``), the resolution of commit and
-run references (``resolve_ref``), the samples and correctness failures of given runs (``series_samples``,
+run references (``resolve_ref``), the samples and correctness failures of given runs (``series_trials``,
 ``correctness_failures``, ``latest_runs``) and one chip's whole history as arrays (``chip_history``, cached per
 database state, and its correctness jobs); ``harness.analysis`` turns these rows and arrays into verdicts without
 touching SQLAlchemy or the models.
@@ -168,26 +168,6 @@ class FailureRow(NamedTuple):
 def _positive(values: Iterable[float]) -> npt.NDArray[np.float64]:
     array = np.fromiter(values, dtype=np.float64)
     return array[np.isfinite(array) & (array > 0)]
-
-
-def series_samples(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, npt.NDArray[np.float64]]:
-    """Raw benchmark samples of the given runs, pooled per series (chip included); only finite positive ones."""
-    if not run_ids:
-        return {}
-    with store.session() as session:
-        rows = session.execute(
-            select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key, Sample.seconds)
-            .select_from(Sample)
-            .join(JobRecord, Sample.job_id == JobRecord.id)
-            .join(Run, JobRecord.run_id == Run.id)
-            .join(Chip, Run.chip_id == Chip.id)
-            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")
-            .order_by(JobRecord.id, Sample.idx)
-        )
-        pooled: dict[SeriesKey, list[float]] = {}
-        for kernel, variant, dtype, shape_key, chip, seconds in rows:
-            pooled.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), []).append(seconds)
-    return {key: _positive(values) for key, values in pooled.items()}
 
 
 class SeriesTrials(NamedTuple):

@@ -13,6 +13,7 @@ from harness.analysis.noise import noise_report
 from harness.analysis.records import NoiseRow, RegressionEvidence, SeriesHistory, VariantMatrix
 from harness.analysis.regressions import regressions as find_regressions
 from harness.analysis.variants import default_variants, variant_matrix
+from harness.core.errors import HarnessError
 from harness.record import query
 from harness.record.store import Store, mask_url
 from reports.render import render_site
@@ -37,19 +38,32 @@ class SiteData:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def load_site(store: Store, *, change_points: bool = True, last: int | None = None) -> SiteData:
+def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None) -> dict[str, query.RunView | None]:
+    """Per chip: its latest run, or with ``commit`` the newest run of that commit there (None where it has none)."""
+    if commit is None:
+        return {chip["key"]: query.latest_run(store, chip["key"]) for chip in chips}
+    resolved = query.resolve_ref(store, commit)
+    if resolved.kind != "commit":
+        raise HarnessError(f"--commit {commit}: that is a run id; give its commit ({resolved.sha[:12]})")
+    return {chip["key"]: query.get_run(store, resolved.runs[chip["key"]][-1]) if chip["key"] in resolved.runs
+            else None for chip in chips}
+
+
+def load_site(store: Store, *, change_points: bool = True, last: int | None = None,
+              commit: str | None = None) -> SiteData:
     """Query and analyse: latest run per chip, the variant matrix, every chip's history and the regression list.
 
-    ``last``: histories and regressions cover each chip's last N commits only (all when None).
+    ``last``: histories and regressions cover each chip's last N commits only (all when None). ``commit``: the chip
+    pages, the variant matrix and the noise show that commit's runs instead of each chip's latest run.
     """
     timings: dict[str, float] = {}
     start = time.perf_counter()
     chips = query.chips(store)
-    latest = {chip["key"]: query.latest_run(store, chip["key"]) for chip in chips}
+    latest = _shown_runs(store, chips, commit)
     failing_before = {key: _failing_before(store, run) for key, run in latest.items()}
     timings["latest runs"] = time.perf_counter() - start
     start = time.perf_counter()
-    matrix = variant_matrix(store)
+    matrix = variant_matrix(store, commit)
     timings["variant matrix"] = time.perf_counter() - start
     start = time.perf_counter()
     histories = {chip["key"]: history(store, chip["key"], change_points=change_points, last=last)
@@ -60,7 +74,7 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     timings["regressions"] = time.perf_counter() - start
     start = time.perf_counter()
     noise: dict[str, dict[tuple[str, str, str, str], NoiseRow]] = {}
-    for row in noise_report(store).rows:  # each chip's latest run, as the chip pages show
+    for row in noise_report(store, commit).rows:  # the runs the chip pages show
         noise.setdefault(row.key.chip, {})[(row.key.kernel, row.key.variant, row.key.dtype, row.key.shape_key)] = row
     timings["noise"] = time.perf_counter() - start
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
@@ -83,6 +97,6 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR) -> Path:
 
 
 def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, change_points: bool = True,
-                 last: int | None = None) -> Path:
+                 last: int | None = None, commit: str | None = None) -> Path:
     """Load, analyse and render the whole site into ``out_dir``; returns the index path."""
-    return render(load_site(store, change_points=change_points, last=last), out_dir)
+    return render(load_site(store, change_points=change_points, last=last, commit=commit), out_dir)

@@ -110,3 +110,16 @@ def test_ab_needs_commits_and_other_options_need_ab(ab_repo, tmp_path):
     assert done.returncode == 2 and "nosuchref" in done.stderr and "Traceback" not in done.stderr
     done = run(tmp_path, "compare", "a", "b", "--trials", "2", "--db", f"sqlite:///{tmp_path / 'x.db'}")
     assert done.returncode == 2 and "--ab" in done.stderr
+
+
+def test_run_ends_with_its_verdicts_against_the_previous_commits_run(ab_repo, tmp_path):
+    repo, shas = ab_repo
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    first = run(tmp_path, "run", "--repo", str(repo), "--commit", shas[0], "--db", db, "--no-report")
+    assert first.returncode == 0, first.stderr
+    assert "no run of an earlier commit on this chip to compare with" in first.stderr
+    slower = run(tmp_path, "run", "--repo", str(repo), "--commit", shas[2], "--db", db, "--no-report")
+    assert slower.returncode == 0, slower.stderr  # a slowdown is compare's gate, not the run's
+    text = " ".join(slower.stderr.split())
+    assert f"({shas[0][:12]}): 1 regressed" in text and "regressed abkern.bench:bench_work/default" in text
+    assert "3/3 trials" in text and "harness compare" in text

@@ -1,0 +1,42 @@
+"""`harness report --commit SHA`: the chip pages show that commit's runs, not each chip's latest run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from reports.render import chip_page_name
+from testkit.paths import ROOT
+
+EXAMPLES = ROOT / "reports" / "examples"
+H200 = "nvidia-h200-sm90"
+
+
+def harness(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", "from harness.cli.main import main; main()", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def benchmarks(page: Path) -> str:
+    html = page.read_text()
+    table = html[html.index('id="benchmarks"'):]
+    return table[:table.index("</table>")]
+
+
+def test_report_commit_shows_the_full_suite_run_that_a_later_partial_run_hides(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    for bundle in ("h200-62ac157.bundle", "h200-88a6d6f-flash.bundle"):  # the flash-only run is the later one
+        done = harness(tmp_path, "import", "--db", db, str(EXAMPLES / bundle))
+        assert done.returncode == 0, done.stderr
+    latest = harness(tmp_path, "report", "--db", db, "--out", "latest", "--no-change-points")
+    assert latest.returncode == 0, latest.stderr
+    assert "quant_decode" not in benchmarks(tmp_path / "latest" / chip_page_name(H200))
+    chosen = harness(tmp_path, "report", "--db", db, "--out", "full", "--no-change-points", "--commit", "62ac157")
+    assert chosen.returncode == 0, chosen.stderr
+    page = tmp_path / "full" / chip_page_name(H200)
+    assert "quant_decode" in benchmarks(page) and "62ac157" in page.read_text()
+    unknown = harness(tmp_path, "report", "--db", db, "--commit", "0123456789")
+    assert unknown.returncode == 2 and "0123456789" in unknown.stderr and "Traceback" not in unknown.stderr
