@@ -25,7 +25,9 @@ from harness.record.store import Store, open_database
 
 
 def open_store(url: str | None = None, *, must_exist: bool = False) -> Store:
-    """Open (creating and migrating if needed) the database at ``url``, then write its spooled results first.
+    """Open (creating and migrating if needed) the database at ``url``, then write its spooled results first, then
+    finish as "abandoned" the runs whose driver process on this machine died without finishing them
+    (``store.reap_abandoned_runs``): no run stays "running" for good.
 
     ``must_exist``: a reading command's database: a missing SQLite file is refused (one clear error) rather than
     created empty, unless this database has spooled results waiting, which then create it.
@@ -34,6 +36,7 @@ def open_store(url: str | None = None, *, must_exist: bool = False) -> Store:
     opened = open_database(url, must_exist=must_exist and not waiting)
     if spool.folder(opened.url).is_dir():
         drain(opened)
+    store_mod.reap_abandoned_runs(opened)
     return opened
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from harness.core.chip import ChipIdentity
 from harness.core.errors import HarnessError
 from harness.core.job import Job, JobResult, per_test_key
+from harness.core.proc import holder_is_gone, process_identity
 from harness.core.summary import summarize
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, utcnow
 from harness.spec import git
@@ -263,7 +264,8 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
                 commit_row = get_or_create_commit(session, **commit)
                 session.add(Run(id=run_id, commit_id=commit_row.id, chip_id=chip.id, machine_id=machine.id,
                                 suite=suite, dirty=dirty, executor=executor, planned_jobs=planned_jobs,
-                                options=options or {}, branch=commit.get("branch") or ""))
+                                options={**(options or {}), "driver": process_identity()},
+                                branch=commit.get("branch") or ""))
             break
         except IntegrityError:
             # Another writer (a cluster driver's other chip, another run) created the same chip, machine or
@@ -517,9 +519,25 @@ def stored_run(store: Store, run_id: str) -> StoredRun | None:
 
 
 def reopen_run(store: Store, run_id: str) -> None:
-    """Mark a stored run as running again (``harness run --resume``)."""
+    """Mark a stored run as running again (``harness run --resume``), held by this process now."""
     with store.session() as session:
-        session.get(Run, run_id).status = "running"
+        run = session.get(Run, run_id)
+        run.status, run.finished_at = "running", None
+        run.options = {**(run.options or {}), "driver": process_identity()}
+
+
+ABANDONED = "abandoned"  # a run whose driver process died without finishing it (SIGKILL, a crash, power loss)
+
+
+def reap_abandoned_runs(store: Store) -> list[str]:
+    """Finish as "abandoned" (with the time it was found) every "running" run whose driver was a process of this
+    machine that no longer runs; a run driven from another machine is left alone (nothing here can tell)."""
+    with store.session() as session:
+        running = session.scalars(select(Run).where(Run.status == "running")).all()
+        gone = [run for run in running if holder_is_gone((run.options or {}).get("driver") or {})]
+        for run in gone:
+            run.status, run.finished_at = ABANDONED, utcnow()
+        return [run.id for run in gone]
 
 
 def finish_run(store: Store, run_id: str, status: str) -> None:

@@ -56,3 +56,21 @@ def test_exclusive_lock_serialises_holders(tmp_path):
     for thread in threads:
         thread.join()
     assert order in (["a+", "a-", "b+", "b-"], ["b+", "b-", "a+", "a-"])
+
+
+def test_a_holder_is_gone_only_when_its_process_on_this_machine_has_ended():
+    import subprocess
+    import sys
+
+    from harness.core.proc import holder_is_gone, process_identity
+
+    assert not holder_is_gone(process_identity())  # this process
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = process_identity(child.pid)
+    assert holder_is_gone({**gone, "start": None})  # no such process any more
+    assert not holder_is_gone({**gone, "host": "another-machine"})  # cannot tell: never declared gone
+    assert not holder_is_gone({})
+    mine = process_identity()
+    if mine["start"] is not None:  # /proc: a recycled pid is told apart by its start time
+        assert holder_is_gone({**mine, "start": int(mine["start"]) - 1})

@@ -151,6 +151,12 @@ def test_a_killed_driver_is_resumed_without_rerunning_or_restoring_finished_jobs
     assert 3 <= len(before) < 8
     [(run_id, status)] = query(url, "select id, status from run")
     assert status == "running"  # the killed driver never finished it
+    # the next harness command on this machine sees that its driver is gone and finishes it as abandoned
+    report = harness(tmp_path, "report", "--db", url, "--out", str(tmp_path / "site"), "--no-change-points")
+    assert report.returncode == 0, report.stderr
+    [(status, finished_at)] = query(url, "select status, finished_at from run")
+    assert status == "abandoned" and finished_at is not None
+    assert "abandoned" in (tmp_path / "site" / "index.html").read_text()
 
     resumed = harness(tmp_path, "run", "--resume", run_id, "--db", url, "--no-report", HARNESS_TEST_SLOW_S="0")
     assert resumed.returncode == 0, resumed.stderr
@@ -159,6 +165,7 @@ def test_a_killed_driver_is_resumed_without_rerunning_or_restoring_finished_jobs
     assert after[:len(before)] == before  # finished jobs neither re-run nor re-stored
     assert_each_job_once(url, 8)
     assert query(url, "select count(*) from run") == [(1,)]
+    assert query(url, "select status from run") == [("complete",)]  # resumed, then finished
 
 
 def test_resume_of_an_unknown_run_is_one_line(tmp_path: Path):
