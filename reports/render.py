@@ -468,7 +468,8 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
                 histories: Mapping[str, Sequence[Any]] | None = None, regressions: Sequence[Any] = (),
                 last: int | None = None, generated_at: str = "",
                 failing_before: Mapping[str, set[str]] | None = None,
-                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None) -> Path:
+                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
+                checks: Mapping[str, str] | None = None) -> Path:
     """Write every page into ``out_dir``; returns the index path.
 
     ``latest``: chip key -> the latest ``RunView`` (with jobs) or None; ``matrix``: a ``VariantMatrix``;
@@ -476,7 +477,8 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
     correctness failures first; ``last``: the histories and regressions cover each chip's last N commits only;
     ``failing_before``: chip key -> the job keys that failed correctness in the run before its latest (a failing
     test not among them is shown as new); ``noise``: chip key -> (kernel, variant, dtype, shape_key) -> that
-    series' noise meter (``NoiseRow``: between trials, between runs, detectable change).
+    series' noise meter (``NoiseRow``: between trials, between runs, detectable change); ``checks``: correctness
+    check name -> what it verifies, in one line.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -507,7 +509,12 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
         at_latest = [(i, r) for i, r in chip_regs if run and r.head_sha == run.sha]
         summary[chip["key"]] = {"correctness": correctness_counts(jobs), "regressions": at_latest,
                                 "all_regressions": chip_regs}
+        verdicts = {(c.kernel, c.dtype, c.shape_key, c.variant): c for c in (matrix.cells if matrix else ())
+                    if c.chip == chip["key"]}
+        winners = {(b.kernel, b.dtype, b.shape_key): b.variant for b in (matrix.best if matrix else ())
+                   if b.chip == chip["key"] and b.evidence is not None}
         write(chip_page_name(chip["key"]), "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
+              verdicts=verdicts, winners=winners, checks=checks or {},
               correctness_tables=correctness_tables(jobs, baselines), cell_title=cell_title,
               correctness=[j for j in jobs if j["kind"] == "correctness"],
               failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],

@@ -86,9 +86,22 @@ def _failing_before(store: Store, run: query.RunView | None) -> set[str]:
     return {row.key for row in query.correctness_failures(store, [previous])} if previous else set()
 
 
+def check_descriptions() -> dict[str, str]:
+    """Each registered correctness check's name -> the first sentence of its docstring (what it verifies)."""
+    from kernels import REGISTRY  # loads mlx: only when a report is rendered
+
+    found: dict[str, str] = {}
+    for kernel in REGISTRY.values():
+        for name, check in kernel.checks.items():
+            doc = " ".join((check.__doc__ or "").strip().split("\n\n")[0].split())
+            found.setdefault(name, doc)
+    return found
+
+
 def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR) -> Path:
     start = time.perf_counter()
     index = render_site(out_dir, data.chips, data.latest, data.baselines, data.db_label, matrix=data.matrix,
+                        checks=check_descriptions(),
                         failing_before=data.failing_before,
                         histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
                         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))

@@ -180,8 +180,16 @@ def test_chip_page_has_identity_peaks_correctness_matrix_and_benchmarks(site):
     assert "Between trials" in benchmarks and "Between runs" in benchmarks and "Detects" in benchmarks
     assert "in 3 trials" in benchmarks and re.search(r'class="num noise">\d+\.\d%</td>', benchmarks)
     assert re.search(r'class="num noise">\d+\.\d% <span class="muted">\(\d+ runs\)</span>', benchmarks)
+    assert 'id="cell-legend"' in html and "max |error|" in html  # the number in a cell is named
+    checks = html[html.index('<dl id="checks">'):html.index("</dl>")]
+    assert "<dt>reference</dt>" in checks and "float64 reference" in checks  # each check explained in one line
     apple = read(site, chip_page_name(APPLE.key))
     assert 'class="cell failed"' in apple and "&lt;script&gt;" in apple
+    # the variant that wins outright (trial-level verdict of the matrix) is starred, each variant's verdict shown
+    variants = apple[apple.index('id="variants"'):]
+    variants = variants[:variants.index("</table>")]
+    assert 'winner">★ flash_bq8_bk16' in variants and '<span class="badge win">win</span>' in variants
+    assert '<span class="badge lose">lose</span>' in read(site, chip_page_name(NVIDIA.key))
 
 
 def test_variant_matrix_lists_the_divergent_variant_first(site):
