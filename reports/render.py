@@ -210,6 +210,28 @@ def correctness_counts(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 
 
 @dataclass
+class SkippedGroup:
+    """The benchmark jobs of a run skipped for one reason, shown as one line."""
+
+    reason: str
+    jobs: list[Mapping[str, Any]]
+
+    @property
+    def variants(self) -> list[str]:
+        return sorted({str(job["variant"]) for job in self.jobs})
+
+
+def skipped_groups(jobs: Iterable[Mapping[str, Any]]) -> list[SkippedGroup]:
+    """Skipped benchmark jobs grouped by their reason (e.g. "CUDA not available"), largest group first."""
+    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for job in jobs:
+        if job["kind"] == "benchmark" and job["status"] == "skipped":
+            groups[first_line(job["detail"], 200) or "no reason given"].append(job)
+    return sorted((SkippedGroup(reason, members) for reason, members in groups.items()),
+                  key=lambda group: (-len(group.jobs), group.reason))
+
+
+@dataclass
 class Selection:
     """One pytest selection of a run: its own job and its distinct tests' outcomes."""
 
@@ -518,7 +540,8 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
               correctness_tables=correctness_tables(jobs, baselines), cell_title=cell_title,
               correctness=[j for j in jobs if j["kind"] == "correctness"],
               failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
-              benchmarks=[j for j in jobs if j["kind"] == "benchmark"],
+              benchmarks=[j for j in jobs if j["kind"] == "benchmark" and j["status"] != "skipped"],
+              skipped_benchmarks=skipped_groups(jobs),
               noise=(noise or {}).get(chip["key"], {}),
               calibration=[j for j in jobs if j["kind"] == "calibration"],
               variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []),

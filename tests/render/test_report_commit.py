@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,14 @@ def test_report_commit_shows_the_full_suite_run_that_a_later_partial_run_hides(t
     assert "quant_decode" in benchmarks(page) and "62ac157" in page.read_text()
     unknown = harness(tmp_path, "report", "--db", db, "--commit", "0123456789")
     assert unknown.returncode == 2 and "0123456789" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_skipped_benchmarks_collapse_into_one_line_per_reason(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    assert harness(tmp_path, "import", "--db", db, str(EXAMPLES / "h200-62ac157.bundle")).returncode == 0
+    done = harness(tmp_path, "report", "--db", db, "--out", "site", "--no-change-points")
+    assert done.returncode == 0, done.stderr
+    table = benchmarks(tmp_path / "site" / chip_page_name(H200))
+    groups = re.findall(r'<tr class="skipped-group"><td colspan="5" class="skipped">(\d+) skipped: ([^<]*)</td>', table)
+    assert groups and sum(int(n) for n, _ in groups) > 1 and len(groups) < sum(int(n) for n, _ in groups)
+    assert '<td class="skipped">skipped' not in table  # no row per skipped job
