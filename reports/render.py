@@ -222,11 +222,13 @@ class SkippedGroup:
 
 
 def skipped_groups(jobs: Iterable[Mapping[str, Any]]) -> list[SkippedGroup]:
-    """Skipped benchmark jobs grouped by their reason (e.g. "CUDA not available"), largest group first."""
+    """Skipped benchmark jobs grouped by their reason (e.g. "CUDA not available"; a reason that names the job's own
+    variant is read with "the variant" in its place), largest group first."""
     groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for job in jobs:
         if job["kind"] == "benchmark" and job["status"] == "skipped":
-            groups[first_line(job["detail"], 200) or "no reason given"].append(job)
+            reason = first_line(job["detail"], 200).replace(f"variant {job['variant']} ", "the variant ")
+            groups[reason or "no reason given"].append(job)
     return sorted((SkippedGroup(reason, members) for reason, members in groups.items()),
                   key=lambda group: (-len(group.jobs), group.reason))
 
