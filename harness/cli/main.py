@@ -34,11 +34,16 @@ def main() -> None:
     except KeyboardInterrupt:
         console.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the like
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
+    except Exception as exc:  # click's usage errors and the like
+        if is_usage_error(exc):
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        if isinstance(exc, click.exceptions.Abort | typer.Abort):
             sys.exit(130)
         raise
+
+
+def is_usage_error(exc: BaseException) -> bool:
+    """A click usage error (missing argument, unknown option, bad value): it shows itself, with its exit status.
+    Duck-typed, because typer >= 0.20 raises those of its own vendored copy of click, not ``click.ClickException``."""
+    return callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int)

@@ -111,3 +111,15 @@ def test_debug_shows_the_traceback(tmp_path: Path):
     args, _ = setup_case("unknown-kernel", tmp_path)
     done = harness(tmp_path, "--debug", *args)
     assert done.returncode != 0 and "Traceback" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["compare"], "Missing argument"),
+    (["run", "--nosuch"], "No such option"),
+    (["node", "join", "10.0.0.5:6380"], "Missing option"),
+    (["bisect", "--max-runs", "lots"], "Invalid value"),
+])
+def test_usage_errors_say_what_is_wrong_with_exit_2_and_no_traceback(tmp_path, args, message):
+    done = harness(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
