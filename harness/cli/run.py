@@ -230,7 +230,7 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
     """What the run changed: its benchmarks against the previous run on this chip (the nearest ancestor's,
     ``query.previous_run_id``), as `harness compare` judges them, and the variants that win outright."""
     from harness.analysis.compare import compare  # loads scipy: only once a run has finished
-    from harness.analysis.variants import variant_matrix
+    from harness.analysis.variants import variant_matrix  # loads scipy, as the line above
 
     db_store = outbox.open_store(db_url)
     try:
