@@ -39,10 +39,11 @@ from ray.experimental import internal_kv  # the cluster's key-value store (GCS):
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from harness.core import chip as chip_id
+from harness.core import defaults
 from harness.core.chip import ChipIdentity, validate_key
 from harness.core.errors import HarnessError
 from harness.core.job import PHASES, Job, JobResult, KernelJob, job_from_dict
-from harness.execute.local import OnResult, run_in_subprocess
+from harness.execute.local import OnResult, batches, run_batch, run_in_subprocess
 from harness.spec import git
 
 CHIP_LABEL = "chip"  # Ray node label key (label keys cannot contain ':')
@@ -145,6 +146,31 @@ def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_t
     return {"result": result.to_dict(), "node": node, "host": socket.gethostname(), "sha": head}
 
 
+def run_jobs_on_node(jobs_json: list[str], repo: str | None, sha: str | None, checkout_timeout_s: float,
+                     attempt_key: str = "") -> list[dict]:
+    """The Ray task body of a batch (one round's benchmark jobs): check the commit out once, run the jobs in one job
+    process (a crash re-runs the rest alone: ``harness.execute.local.run_batch``), return each result and where."""
+    node = _node_id()
+    _started_on(attempt_key, node)
+    os.environ[NODE_ENV] = node
+    tree, head = _tree_for(repo, sha, checkout_timeout_s)
+    jobs = []
+    for data in jobs_json:
+        job = job_from_dict(json.loads(data))
+        if tree and isinstance(job, KernelJob) and job.plugin_dir and not os.path.isabs(job.plugin_dir):
+            job = replace(job, plugin_dir=os.path.join(tree, job.plugin_dir))
+        jobs.append(job)
+    payloads: list[dict] = []
+
+    def collect(job: Job, result: JobResult) -> None:
+        result.node = node
+        payloads.append({"unit": job.unit, "result": result.to_dict(), "node": node, "host": socket.gethostname(),
+                         "sha": head})
+
+    run_batch(jobs, collect, tree)
+    return payloads
+
+
 def probe_node(chip: str, repo: str | None, sha: str | None, checkout_timeout_s: float) -> dict:
     """The node's chip identity (its label as the key) and host facts; with a repo, the commit checked out."""
     ident = chip_id.detect(override_key=chip)
@@ -153,6 +179,7 @@ def probe_node(chip: str, repo: str | None, sha: str | None, checkout_timeout_s:
 
 
 _run_job_task = ray.remote(num_cpus=0, max_retries=0)(run_job_on_node)
+_run_batch_task = ray.remote(num_cpus=0, max_retries=0)(run_jobs_on_node)
 _probe_task = ray.remote(num_cpus=0, max_retries=0)(probe_node)
 
 
@@ -164,6 +191,11 @@ class _Attempt:
     job: Job
     number: int
     node: str = ""  # the node the previous attempt ran on (a lost job records the last node it ran on)
+    batch: tuple[Job, ...] = ()  # one round's benchmark jobs run in one task and job process (``job`` the first)
+
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        return self.batch or (self.job,)
 
 
 def _slot(parallel: int) -> float:
@@ -299,12 +331,18 @@ class RayExecutor:
         selector = {CHIP_LABEL: self.chip}
         if self.dead:
             selector[NODE_ID_LABEL] = f"!in({','.join(sorted(self.dead))})"
+        if attempt.batch:
+            return _run_batch_task.options(label_selector=selector, resources={NODE_RESOURCE: share},
+                                           name=f"harness-batch:{attempt.job.unit}"[:200]).remote(
+                [job.to_json() for job in attempt.batch], self.repo, self.sha, self.checkout_timeout_s,
+                self._attempt_key(attempt))
         return _run_job_task.options(label_selector=selector, resources={NODE_RESOURCE: share},
                                      name=f"harness:{attempt.job.unit}"[:200]).remote(
             attempt.job.to_json(), self.repo, self.sha, self.checkout_timeout_s, self._attempt_key(attempt))
 
     def _dispatch(self, jobs: list[Job], share: float, per_node: int, on_result: OnResult, deadline: float) -> None:
-        queue = deque(_Attempt(job, 1) for job in jobs)
+        queue = deque(_Attempt(group[0], 1, batch=tuple(group) if len(group) > 1 else ())
+                      for group in batches(jobs, defaults.ROUND_BATCH))  # a round's benchmark jobs: one process
         inflight: dict[ray.ObjectRef, _Attempt] = {}
         while queue or inflight:
             if self.stop is not None and self.stop.is_set():
@@ -327,13 +365,13 @@ class RayExecutor:
 
     def _collect(self, ref: ray.ObjectRef, attempt: _Attempt, queue: deque, on_result: OnResult,
                  retry: bool = True) -> None:
-        job = attempt.job
         try:
-            payload = ray.get(ref, timeout=GET_TIMEOUT_S)
+            got = ray.get(ref, timeout=GET_TIMEOUT_S)
         except RayTaskError as exc:  # our code raised on a healthy node: e.g. the checkout refused the tree
             cause = exc.cause if getattr(exc, "cause", None) else exc
-            on_result(job, JobResult(job.key, "crashed", f"node could not run the job: {_error_line(cause)}",
-                                     attempts=attempt.number))
+            for job in attempt.jobs:
+                on_result(job, JobResult(job.key, "crashed", f"node could not run the job: {_error_line(cause)}",
+                                         attempts=attempt.number))
             return
         except (RayError, GetTimeoutError) as exc:  # the node or its worker died, or the result is unreachable
             match = NODE_IN_MESSAGE.search(str(exc))
@@ -343,19 +381,26 @@ class RayExecutor:
             reason = f"node {node[:12] or '?'} failed mid-job ({_error_line(exc)})"
             live = self.live_nodes()
             if retry and attempt.number < self.max_attempts and live:
-                self.log(f"{job.key}: {reason}; re-running on another node of chip {self.chip} "
+                self.log(f"{attempt.job.key}{' and the rest of its batch' if attempt.batch else ''}: {reason}; "
+                         f"re-running on another node of chip {self.chip} "
                          f"(attempt {attempt.number + 1} of {self.max_attempts})")
-                queue.appendleft(_Attempt(job, attempt.number + 1, node))
+                queue.appendleft(_Attempt(attempt.job, attempt.number + 1, node, attempt.batch))
                 return
             why = (f"no other live node of chip {self.chip}" if not live
                    else f"gave up after {attempt.number} attempt(s)")
-            on_result(job, JobResult(job.key, "lost", f"{reason}; {why}", node=node, attempts=attempt.number))
+            for job in attempt.jobs:
+                on_result(job, JobResult(job.key, "lost", f"{reason}; {why}", node=node, attempts=attempt.number))
             return
+        payloads = {payload["unit"]: payload for payload in got} if attempt.batch else {attempt.job.unit: got}
+        for job in attempt.jobs:
+            self._report(job, payloads[job.unit], attempt.number, on_result)
+
+    def _report(self, job: Job, payload: dict, number: int, on_result: OnResult) -> None:
         result = JobResult.from_dict(payload["result"])
-        result.node, result.attempts = payload["node"], attempt.number
+        result.node, result.attempts = payload["node"], number
         if self.sha and payload.get("sha") != self.sha:
             result = JobResult(job.key, "crashed", f"node ran {payload.get('sha')} instead of {self.sha}",
-                               node=payload["node"], attempts=attempt.number)
+                               node=payload["node"], attempts=number)
         on_result(job, result)
 
     def _give_up(self, inflight: dict, queue: deque, why: str, on_result: OnResult) -> None:
@@ -365,13 +410,14 @@ class RayExecutor:
                 self._collect(ref, inflight.pop(ref), queue, on_result, retry=False)
         for ref, attempt in list(inflight.items()):
             _cancel(ref)
-            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, node=self._ran_on(attempt),
-                                             attempts=attempt.number))
+            node = self._ran_on(attempt)
+            for job in attempt.jobs:
+                on_result(job, JobResult(job.key, "lost", why, node=node, attempts=attempt.number))
         inflight.clear()
         while queue:  # never started again: the node of its last attempt, if it had one
             attempt = queue.popleft()
-            on_result(attempt.job, JobResult(attempt.job.key, "lost", why, node=attempt.node,
-                                             attempts=attempt.number - 1))
+            for job in attempt.jobs:
+                on_result(job, JobResult(job.key, "lost", why, node=attempt.node, attempts=attempt.number - 1))
 
     def _cancel(self, inflight: dict) -> None:
         for ref in inflight:

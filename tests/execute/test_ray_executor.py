@@ -218,3 +218,30 @@ def test_harness_run_executor_ray_from_a_shell(ray_cluster, remote_repo, tmp_pat
                                     "--db", f"sqlite:///{tmp_path / 'r.db'}", "--no-report"])
     assert done.exit_code == 0, done.output
     assert f"on tiny-b at {sha[:12]}: 2 passed, 0 failed" in " ".join(done.output.split())
+
+
+def test_a_rounds_benchmark_jobs_run_as_one_batch_task_and_each_result_comes_back(ray_cluster, monkeypatch):
+    """As locally (harness.execute.local.run_batch): the benchmark jobs of one trial round share a task and a job
+    process on the node, and every job's result is reported on its own."""
+    from harness.core.job import KernelJob
+    from harness.execute import ray_executor
+    from harness.execute.ray_executor import RayExecutor
+    from harness.spec.plan import plan_trials
+
+    submitted: list[str] = []
+    real = ray_executor._run_batch_task
+
+    class Counting:  # the driver's handle on the batch task, counting what it submits
+        def options(self, **kwargs):
+            submitted.append(kwargs["name"])
+            return real.options(**kwargs)
+
+    monkeypatch.setattr(ray_executor, "_run_batch_task", Counting())
+    timing = {"trials": 2, "warmup_s": 0.0, "warmup_calls": 1, "min_sample_s": 0.001, "samples": 3}
+    jobs = plan_trials([KernelJob.of("benchmark", "flash_prefill", "sdpa", {"B": 1, "H": 1, "S": s, "D": 32},
+                                     "float32", name="b", timing=timing) for s in (16, 32)], seed=3)
+    results: dict[str, JobResult] = {}
+    RayExecutor("tiny-e").execute(jobs, lambda job, result: results.setdefault(job.unit, result))
+    assert set(results) == {job.unit for job in jobs} and len(results) == 4
+    assert all(r.status == "passed" and len(r.samples) == 3 and r.node in nodes_of("tiny-e") for r in results.values())
+    assert submitted == [f"harness-batch:{jobs[0].unit}", f"harness-batch:{jobs[2].unit}"]  # one task per round
