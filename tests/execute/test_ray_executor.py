@@ -241,7 +241,8 @@ def test_a_rounds_benchmark_jobs_run_as_one_batch_task_and_each_result_comes_bac
     jobs = plan_trials([KernelJob.of("benchmark", "flash_prefill", "sdpa", {"B": 1, "H": 1, "S": s, "D": 32},
                                      "float32", name="b", timing=timing) for s in (16, 32)], seed=3)
     results: dict[str, JobResult] = {}
-    RayExecutor("tiny-e").execute(jobs, lambda job, result: results.setdefault(job.unit, result))
+    chip = sorted(ray_executor.live_chips())[0]  # any chip still alive (other tests of this module kill nodes)
+    RayExecutor(chip).execute(jobs, lambda job, result: results.setdefault(job.unit, result))
     assert set(results) == {job.unit for job in jobs} and len(results) == 4
-    assert all(r.status == "passed" and len(r.samples) == 3 and r.node in nodes_of("tiny-e") for r in results.values())
+    assert all(r.status == "passed" and len(r.samples) == 3 and r.node in nodes_of(chip) for r in results.values())
     assert submitted == [f"harness-batch:{jobs[0].unit}", f"harness-batch:{jobs[2].unit}"]  # one task per round
