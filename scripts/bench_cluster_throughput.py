@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from testkit.e2e import commit, copy_checkout  # noqa: E402
 from testkit.ray import free_port  # noqa: E402
+from testkit.suites import benchmark_sections  # noqa: E402
 
 CHIP = "bench-throughput"
 
@@ -35,28 +35,6 @@ CHIP = "bench-throughput"
 def harness(cwd: Path, env: dict[str, str], *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", "from harness.cli.main import main; main()", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), "-c", "user.email=b@example.com", "-c", "user.name=B", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
-
-
-def copy_as_repo(folder: Path) -> str:
-    """This checkout's files (committed or not) as a fresh repository with one commit; its sha."""
-    for name in git(ROOT, "ls-files", "-co", "--exclude-standard").splitlines():
-        if (ROOT / name).is_file():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, folder / name)
-    git(folder, "init", "-q")
-    git(folder, "add", "-A")
-    git(folder, "commit", "-qm", "throughput")
-    return git(folder, "rev-parse", "HEAD")
-
-
-def benchmark_sections(text: str) -> str:
-    header, *sections = re.split(r"(?m)^(?=\[\[)", text)
-    return header + "".join(s for s in sections if s.startswith("[[benchmark]]"))
 
 
 def timed(what: str, call) -> tuple[float, subprocess.CompletedProcess]:
@@ -89,12 +67,10 @@ def main() -> int:
         suite = args.suite
         if not (ROOT / args.suite).is_file():
             parser.error(f"no suite {args.suite} in {ROOT}")
-        sha = copy_as_repo(repo)
+        sha = copy_checkout(repo, "throughput")
         if args.benchmarks_only:
-            (repo / "bench-only.toml").write_text(benchmark_sections((repo / args.suite).read_text()))
-            git(repo, "add", "-A")
-            git(repo, "commit", "-qm", "benchmarks only")
-            sha, suite = git(repo, "rev-parse", "HEAD"), "bench-only.toml"
+            suite = "bench-only.toml"
+            sha = commit(repo, {suite: benchmark_sections((repo / args.suite).read_text())}, "benchmarks only")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(work / "cache"),
                "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
         local_db = work / "local.db"

@@ -45,7 +45,6 @@ import math
 import multiprocessing
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -62,6 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.core import stats, trials  # noqa: E402
+from testkit.e2e import copy_checkout, git  # noqa: E402
+from testkit.suites import benchmark_sections  # noqa: E402
 
 Array = npt.NDArray[np.float64]
 TrialPair = tuple[list[Array], list[Array]]
@@ -392,37 +393,10 @@ def section_b(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------
 
 
-def benchmark_suite(text: str) -> str:
-    """The header ([suite], [timing], [calibration.*]) and every [[benchmark]] section of a suite document."""
-    header, *sections = re.split(r"(?m)^(?=\[\[)", text)
-    kept = [header] + [section for section in sections if section.startswith("[[benchmark]]")]
-    return "".join(part.split("\n# ---- ")[0] + "\n" for part in kept).replace('name = "builtin"',
-                                                                            'name = "builtin-benchmarks"', 1)
-
-
 def _harness(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "HARNESS_CACHE": str(cwd / "cache")}
     code = "from harness.cli.main import main; main()"
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True)
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _copy_as_repo(folder: Path) -> tuple[str, str]:
-    """This checkout's files (committed or not) as a fresh repository: the base commit, then an empty head commit."""
-    files = _git(ROOT, "ls-files", "-co", "--exclude-standard").splitlines()
-    for name in files:
-        if (ROOT / name).is_file():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, folder / name)
-    _git(folder, "init", "-q")
-    _git(folder, "-c", "user.email=v@example.com", "-c", "user.name=V", "add", "-A")
-    _git(folder, "-c", "user.email=v@example.com", "-c", "user.name=V", "commit", "-qm", "base")
-    base = _git(folder, "rev-parse", "HEAD")
-    _git(folder, "-c", "user.email=v@example.com", "-c", "user.name=V", "commit", "-q", "--allow-empty", "-m", "head")
-    return base, _git(folder, "rev-parse", "HEAD")
 
 
 def _burn(stop: float, seed: int) -> None:
@@ -460,9 +434,11 @@ def section_c(args: argparse.Namespace) -> None:
         folder = Path(scratch)
         repo = folder / "repo"
         repo.mkdir()
-        base, head = _copy_as_repo(repo)
+        base = copy_checkout(repo, "base")
+        git(repo, "commit", "-q", "--allow-empty", "-m", "head: nothing changed")
+        head = git(repo, "rev-parse", "HEAD")
         suite = folder / "benchmarks.toml"
-        suite.write_text(benchmark_suite((ROOT / "jobs" / "builtin.toml").read_text()))
+        suite.write_text(benchmark_sections((ROOT / "jobs" / "builtin.toml").read_text()))
         db_url = f"sqlite:///{folder / 'cpu.db'}"
         burners = []
         if args.cpu_load:

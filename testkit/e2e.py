@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -48,6 +49,16 @@ def harness(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproc
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def copy_checkout(folder: Path, message: str = "checkout") -> str:
+    """This checkout's files as git sees them (committed or not, ignored ones left out) copied into ``folder`` as a
+    fresh repository with one commit; its sha. What the scripts run real `harness run`s of, at chosen commits."""
+    for name in git(ROOT, "ls-files", "-co", "--exclude-standard").splitlines():
+        if (ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+    return new_repo(folder, {}, message)
 
 
 def new_repo(path: Path, files: dict[str, str], message: str = "initial") -> str:

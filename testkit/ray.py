@@ -119,6 +119,24 @@ def commit_change(repo: Path, message: str, files: dict[str, str] | None = None)
     return _git(repo, "rev-parse", "HEAD")
 
 
+def sleepy_suite(name: str, shapes: list[tuple[int, int]]) -> str:
+    """A suite of ``sleepy`` no-op jobs of the ray_sched plugin: one per (N, T seconds) shape, committed into a
+    test repository (``commit_change``) to run on a cluster."""
+    listed = ", ".join(f"{{ N = {n}, T = {t} }}" for n, t in shapes)
+    return f"""
+[suite]
+name = "{name}"
+plugins = ["ray_sched_plugin"]
+
+[[correctness]]
+name = "noop"
+kernel = "ray_sched"
+variants = ["sleepy"]
+checks = ["noop"]
+shapes = [{listed}]
+"""
+
+
 def sched_job(variant: str, n: int, **shape) -> KernelJob:
     return KernelJob.of("correctness", "ray_sched", variant, {"N": n, **shape}, "float32", "noop", name="noop",
                         timeout_s=60, plugins=("ray_sched_plugin",), plugin_dir=str(PLUGINS))

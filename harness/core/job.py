@@ -61,8 +61,8 @@ class JobBase(ABC):
 
     @property
     def unit(self) -> str:
-        """What one execution of the job is known by: the key, plus the trial of a benchmark's later trials."""
-        return self.key if self.trial == 0 else f"{self.key}#trial{self.trial}"
+        """What one execution of the job is known by (:func:`unit_key`)."""
+        return unit_key(self.key, self.trial)
 
     @property
     def trials(self) -> int:
@@ -238,6 +238,11 @@ def job_key(kind: str, kernel: str, variant: str, shape: dict[str, int], dtype: 
     if check:
         parts.append(check)
     return "/".join(parts)
+
+
+def unit_key(key: str, trial: int) -> str:
+    """One execution of a job: its key, plus the trial for a benchmark's later trials (trial 0 is the key alone)."""
+    return key if trial == 0 else f"{key}#trial{trial}"
 
 
 KEY_CHARS = 400  # the job key column's width

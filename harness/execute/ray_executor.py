@@ -131,16 +131,21 @@ def _started_on(attempt_key: str, node: str) -> None:
         log.debug("cannot record where %s started", attempt_key, exc_info=True)
 
 
+def _in_tree(job: Job, tree: str | None) -> Job:
+    """The job with its plugin folder (planned relative to the commit's tree) inside this node's checkout."""
+    if tree and isinstance(job, KernelJob) and job.plugin_dir and not os.path.isabs(job.plugin_dir):
+        return replace(job, plugin_dir=os.path.join(tree, job.plugin_dir))
+    return job
+
+
 def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_timeout_s: float,
                     attempt_key: str = "") -> dict:
     """The Ray task body: check the commit out, run one job in its own process, return the result and where."""
     node = _node_id()
     _started_on(attempt_key, node)
     os.environ[NODE_ENV] = node
-    job = job_from_dict(json.loads(job_json))
     tree, head = _tree_for(repo, sha, checkout_timeout_s)
-    if tree and isinstance(job, KernelJob) and job.plugin_dir and not os.path.isabs(job.plugin_dir):
-        job = replace(job, plugin_dir=os.path.join(tree, job.plugin_dir))
+    job = _in_tree(job_from_dict(json.loads(job_json)), tree)
     result = run_in_subprocess(job, tree=tree)
     result.node = node
     return {"result": result.to_dict(), "node": node, "host": socket.gethostname(), "sha": head}
@@ -154,12 +159,7 @@ def run_jobs_on_node(jobs_json: list[str], repo: str | None, sha: str | None, ch
     _started_on(attempt_key, node)
     os.environ[NODE_ENV] = node
     tree, head = _tree_for(repo, sha, checkout_timeout_s)
-    jobs = []
-    for data in jobs_json:
-        job = job_from_dict(json.loads(data))
-        if tree and isinstance(job, KernelJob) and job.plugin_dir and not os.path.isabs(job.plugin_dir):
-            job = replace(job, plugin_dir=os.path.join(tree, job.plugin_dir))
-        jobs.append(job)
+    jobs = [_in_tree(job_from_dict(json.loads(data)), tree) for data in jobs_json]
     payloads: list[dict] = []
 
     def collect(job: Job, result: JobResult) -> None:

@@ -87,7 +87,6 @@ def run_job(job: Job) -> JobResult:
         tail = "".join(traceback.format_exception(exc))[-2000:]
         result = JobResult(job.key, "failed", f"{type(exc).__name__}: {exc}"[:500], output_tail=tail)
     result.duration_s = time.perf_counter() - start
-    result.trial = job.trial
     return result
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from harness.core.chip import ChipIdentity
 from harness.core.errors import HarnessError
-from harness.core.job import Job, JobResult, per_test_key
+from harness.core.job import Job, JobResult, per_test_key, unit_key
 from harness.core.proc import holder_is_gone, process_identity
 from harness.core.summary import summarize
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, utcnow
@@ -498,10 +498,6 @@ class StoredRun:
         return Counter(self.units.values())
 
 
-def _unit(key: str, trial: int) -> str:
-    return key if trial == 0 else f"{key}#trial{trial}"  # as harness.core.job.JobBase.unit
-
-
 def stored_run(store: Store, run_id: str) -> StoredRun | None:
     with store.session() as session:
         run = session.get(Run, run_id)
@@ -513,7 +509,7 @@ def stored_run(store: Store, run_id: str) -> StoredRun | None:
         for job_id, trial in session.execute(select(Sample.job_id, Sample.trial).distinct().join(
                 JobRecord, Sample.job_id == JobRecord.id).where(JobRecord.run_id == run.id)):
             trials.setdefault(job_id, set()).add(trial)
-        units = {_unit(key, trial): status for job_id, key, kind, status in rows if kind != "test"
+        units = {unit_key(key, trial): status for job_id, key, kind, status in rows if kind != "test"
                  for trial in sorted(trials.get(job_id, {0}))}
         return StoredRun(dict(run.options or {}), run.commit.sha, run.chip.key, units, {row.key for row in rows})
 

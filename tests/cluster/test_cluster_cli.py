@@ -19,7 +19,16 @@ from harness.core.errors import HarnessError
 from harness.spec import git
 from testkit.faults import query
 from testkit.faults import wait_for as poll_until
-from testkit.ray import ROOT, commit_change, free_port, make_remote_repo, restore_env, set_env, start_cluster
+from testkit.ray import (
+    ROOT,
+    commit_change,
+    free_port,
+    make_remote_repo,
+    restore_env,
+    set_env,
+    sleepy_suite,
+    start_cluster,
+)
 
 pytestmark = pytest.mark.xdist_group("cluster_cli")
 
@@ -98,18 +107,7 @@ def test_submit_wait_exits_1_when_a_correctness_job_fails(jobs_cluster, tmp_path
     assert query(f"sqlite:///{db}", "select status from job order by status") == [("failed",), ("passed",)]
 
 
-SLOW_SUITE = """
-[suite]
-name = "ray-sched-slow"
-plugins = ["ray_sched_plugin"]
-
-[[correctness]]
-name = "noop"
-kernel = "ray_sched"
-variants = ["sleepy"]
-checks = ["noop"]
-shapes = [{ N = 9, T = 30 }]
-"""
+SLOW_SUITE = sleepy_suite("ray-sched-slow", [(9, 30)])
 
 
 def test_a_stopped_submission_leaves_no_run_running(jobs_cluster, tmp_path):

@@ -24,6 +24,7 @@ from testkit.ray import (
     process_tree,
     restore_env,
     set_env,
+    sleepy_suite,
 )
 
 # Whole clusters of real processes on fixed loopback ports: they run alone, after the parallel suite
@@ -34,6 +35,12 @@ pytestmark = pytest.mark.exclusive
 def harness(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def head_up(port: int, dashboard: int, auth_mode: str) -> subprocess.CompletedProcess:
+    """`harness cluster up` of a loopback head on these ports (its dashboard agent on a free port of its own)."""
+    return harness("cluster", "up", "--port", str(port), "--dashboard-port", str(dashboard), "--auth-mode", auth_mode,
+                   f"--ray-arg=--dashboard-agent-listen-port={free_port()}", timeout=180)
 
 
 def _status(url: str, headers: dict[str, str]) -> int:
@@ -62,8 +69,7 @@ def test_a_token_cluster_of_two_chips_on_loopback_through_the_cli(tmp_path):
     state = tmp_path / "cache" / "cluster"
     launched: list[cl.Launched] = []
     try:
-        up = harness("cluster", "up", "--port", str(port), "--dashboard-port", str(dashboard), "--auth-mode",
-                     "token", f"--ray-arg=--dashboard-agent-listen-port={free_port()}", timeout=180)
+        up = head_up(port, dashboard, "token")
         assert up.returncode == 0, up.stdout + up.stderr
         assert "auth mode token" in up.stdout and "auth token:" in up.stdout
         head = cl.Launched.load(state / f"head-{port}.json")
@@ -139,18 +145,7 @@ def test_a_token_cluster_of_two_chips_on_loopback_through_the_cli(tmp_path):
         restore_env(previous)
 
 
-KILL_SUITE = """
-[suite]
-name = "ray-sched-kill"
-plugins = ["ray_sched_plugin"]
-
-[[correctness]]
-name = "noop"
-kernel = "ray_sched"
-variants = ["sleepy"]
-checks = ["noop"]
-shapes = [{ N = 101, T = 15 }, { N = 102, T = 15 }, { N = 103, T = 15 }, { N = 104, T = 15 }]
-"""
+KILL_SUITE = sleepy_suite("ray-sched-kill", [(101, 15), (102, 15), (103, 15), (104, 15)])
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the raylet among a node's processes in /proc")
@@ -166,8 +161,7 @@ def test_a_node_whose_raylet_is_killed_mid_job_loses_and_doubles_nothing(tmp_pat
     state = tmp_path / "cache" / "cluster"
     launched: list[cl.Launched] = []
     try:
-        up = harness("cluster", "up", "--port", str(port), "--dashboard-port", str(dashboard), "--auth-mode",
-                     "disabled", f"--ray-arg=--dashboard-agent-listen-port={free_port()}", timeout=180)
+        up = head_up(port, dashboard, "disabled")
         assert up.returncode == 0, up.stdout + up.stderr
         launched.append(cl.Launched.load(state / f"head-{port}.json"))
         for _ in range(2):
