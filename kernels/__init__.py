@@ -10,6 +10,7 @@ BUILTIN_MODULES = (
     "kernels.flash_cuda_mma",
     "kernels.calibration",
     "kernels.quant_decode",
+    "kernels.quant_decode_cuda",
     "kernels.q8_0",
     "kernels.compressed_kv",
     "kernels.swiglu",

@@ -42,8 +42,8 @@ GROUP_SIZES = (32, 64)
 SPLITS = (1, 4, 16)
 MAX_S_Q = 4
 
-_DTYPES = {"float32": mx.float32, "float16": mx.float16}
-_ITEMSIZE = {"float32": 4, "float16": 2}
+_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -190,7 +190,7 @@ def np_dequantize(codes: Any, scale: Any, zero: Any, bits: int, group_size: int)
 def quant_error_bound(x: mx.array, bits: int, group_size: int) -> np.ndarray:
     """Per-element bound on ``|x - dequantize(quantize(x))|`` (float64, from x alone).
 
-    Per group, ``L = 2**bits - 1``, ``u`` the unit roundoff of x.dtype (2**-11 fp16,
+    Per group, ``L = 2**bits - 1``, ``u`` the unit roundoff of x.dtype (2**-11 fp16, 2**-8 bf16,
     2**-24 fp32), ``e = 2**-24`` (float32). ``z = min`` is stored exactly (it is one of the
     inputs); the stored scale is ``s = (max - min) / L`` rounded through float32 to x.dtype, so
     ``s <= s_hi = (max - min) / L * (1 + u + 2e) + 2**-25`` (the last term: fp16 subnormals).
@@ -211,7 +211,8 @@ def quant_error_bound(x: mx.array, bits: int, group_size: int) -> np.ndarray:
     d = xs.shape[-1]
     levels = 2**bits - 1
     fp16 = x.dtype == mx.float16
-    u, e = (2.0**-11 if fp16 else 2.0**-24), 2.0**-24
+    u = {mx.float16: 2.0**-11, mx.bfloat16: 2.0**-8}.get(x.dtype, 2.0**-24)
+    e = 2.0**-24
     xg = xs.reshape(xs.shape[:-1] + (d // group_size, group_size))
     lo = xg.min(-1, keepdims=True)
     hi = xg.max(-1, keepdims=True)
@@ -438,7 +439,9 @@ def layers_bytes_moved(shape: Shape, dtype: str) -> float:
 #            split or GQA-mapping bug costs O(0.1..1))
 #   float16: 2.8e-3 (dequant_sdpa: fp16 K/V, fp16 scores, and half an fp16 ulp of |out| in
 #            [4, 8) is 2e-3; the fused splits compute in float32: 9.8e-4) -> 8e-3 (~3x)
-TOLERANCE = {"float32": 2e-5, "float16": 8e-3}
+#   bfloat16: 1.7e-2 (dequant_sdpa; half a bf16 ulp of |out| in [4, 8) is 1.6e-2; the fused splits
+#            7.8e-3; 384 cases: bits x group x GQA x S_q x S_kv {7, 33, 257} x B {1, 4} x 2 seeds) -> 4e-2
+TOLERANCE = {"float32": 2e-5, "float16": 8e-3, "bfloat16": 4e-2}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -613,6 +616,7 @@ QUANT_DECODE = register(
         make_inputs=make_inputs,
         reference=reference,
         tolerance=TOLERANCE,
+        dtypes=tuple(_DTYPES),
         flops=flops,
         bytes_moved=bytes_moved,
         checks={"batch_rows": check_batch_rows, "causal_tail": check_causal_tail},
@@ -644,6 +648,7 @@ QUANT_DECODE_LAYERS = register(
         make_inputs=make_layers_inputs,
         reference=reference,
         tolerance=TOLERANCE,
+        dtypes=tuple(_DTYPES),
         flops=layers_flops,
         bytes_moved=layers_bytes_moved,
         checks={

@@ -12,7 +12,7 @@ from kernels import REGISTRY, Variant
 from kernels import quant_decode as qd
 from kernels.base import max_abs_error, run_variant
 
-DTYPES = ("float32", "float16")
+DTYPES = ("float32", "float16", "bfloat16")
 KERNEL = REGISTRY["quant_decode"]
 LAYERS = REGISTRY["quant_decode_layers"]
 
@@ -41,7 +41,8 @@ def _assert_all_pass(results):
 
 def test_registered_with_baselines():
     assert KERNEL.default_variant == "dequant_sdpa"
-    assert set(KERNEL.variants) == {"dequant_sdpa", "fused_split1", "fused_split4", "fused_split16"}
+    assert set(KERNEL.variants) == {"dequant_sdpa", "fused_split1", "fused_split4", "fused_split16", "cuda_split1",
+                                    "cuda_splitk"}
     assert {"reference", "batch_rows", "causal_tail"} <= set(KERNEL.checks)
     assert LAYERS.default_variant == "loop"
     assert {"loop", "batched"} <= set(LAYERS.variants)
@@ -97,7 +98,7 @@ def test_roofline_scales_with_batch_and_bits():
 @pytest.mark.parametrize("group", (32, 64))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_quantize_layout_and_error_bound(bits, group, dtype):
-    dt = {"float32": mx.float32, "float16": mx.float16}[dtype]
+    dt = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}[dtype]
     x = (mx.random.normal((3, 5, 128), key=mx.random.key(1)) * 3).astype(dt)
     codes, scale, zero = qd.quantize(x, bits, group)
     assert codes.dtype == mx.uint8 and codes.shape == (3, 5, 128 * bits // 8)
@@ -110,7 +111,8 @@ def test_quantize_layout_and_error_bound(bits, group, dtype):
     err = np.abs(qd.to_numpy(x) - qd.to_numpy(deq))
     bound = qd.quant_error_bound(x, bits, group)
     assert np.all(err <= bound)
-    assert err.max() > 0.3 * bound.max()  # the bound is not vacuous
+    # the bound is not vacuous (bf16 8-bit: its clip term, range * u, is rarely reached: 0.25 of the bound seen)
+    assert err.max() > (0.2 if dtype == "bfloat16" else 0.3) * bound.max()
 
 
 def test_pack_unpack_roundtrip():
@@ -132,10 +134,15 @@ def test_constant_group_is_exact():
 # ----------------------------------------------------------------------------- variants
 
 
+def runnable(kernel):
+    """The variants that run here (the CUDA source variants are tested in test_kernels_quant_decode_cuda.py)."""
+    return [v for v in kernel.variants.values() if v.requires() is None]
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_variant_passes_every_check(shape, dtype):
-    for variant in KERNEL.variants.values():
+    for variant in runnable(KERNEL):
         _assert_all_pass(_all_checks(KERNEL, variant, shape, dtype))
 
 
@@ -143,7 +150,7 @@ def test_every_variant_passes_every_check(shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_batched_requests_each_row_correct(b, dtype):
     shape = dict(B=b, H_q=4, H_kv=1, S_q=1, S_kv=19, D=32, bits=4, group=32)
-    for variant in KERNEL.variants.values():
+    for variant in runnable(KERNEL):
         res = KERNEL.checks["batch_rows"](KERNEL, variant, shape, dtype)
         assert res.passed, (variant.name, res.detail)
 
@@ -151,7 +158,7 @@ def test_batched_requests_each_row_correct(b, dtype):
 def test_splits_change_the_schedule_not_the_result():
     shape = dict(B=1, H_q=2, H_kv=1, S_q=2, S_kv=33, D=32, bits=8, group=32)
     inputs = KERNEL.make_inputs(shape, "float32", 0)
-    outs = {n: np.array(run_variant(v, inputs)) for n, v in KERNEL.variants.items()}
+    outs = {v.name: np.array(run_variant(v, inputs)) for v in runnable(KERNEL)}
     assert len({o.tobytes() for o in outs.values()}) > 1  # really different op orders
     for o in outs.values():
         assert np.max(np.abs(o - outs["dequant_sdpa"])) < KERNEL.tolerance["float32"]
@@ -236,7 +243,7 @@ def test_layer_parity_bit_identical(nl, dtype):
     if nl == 4:
         shapes.append({**LAYER_BASE, "NL": nl, "B": 2, "S_q": 3, "S_kv": 20, "bits": 8, "group": 32})
     for shape in shapes:
-        for variant in LAYERS.variants.values():
+        for variant in runnable(LAYERS):
             res = LAYERS.checks["layer_parity"](LAYERS, variant, shape, dtype)
             assert res.passed and res.max_error == 0.0, (variant.name, res.detail)
 
@@ -244,7 +251,7 @@ def test_layer_parity_bit_identical(nl, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layer_variants_pass_every_check(dtype):
     shape = {**LAYER_BASE, "NL": 4, "H_q": 4, "S_q": 2, "S_kv": 7}
-    for variant in LAYERS.variants.values():
+    for variant in runnable(LAYERS):
         _assert_all_pass(_all_checks(LAYERS, variant, shape, dtype))
 
 

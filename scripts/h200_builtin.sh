@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The built-in suite on the lent H200, in steps that each fit one device call (the machine keeps $WORK while warm):
+#   h200_builtin.sh checks   -- the CUDA decode kernels' checks and speed (scripts/gpu_decode_bench.py --quick) and
+#                               the wgmma/TMA compile probe (scripts/cuda_wgmma_probe.py), into $OUT
+#   h200_builtin.sh run      -- copy this tree into a fresh git repository ($WORK/repo, one commit), time
+#                               `harness run` of jobs/builtin.toml there (stops itself after $LIMIT s, default 540),
+#                               then export the run (complete or not) as $OUT/h200-<sha>.bundle with the log
+#   h200_builtin.sh resume   -- `harness run --resume` the same run (a second call when one was not enough), export
+# Needs MLX (source .whlB/setup.sh first) and git.
+set -uo pipefail
+STEP=${1:?usage: h200_builtin.sh checks|run|resume}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=${WORK:-$HOME/h200-builtin}
+OUT=${OUT:-$WORK/out}
+LIMIT=${LIMIT:-540}
+export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HARNESS_CACHE=$WORK/cache PYTHONPATH="$ROOT:${PYTHONPATH:-}"
+export PYTHONUNBUFFERED=1
+DB="sqlite:///$WORK/h200.db"
+harness() { python3 -c "from harness.cli.main import main; main()" "$@"; }
+g() { git -C "$WORK/repo" -c user.email=h200@example.com -c user.name=h200 "$@"; }
+mkdir -p "$WORK" "$OUT"
+
+export_run() {
+  local sha run
+  sha=$(g rev-parse --short=7 HEAD)
+  run=$(python3 -c "
+from harness.record import query
+from harness.record.outbox import open_store
+store = open_store('$DB')
+print(query.latest_run(store, query.chips(store)[0]['key']).id)")  # the run, also when stopped before its end
+  echo "$run" > "$WORK/run.id"
+  harness export --db "$DB" --run "$run" --out "$OUT/h200-$sha.bundle" || echo "export failed"
+  harness noise --db "$DB" > "$OUT/noise.txt" 2>&1 || true
+  cp "$WORK/run.log" "$OUT/$1.log"
+}
+
+timed() {  # $1: label, rest: harness args; wall seconds appended to $OUT/seconds.txt
+  local label=$1 start end status; shift
+  start=$(date +%s.%N)
+  timeout "$LIMIT" python3 -c "from harness.cli.main import main; main()" "$@" 2>&1 | tee -a "$WORK/run.log" \
+    | grep -v '^progress' ; status=${PIPESTATUS[0]}
+  end=$(date +%s.%N)
+  python3 -c "print('$label', f'{$end - $start:.1f} s', 'exit', $status)" | tee -a "$WORK/seconds.txt"
+  cp "$WORK/seconds.txt" "$OUT/"
+}
+
+case "$STEP" in
+  checks)
+    cd "$ROOT"
+    timeout 240 python3 scripts/gpu_decode_bench.py --quick --out "$OUT/h200-decode.json" 2>&1 | tee "$OUT/decode.log"
+    timeout 60 python3 scripts/cuda_wgmma_probe.py --out "$OUT/wgmma-probe.json" 2>&1 | tee "$OUT/wgmma.log"
+    ;;
+  run)
+    rm -rf "$WORK/repo" "$WORK/h200.db" "$WORK/run.log" "$WORK/seconds.txt"
+    mkdir -p "$WORK/repo"
+    (cd "$ROOT" && tar cf - --exclude=./.whlA --exclude=./.whlB --exclude=./.venv --exclude=./.dev --exclude=./.git \
+      --exclude=./harness-out .) | tar xf - -C "$WORK/repo"
+    g init -q && g add -A && g commit -qm "h200 builtin run" || exit 1
+    python3 -c "import mlx.core as mx; print(mx.device_info())"
+    timed run run --repo "$WORK/repo" --db "$DB" --no-report
+    export_run run
+    ;;
+  resume)
+    timed resume run --repo "$WORK/repo" --db "$DB" --no-report --resume "$(cat "$WORK/run.id")"
+    export_run resume
+    ;;
+  *) echo "unknown step $STEP" >&2; exit 2 ;;
+esac
