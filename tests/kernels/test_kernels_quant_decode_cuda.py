@@ -18,6 +18,7 @@ from kernels import quant_decode as qd
 from kernels import quant_decode_cuda as qdc
 from kernels.flash_cuda import STATIC_SMEM_LIMIT
 from testkit import cuda_emulator
+from testkit.paths import ROOT
 
 SINGLE = REGISTRY["quant_decode"]
 LAYERS = REGISTRY["quant_decode_layers"]
@@ -130,3 +131,57 @@ def test_the_batched_launch_is_the_per_layer_launch_bit_for_bit_and_keeps_every_
         for b in range(2):
             one = {k: (a[layer, b : b + 1] if isinstance(a, mx.array) else a) for k, a in inputs.items()}
             assert float(np.max(np.abs(batched[layer, b] - qd.reference(one)[0]))) <= qd.TOLERANCE["float32"]
+
+
+# --- what the H200 recorded (reports/examples/h200-202d829.bundle: the built-in suite with these kernels) ----------
+
+H200_BUNDLE = ROOT / "reports" / "examples" / "h200-202d829.bundle"
+LAYER_CHECKS = {"layer_parity", "layers_differ", "stride_adversarial", "reference"}
+
+
+@pytest.fixture(scope="module")
+def h200_jobs(tmp_path_factory):
+    from sqlalchemy import select
+
+    from harness.record.bundle import import_bundle
+    from harness.record.models import JobRecord
+    from harness.record.outbox import open_store
+
+    db = open_store(f"sqlite:///{tmp_path_factory.mktemp('h200') / 'h200.db'}")
+    try:
+        import_bundle(db, H200_BUNDLE)
+        with db.session() as session:
+            jobs = session.scalars(select(JobRecord).where(JobRecord.kernel.in_(("quant_decode",
+                                                                                 "quant_decode_layers")))).all()
+            session.expunge_all()
+        yield jobs
+    finally:
+        db.close()
+
+
+def test_on_the_h200_every_layer_job_of_the_cuda_kernels_passed_in_every_dtype(h200_jobs):
+    cuda = [j for j in h200_jobs if j.kind == "correctness" and j.variant in {v.name for v in qdc.layers_variants()}]
+    seen = {(j.variant, j.dtype, j.check_name, j.shape["NL"]) for j in cuda}
+    assert all(j.status == "passed" for j in cuda), [(j.variant, j.dtype, j.check_name) for j in cuda
+                                                       if j.status != "passed"]
+    for variant in ("batched_cuda_splitk", "loop_cuda_splitk"):
+        for dtype in ("float32", "float16", "bfloat16"):
+            assert {nl for v, d, c, nl in seen if (v, d, c) == (variant, dtype, "layer_parity")} == {1, 4, 32}
+            assert {c for v, d, c, _ in seen if (v, d) == (variant, dtype)} == LAYER_CHECKS
+    parity = [j for j in cuda if j.check_name == "layer_parity"]
+    assert parity and all(j.max_error == 0.0 for j in parity)  # bit-identical, not merely close
+
+
+def test_on_the_h200_the_mlx_op_batched_variants_are_what_the_parity_check_catches(h200_jobs):
+    failed = {(j.variant, j.dtype) for j in h200_jobs if j.kind == "correctness" and j.status == "failed"}
+    assert failed == {("batched", "float32"), ("batched_fused_split4", "float32"),
+                      ("batched_fused_split4", "float16"), ("batched_fused_split4", "bfloat16")}
+
+
+def test_on_the_h200_the_split_kernel_beats_dequant_sdpa_at_every_batch(h200_jobs):
+    medians = {(j.variant, j.shape_key): j.median_s for j in h200_jobs
+               if j.kind == "benchmark" and j.kernel == "quant_decode" and j.status == "passed"}
+    shapes = {key for _, key in medians}
+    assert {key.split(",")[0] for key in shapes} >= {"B=1", "B=4", "B=32"}
+    for key in shapes:
+        assert medians[("cuda_splitk", key)] < medians[("dequant_sdpa", key)], key
