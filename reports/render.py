@@ -1,12 +1,16 @@
 """Render the static report site from plain data (no ORM, no statistics here).
 
-Pages (all in one folder, relative links only, CSS inlined, no script, nothing fetched):
+Pages (all in one folder, relative links only but for commits' web pages, CSS inlined, nothing fetched; one
+inline script, ``static/tables.js``, sorts and filters tables, allowed by each page's CSP through its hash only):
 
 - ``index.html``: every chip with its latest commit and status, links to everything below;
 - ``chip-<key>.html``: identity, calibrated peaks, correctness matrix, variant comparison, benchmarks;
 - ``variants.html``: the cross-chip variant matrix, divergent variants first;
-- ``history-<kernel>--<chip>.html``: per-series history plots (inline SVG) and the commit table;
+- ``history-<kernel>--<chip>.html``: a plot per (dtype, shape) overlaying the variants (inline SVG, its log-axis
+  layer behind a checkbox) and the commit table; ``histories-<kernel>.html``: the same on every chip, a chip selector;
 - ``regressions.html``: new correctness failures, then confirmed regressions, with their evidence.
+- ``compare-*.html`` and ``samples-*.html``: the evidence path, a compare page per chip and per regression and the
+  raw samples behind them (``reports.evidence``).
 
 Inputs are the plain records of ``harness.record.query`` (chips, runs with jobs) and ``harness.analysis``
 (``VariantMatrix``, ``SeriesHistory``, ``RegressionEvidence``); records are read by attribute, so any object
@@ -16,11 +20,12 @@ with the same fields renders. Templates autoescape everything; the only ``Markup
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
@@ -31,6 +36,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from harness.core.status import CORRECTNESS_KINDS, PASSES, drop_explained_selections, is_code_failure
+from reports import evidence as evidence_pages
 from reports import svg
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -84,6 +90,15 @@ def first_line(text: str | None, limit: int = 90) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
+def breakable(text: Any, after: str = ",") -> Markup:
+    """Escaped text that may wrap only after one of ``after`` (a shape key after its commas, a variant name after
+    "_" too), so a wide table shrinks to the page without cutting ``S_q=2048`` in two."""
+    escaped = str(escape(str(text)))
+    for char in after:
+        escaped = escaped.replace(char, char + "<wbr>")
+    return Markup(escaped)
+
+
 def fmt_ratio_ci(ratio: float | None, low: float | None, high: float | None) -> str:
     if ratio is None or not math.isfinite(ratio):
         return "–"
@@ -123,7 +138,19 @@ def environment() -> Environment:
                        p=fmt_p, when=fmt_when, first_line=first_line, ratio_ci=fmt_ratio_ci,
                        anchor=commit_anchor)
     env.globals.update(history_page=history_page_name)
+    env.filters["breakable"] = breakable  # shape keys and variant names in wide tables
+    env.globals.update(page_script())  # the tables' script and its CSP source (base.html.j2)
     return env
+
+
+def page_script() -> dict[str, Any]:
+    """The one inline script of every page (``static/tables.js``: sortable, filterable tables) and the CSP source
+    that allows exactly it, ``'sha256-<base64 of its SHA-256>'``: nothing else may run, nothing is fetched."""
+    text = (STATIC / "tables.js").read_text(encoding="utf-8")
+    if "</" in text or "<!--" in text:  # it would end the <script> element early
+        raise ValueError("static/tables.js must not contain '</' or '<!--'")
+    digest = base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
+    return {"page_script": Markup(text), "page_script_csp": f"'sha256-{digest}'"}
 
 
 # --- chip page pieces --------------------------------------------------------------------------------------------
@@ -138,6 +165,7 @@ class VariantRow:
     shape_key: str
     baseline: str
     cells: dict[str, dict[str, Any]]
+    sources: tuple[str, ...] = ()  # commits of the older runs some of its medians come from (a chip page)
 
 
 def variant_rows(jobs: list[dict[str, Any]], baselines: dict[str, str]) -> list[VariantRow]:
@@ -154,41 +182,99 @@ def variant_rows(jobs: list[dict[str, Any]], baselines: dict[str, str]) -> list[
         for variant, job in sorted(by_variant.items()):
             ratio = job["median_s"] / base["median_s"] if base else None
             cells[variant] = {"median_s": job["median_s"], "ratio": ratio, "pct_peak": job.get("pct_peak")}
-        rows.append(VariantRow(kernel, dtype, shape_key, baseline, cells))
+        older = sorted({job["from_run"]["sha"][:8] for job in by_variant.values() if job.get("from_run")})
+        rows.append(VariantRow(kernel, dtype, shape_key, baseline, cells, tuple(older)))
     return rows
+
+
+MAX_VARIANT_COLUMNS = 8  # a correctness matrix wider than this is cut into tables of this many variant columns
+
+
+@dataclass
+class SkippedVariants:
+    """Variants skipped in every case of a kernel's correctness matrix for one reason: one line, no column."""
+
+    reason: str
+    variants: list[str]
 
 
 @dataclass
 class CorrectnessTable:
-    """One kernel's correctness matrix: rows are cases (check, dtype, shape), columns its variants."""
+    """One kernel's correctness matrix: rows are cases (check, dtype, shape, with the tolerance they are held to),
+    columns its variants; variants skipped in every case are named once (``skipped``) instead of a column each."""
 
     kernel: str
     variants: list[str]
-    rows: list[dict[str, Any]]  # {"check", "dtype", "shape_key", "cells": {variant: job}}
+    rows: list[dict[str, Any]]  # {"check", "dtype", "shape_key", "tolerance", "cells": {variant: job}}
     counts: dict[str, int] = field(default_factory=dict)
+    skipped: list[SkippedVariants] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # commits of older runs its jobs come from (chip pages)
+
+    @property
+    def column_groups(self) -> list[list[str]]:
+        """The variant columns in tables of at most ``MAX_VARIANT_COLUMNS`` (a page stays as wide as the screen)."""
+        n = max(1, -(-len(self.variants) // MAX_VARIANT_COLUMNS))  # as few tables as the limit allows, even sizes
+        size = -(-len(self.variants) // n) if self.variants else 1
+        return [self.variants[i:i + size] for i in range(0, len(self.variants), size)] or [[]]
+
+
+def _skip_reason(job: Mapping[str, Any]) -> str:
+    return first_line(job.get("detail"), 200).replace(f"variant {job['variant']} ", "the variant ") or "no reason given"
+
+
+def _row_tolerance(cells: Iterable[Mapping[str, Any]]) -> float | None:
+    """The tolerance a case is held to: the largest of its variants' (they share one per dtype)."""
+    values = [job["tolerance"] for job in cells if job.get("tolerance") is not None]
+    return max(values) if values else None
 
 
 def correctness_tables(jobs: Iterable[Mapping[str, Any]], baselines: Mapping[str, str]) -> list[CorrectnessTable]:
     by_kernel: dict[str, dict[tuple[str, str, str], dict[str, Mapping[str, Any]]]] = defaultdict(dict)
-    variants: dict[str, set[str]] = defaultdict(set)
+    variants: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(dict)
     for job in jobs:
         if job["kind"] != "correctness":
             continue
         case = (job["check_name"], job["dtype"], job["shape_key"])
         by_kernel[job["kernel"]].setdefault(case, {})[job["variant"]] = job
-        variants[job["kernel"]].add(job["variant"])
+        variants[job["kernel"]].setdefault(job["variant"], []).append(job)
     tables = []
     for kernel in sorted(by_kernel):
         default = baselines.get(kernel)
-        ordered = sorted(variants[kernel], key=lambda v: (v != default, v))
+        skipped: dict[str, list[str]] = defaultdict(list)
+        columns = []
+        for variant, variant_jobs in sorted(variants[kernel].items(), key=lambda item: (item[0] != default, item[0])):
+            reasons = {_skip_reason(job) for job in variant_jobs if job["status"] == "skipped"}
+            if len(reasons) == 1 and all(job["status"] == "skipped" for job in variant_jobs):
+                skipped[reasons.pop()].append(variant)
+            else:
+                columns.append(variant)
         counts: dict[str, int] = defaultdict(int)
         rows = []
         for (check, dtype, shape_key), cells in sorted(by_kernel[kernel].items()):
             for job in cells.values():
                 counts[job["status"]] += 1
-            rows.append({"check": check, "dtype": dtype, "shape_key": shape_key, "cells": cells})
-        tables.append(CorrectnessTable(kernel, ordered, rows, dict(counts)))
+            rows.append({"check": check, "dtype": dtype, "shape_key": shape_key, "cells": cells,
+                         "tolerance": _row_tolerance(cells.values())})
+        sources = sorted({job["from_run"]["sha"][:12] for job_list in variants[kernel].values() for job in job_list
+                          if job.get("from_run")})
+        tables.append(CorrectnessTable(kernel, columns, rows, dict(counts),
+                                       [SkippedVariants(reason, names) for reason, names in sorted(skipped.items())],
+                                       sources))
     return tables
+
+
+def run_sources(jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The older runs a chip page takes jobs from (``from_run``, see ``harness.render.site``), newest first: each
+    with its commit, how many of the shown jobs and which kernels or selections come from it."""
+    found: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        source = job.get("from_run")
+        if source:
+            entry = found.setdefault(source["id"], {**source, "n": 0, "kernels": set()})
+            entry["n"] += 1
+            entry["kernels"].add(str(job["kernel"]))
+    return sorted(({**entry, "kernels": sorted(entry["kernels"])} for entry in found.values()),
+                  key=lambda entry: (fmt_when(entry.get("started_at")), entry["id"]), reverse=True)
 
 
 def correctness_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -235,33 +321,55 @@ def skipped_groups(jobs: Iterable[Mapping[str, Any]]) -> list[SkippedGroup]:
 
 @dataclass
 class Selection:
-    """One pytest selection of a run: its own job and its distinct tests' outcomes."""
+    """One pytest selection of a run: its own job, its distinct tests' outcomes and every test (``tests``: new
+    failures first, then the ones failing before too, then the other outcomes), and the older run it comes from on
+    a chip page (``source``, None when from the newest run)."""
 
     name: str
     status: str
     detail: str
     counts: dict[str, int]
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    source: dict[str, Any] | None = None
+
+    @property
+    def new_failures(self) -> int:
+        return sum(1 for test in self.tests if test["failing"] and test["new"])
 
 
-def test_selections(jobs: Iterable[Mapping[str, Any]]) -> list[Selection]:
+TEST_ORDER = ("failed", "error", "crashed", "timeout", "xpassed", "skipped", "xfailed", "passed")
+
+
+def _test_order(test: Mapping[str, Any]) -> tuple:
+    status = test["status"]
+    rank = TEST_ORDER.index(status) if status in TEST_ORDER else len(TEST_ORDER)
+    return (not (test["failing"] and test["new"]), not test["failing"], rank, test["name"])
+
+
+def test_selections(jobs: Iterable[Mapping[str, Any]], failing_before: Set[str] = frozenset()) -> list[Selection]:
+    """Each pytest selection with every one of its tests; a failing test is ``new`` unless its key failed in the
+    chip's run before (``failing_before``)."""
     jobs = list(jobs)
-    outcomes: dict[str, dict[str, str]] = defaultdict(dict)
+    tests: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for job in jobs:
         if job["kind"] == "test":
-            outcomes[job["kernel"]][job["key"]] = job["status"]
+            failing = is_code_failure(job["status"])
+            tests[job["kernel"]][job["key"]] = {**job, "failing": failing,
+                                                "new": failing and job["key"] not in failing_before}
     selections = []
     for job in jobs:
         if job["kind"] == "pytest":
             counts: dict[str, int] = defaultdict(int)
-            for status in outcomes[job["kernel"]].values():
-                counts[status] += 1
-            selections.append(Selection(job["kernel"], job["status"], job["detail"] or "", dict(counts)))
+            for test in tests[job["kernel"]].values():
+                counts[test["status"]] += 1
+            selections.append(Selection(job["kernel"], job["status"], job["detail"] or "", dict(counts),
+                                        sorted(tests[job["kernel"]].values(), key=_test_order), job.get("from_run")))
     return sorted(selections, key=attrgetter("name"))
 
 
-def failing_tests(jobs: Iterable[Mapping[str, Any]], failing_before: set[str]) -> list[dict[str, Any]]:
+def failing_tests(jobs: Iterable[Mapping[str, Any]], failing_before: Set[str]) -> list[dict[str, Any]]:
     """The run's failing tests (and selections that failed without a test), newly failing first: ``new`` is true
-    for one that did not fail in the chip's run before."""
+    for one that did not fail in the chip's run before (it passed there, or did not run)."""
     failing = [{**job, "new": job["key"] not in failing_before} for job in correctness_jobs(jobs)
                if job["kind"] != "correctness" and is_code_failure(job["status"])]
     return sorted(failing, key=lambda job: (not job["new"], job["kernel"], job["name"]))
@@ -274,6 +382,8 @@ def cell_title(job: Mapping[str, Any]) -> str:
         parts.append(f"max error {fmt_num(job['max_error'])}")
     if job.get("tolerance") is not None:
         parts.append(f"tolerance {fmt_num(job['tolerance'])}")
+    if job.get("from_run"):
+        parts.append(f"from the older run at {job['from_run']['sha'][:12]}")
     if job.get("detail"):
         parts.append(str(job["detail"])[:300])
     return " · ".join(parts)
@@ -284,35 +394,92 @@ def cell_title(job: Mapping[str, Any]) -> str:
 
 @dataclass
 class MatrixRow:
+    """One (kernel, dtype, shape): per variant and chip its verdict, or why there is none."""
+
     kernel: str
     dtype: str
     shape_key: str
     default: str
     cells: dict[str, list[Any]]  # chip -> VariantCell-like records, by variant name
     best: dict[str, str]  # chip -> best variant
+    variants: list[str] = field(default_factory=list)  # the row's variants other than the default, sorted
+    by_variant: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant -> chip -> cell
+    gaps: dict[str, dict[str, str]] = field(default_factory=dict)  # chip -> variant -> why it has no verdict there
+    absent: dict[str, str] = field(default_factory=dict)  # chip -> why the chip has no verdict in this row at all
+    sources: dict[str, str] = field(default_factory=dict)  # chip -> which older runs its verdicts come from
+
+    @property
+    def measured_on(self) -> list[str]:
+        return sorted(self.cells)
+
+    @property
+    def shared(self) -> bool:
+        """Measured on two chips or more: the rows that can show which variant wins on which chip."""
+        return len(self.cells) > 1
+
+
+def _reason_summary(reasons: Iterable[str]) -> str:
+    """One line for several variants' reasons: the reason when they agree, else each with its count."""
+    counts: dict[str, int] = defaultdict(int)
+    for reason in reasons:
+        counts[reason] += 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "; ".join(f"{reason} ({n})" for reason, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def matrix_rows(matrix: Any) -> tuple[list[str], list[MatrixRow]]:
-    """Group a VariantMatrix's cells into rows (kernel, dtype, shape) × columns (chips)."""
+    """Group a VariantMatrix's cells into rows (kernel, dtype, shape) × columns (chips): rows measured on two chips
+    or more first, then by kernel, dtype and shape. A chip with no verdict in a row says why (``absent``, from the
+    matrix's gaps); a chip whose verdicts of the row come from an older run than its newest names that commit."""
     if matrix is None:
         return [], []
     chips = sorted({cell.chip for cell in matrix.cells} | set(getattr(matrix, "shas", {}) or {}))
+    newest = dict(getattr(matrix, "shas", {}) or {})
     rows: dict[tuple[str, str, str], MatrixRow] = {}
     for cell in matrix.cells:
         key = (cell.kernel, cell.dtype, cell.shape_key)
         row = rows.setdefault(key, MatrixRow(*key, cell.default_variant, {}, {}))
         row.cells.setdefault(cell.chip, []).append(cell)
+        row.by_variant.setdefault(cell.variant, {})[cell.chip] = cell
+    for gap in getattr(matrix, "gaps", ()):
+        row = rows.get((gap.kernel, gap.dtype, gap.shape_key))
+        if row is not None:
+            row.gaps.setdefault(gap.chip, {})[gap.variant] = gap.reason
+            row.by_variant.setdefault(gap.variant, {})
     for best in matrix.best:
         row = rows.get((best.kernel, best.dtype, best.shape_key))
         if row is not None:
             row.best[best.chip] = best.variant
     for row in rows.values():
-        for cells in row.cells.values():
+        for chip, cells in row.cells.items():
             cells.sort(key=lambda c: c.variant)
-    return chips, [rows[key] for key in sorted(rows)]
+            older = [c.sha for c in cells if getattr(c, "sha", "") and newest.get(chip) and c.sha != newest[chip]]
+            if older:
+                shas = ", ".join(sorted({sha[:12] for sha in older}))
+                row.sources[chip] = (f"from the older run at {shas}" if len(older) == len(cells) else
+                                     f"{len(older)} of {len(cells)} verdicts from the older run at {shas}")
+        row.variants = sorted(v for v in row.by_variant if v != row.default)
+        for chip in chips:
+            if chip not in row.cells:
+                row.absent[chip] = _reason_summary(row.gaps.get(chip, {}).values()) or "no verdict on this chip"
+    ordered = sorted(rows, key=lambda key: (not rows[key].shared, key))
+    return chips, [rows[key] for key in ordered]
 
 
 # --- history pages -------------------------------------------------------------------------------------------------
+
+TIME_AXIS_TITLE = "median time per call"
+COMMIT_AXIS_TITLE = "commits along the branch's first-parent line, oldest → newest (commits off it after)"
+
+
+def kernel_history_page_name(kernel: str) -> str:
+    """The page of one kernel's history on every chip (a prefix no per-chip history page can have)."""
+    return f"histories-{_slug(kernel)}.html"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 @dataclass
@@ -323,44 +490,102 @@ class CommitRow:
     branch: str
     started_at: Any
     notes: list[tuple[str, str, str]] = field(default_factory=list)  # (css class, text, href)
+    chips: list[str] = field(default_factory=list)  # the page's chips with a timing at this commit
+
+
+@dataclass
+class VariantLine:
+    """One variant's line in a plot: its colour and dash (the same on every plot of the kernel)."""
+
+    name: str
+    color: str
+    dash: str
+    default: bool
+    last_median: float | None
+    n_points: int
 
 
 @dataclass
 class SeriesPlot:
+    """One (chip, dtype, shape): every variant's history overlaid on one commit axis and one y axis, in one SVG with
+    a linear and a logarithmic layer (the page's checkbox picks one); ``missing``: the variants without a timing."""
+
     svg_id: str
-    variant: str
+    chip: str
+    chip_index: int
     dtype: str
     shape_key: str
     svg: Any
-    last_median: float | None
-    n_points: int
-    changes: list[Any]
+    lines: list[VariantLine]
+    missing: list[str]
+    n_points: int  # commits with a timing of any variant
+    changes: list[tuple[str, Any]]  # (variant, ChangeFlag)
     regressions: list[tuple[int, Any]]
 
 
 @dataclass
+class PlotGroup:
+    """The plots of one (dtype, shape), one per chip that has it (next to each other on the page)."""
+
+    dtype: str
+    shape_key: str
+    plots: list[SeriesPlot]
+
+
+@dataclass
 class HistoryPage:
+    """A kernel's history on one chip (``chip``), or on every chip (``chip`` empty: a selector picks the chips)."""
+
     kernel: str
     chip: str
     name: str
     commits: list[CommitRow]
-    plots: list[SeriesPlot]
+    groups: list[PlotGroup]
+    chips: list[str] = field(default_factory=list)  # the chips shown, in selector order
+    links: list[tuple[str, str]] = field(default_factory=list)  # (label, page): the kernel's other history pages
     n_regressions: int = 0
     n_changes: int = 0
+    n_series: int = 0
+
+    @property
+    def plots(self) -> list[SeriesPlot]:
+        return [plot for group in self.groups for plot in group.plots]
+
+    @property
+    def chip_css(self) -> Markup:
+        """The selector's rules (CSS only, so it works without script and shows every chip until one is unticked):
+        an unticked chip's plots are hidden. Built from indices only: nothing to escape."""
+        return Markup("\n".join(f"body:has(#show-chip-{i}:not(:checked)) .chip-{i} {{ display: none; }}"
+                                 for i in range(len(self.chips))))
 
 
-def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any]) -> list[HistoryPage]:
-    """One page per (kernel, chip): a plot per series on the page's commit axis, and that axis as a table."""
+def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
+                  baselines: Mapping[str, str] | None = None) -> list[HistoryPage]:
+    """Per (kernel, chip) a page (``history_page_name``), and per kernel on two chips or more a page of every chip
+    (``kernel_history_page_name``, a chip selector): one plot per (chip, dtype, shape) overlaying the variants,
+    each variant in the same colour everywhere, on the page's commit axis; that axis as a table."""
     reg_index: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):
         reg_index[(reg.chip, reg.kernel)].append((i, reg))
-    pages = []
+    by_kernel: dict[str, dict[str, list[Any]]] = defaultdict(dict)
     for chip in sorted(histories):
-        by_kernel: dict[str, list[Any]] = defaultdict(list)
         for series in histories[chip]:
-            by_kernel[series.key.kernel].append(series)
-        for kernel in sorted(by_kernel):
-            pages.append(_history_page(chip, kernel, by_kernel[kernel], reg_index.get((chip, kernel), [])))
+            by_kernel[series.key.kernel].setdefault(chip, []).append(series)
+    pages = []
+    for kernel in sorted(by_kernel):
+        chips = by_kernel[kernel]
+        default = (baselines or {}).get(kernel, "")
+        names = sorted({s.key.variant for series in chips.values() for s in series}, key=lambda v: (v != default, v))
+        styles = {name: svg.style_of(k) for k, name in enumerate(names)}
+        every = kernel_history_page_name(kernel) if len(chips) > 1 else ""
+        links = [(chip, history_page_name(kernel, chip)) for chip in chips]
+        if every:
+            links.append(("every chip", every))
+        for chip, series in chips.items():
+            pages.append(_history_page(kernel, {chip: series}, reg_index, styles, default, links,
+                                       history_page_name(kernel, chip), chip))
+        if every:
+            pages.append(_history_page(kernel, chips, reg_index, styles, default, links, every, ""))
     return pages
 
 
@@ -396,92 +621,148 @@ def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
     return order, info
 
 
-def _history_page(chip: str, kernel: str, series_list: list[Any], regs: list[tuple[int, Any]]) -> HistoryPage:
+@dataclass
+class _Axis:
+    """The page's commit axis and what every plot shares of it (escaped once per page)."""
+
+    shas: list[str]
+    x_of: dict[str, int]
+    info: dict[str, Any]
+    commits: list[CommitRow]
+    text: list[str]  # per commit: the escaped "sha subject" of hover texts
+    href: list[Markup]  # per commit: the link to its row
+    short: list[str]  # per commit: the escaped short sha
+
+
+def _axis(series_list: list[Any]) -> _Axis:
     shas, info = _commit_axis(series_list)
-    x_of = {sha: i for i, sha in enumerate(shas)}
-    commits = [CommitRow(i, sha, info[sha].message, info[sha].branch, info[sha].started_at)
-               for i, sha in enumerate(shas)]
-    x_labels = [sha[:8] for sha in shas]
-    # Per commit, once per page: the escaped hover text and the link to its row (shared by every plot).
-    commit_text = [str(escape(f"{sha[:12]} {first_line(info[sha].message, 72)}")) for sha in shas]
-    commit_href = [Markup(escape("#" + commit_anchor(sha))) for sha in shas]
-    short_sha = [str(escape(sha[:10])) for sha in shas]
-    regs_by_series: dict[tuple[str, str, str], list[tuple[int, Any]]] = defaultdict(list)
-    broken_by_variant: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
-    for i, reg in regs:
-        if reg.kind == "performance":
-            regs_by_series[(reg.variant, reg.dtype, reg.shape_key)].append((i, reg))
-            label = f"regression {fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} {reg.variant}"
-        else:
-            broken_by_variant[(reg.variant, reg.dtype)].append((i, reg))
-            label = f"correctness {reg.status}: {reg.variant} {reg.check}"
-        if reg.head_sha in x_of:
-            commits[x_of[reg.head_sha]].notes.append(("lose" if reg.kind == "performance" else "broken", label,
-                                                      f"regressions.html#r-{i}"))
-    get_sha, get_median = attrgetter("sha"), attrgetter("median")
-    get_low, get_high = attrgetter("ci_low"), attrgetter("ci_high")
+    return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, info,
+                 [CommitRow(i, sha, info[sha].message, info[sha].branch, info[sha].started_at)
+                  for i, sha in enumerate(shas)],
+                 [str(escape(f"{sha[:10]} {first_line(info[sha].message, 72)}")) for sha in shas],
+                 [Markup(escape("#" + commit_anchor(sha))) for sha in shas],
+                 [str(escape(sha[:10])) for sha in shas])
 
-    def key_has_events(key: Any) -> bool:
-        return bool(regs_by_series.get((key.variant, key.dtype, key.shape_key))
-                    or broken_by_variant.get((key.variant, key.dtype)))
 
-    plots = []
-    n_changes = 0
-    for series in sorted(series_list, key=lambda s: (s.key.dtype, s.key.shape_key, s.key.variant)):
-        key, points = series.key, series.points
-        plot_id = _plot_id(key)
-        xs = [x_of[sha] for sha in map(get_sha, points)]
-        ys = list(map(get_median, points))
-        y_at = {p.sha: p.median for p in points} if series.change_points or key_has_events(key) else {}
-        markers = []
+def _history_page(kernel: str, chips: Mapping[str, list[Any]], reg_index: Mapping[tuple[str, str], list],
+                  styles: Mapping[str, tuple[str, str]], default: str, links: list[tuple[str, str]], name: str,
+                  chip: str) -> HistoryPage:
+    axis = _axis([s for series in chips.values() for s in series])
+    every = not chip
+    groups: dict[tuple[str, str], list[SeriesPlot]] = defaultdict(list)
+    n_changes = n_regressions = 0
+    for chip_index, (chip_key, series_list) in enumerate(chips.items()):
+        regs = reg_index.get((chip_key, kernel), [])
+        n_regressions += sum(1 for _, r in regs if r.kind == "performance")
+        for sha in {p.sha for s in series_list for p in s.points}:
+            axis.commits[axis.x_of[sha]].chips.append(chip_key)
+        by_case: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        for series in series_list:
+            by_case[(series.key.dtype, series.key.shape_key)].append(series)
+        regs_by_series: dict[tuple[str, str, str], list[tuple[int, Any]]] = defaultdict(list)
+        broken: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
+        for i, reg in regs:
+            on = f" on {chip_key}" if every else ""
+            if reg.kind == "performance":
+                regs_by_series[(reg.variant, reg.dtype, reg.shape_key)].append((i, reg))
+                label = f"regression {fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} {reg.variant}{on}"
+            else:
+                broken[(reg.variant, reg.dtype)].append((i, reg))
+                label = f"correctness {reg.status}: {reg.variant} {reg.check}{on}"
+            if reg.head_sha in axis.x_of:
+                axis.commits[axis.x_of[reg.head_sha]].notes.append(
+                    ("lose" if reg.kind == "performance" else "broken", label, f"regressions.html#r-{i}"))
+        for (dtype, shape_key), members in sorted(by_case.items()):
+            plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, axis, styles, default,
+                                regs_by_series, broken, every)
+            if plot is not None:
+                n_changes += len(plot.changes)
+                groups[(dtype, shape_key)].append(plot)
+    ordered = [PlotGroup(dtype, shape_key, plots) for (dtype, shape_key), plots in sorted(groups.items())]
+    return HistoryPage(kernel, chip, name, axis.commits, ordered, list(chips), links, n_regressions, n_changes,
+                       sum(len(series) for series in chips.values()))
+
+
+def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key: str, members: list[Any],
+                 axis: _Axis, styles: Mapping[str, tuple[str, str]], default: str,
+                 regs_by_series: Mapping[tuple[str, str, str], list[tuple[int, Any]]],
+                 broken: Mapping[tuple[str, str], list[tuple[int, Any]]], every: bool) -> SeriesPlot | None:
+    """The variants of one (chip, dtype, shape) as one plot (None when none of them has a timing)."""
+    members = sorted(members, key=lambda s: (s.key.variant != default, s.key.variant))
+    drawn = [s for s in members if s.points]
+    if not drawn:
+        return None
+    plot_id = _plot_id(chip, dtype, shape_key)
+    where = f" on {chip}" if every else ""
+    plot_series, lines, changes, plot_regs, markers = [], [], [], [], []
+    commits_with_points: set[str] = set()
+    for series in drawn:
+        variant, points = series.key.variant, series.points
+        color, dash = styles[variant]
+        xs = [axis.x_of[p.sha] for p in points]
+        y_at = {p.sha: p.median for p in points}
+        commits_with_points.update(y_at)
+        series_markers = []
         for cp in series.change_points:
-            n_changes += 1
-            title = (f"{cp.kind} at {cp.sha[:12]} {first_line(info[cp.sha].message, 80)}\n"
+            changes.append((variant, cp))
+            title = (f"{cp.kind} in {variant} at {cp.sha[:10]} {first_line(axis.info[cp.sha].message, 80)}\n"
                      f"{fmt_time(cp.before)} → {fmt_time(cp.after)} (×{cp.ratio:.3f})")
-            end = x_of.get(cp.end_sha) if cp.kind == "drift" else None
-            markers.append(svg.Marker(x_of[cp.sha], y_at.get(cp.sha, cp.after), cp.kind, title,
-                                      "#" + commit_anchor(cp.sha), end))
-            commits[x_of[cp.sha]].notes.append(("change", f"{cp.kind} ×{cp.ratio:.3f} {key.variant} {key.dtype} "
-                                                          f"{key.shape_key}", f"#plot-{plot_id}"))
-        series_regs = [(i, r) for i, r in regs_by_series.get((key.variant, key.dtype, key.shape_key), [])
-                       if r.head_sha in x_of]
-        for i, reg in series_regs:
-            title = (f"confirmed regression at {reg.head_sha[:12]} {first_line(reg.head_message, 80)}\n"
-                     f"{fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} vs {(reg.base_sha or '')[:12]}, "
+            end = axis.x_of.get(cp.end_sha) if cp.kind == "drift" else None
+            series_markers.append(svg.Marker(axis.x_of[cp.sha], y_at.get(cp.sha, cp.after), cp.kind, title,
+                                             "#" + commit_anchor(cp.sha), end))
+            axis.commits[axis.x_of[cp.sha]].notes.append(
+                ("change", f"{cp.kind} ×{cp.ratio:.3f} {variant} {dtype} {shape_key}{where}", f"#plot-{plot_id}"))
+        for i, reg in regs_by_series.get((variant, dtype, shape_key), []):
+            if reg.head_sha not in axis.x_of:
+                continue
+            plot_regs.append((i, reg))
+            title = (f"confirmed regression of {variant} at {reg.head_sha[:10]} {first_line(reg.head_message, 80)}\n"
+                     f"{fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} vs {(reg.base_sha or '')[:10]}, "
                      f"p(FDR)={fmt_p(reg.p_adjusted)}, n={reg.n_base}/{reg.n_head}")
-            markers.append(svg.Marker(x_of[reg.head_sha], y_at.get(reg.head_sha, reg.head_median or math.nan),
-                                      "regression", title, f"regressions.html#r-{i}"))
-        for i, reg in broken_by_variant.get((key.variant, key.dtype), []):
-            if reg.head_sha in x_of:
-                title = (f"correctness {reg.status} at {reg.head_sha[:12]} {first_line(reg.head_message, 80)}\n"
-                         f"{reg.check} {reg.shape_key}: {first_line(reg.detail, 120)}")
-                markers.append(svg.Marker(x_of[reg.head_sha], math.nan, "broken", title, f"regressions.html#r-{i}"))
+            series_markers.append(svg.Marker(axis.x_of[reg.head_sha],
+                                             y_at.get(reg.head_sha, reg.head_median or math.nan), "regression",
+                                             title, f"regressions.html#r-{i}"))
+        for i, reg in broken.get((variant, dtype), []):
+            if reg.head_sha in axis.x_of:
+                title = (f"correctness {reg.status} of {variant} at {reg.head_sha[:10]} "
+                         f"{first_line(reg.head_message, 80)}\n{reg.check} {reg.shape_key}: "
+                         f"{first_line(reg.detail, 120)}")
+                markers.append(svg.Marker(axis.x_of[reg.head_sha], math.nan, "broken", title,
+                                          f"regressions.html#r-{i}"))
+        who = str(escape(f"{variant}{where}"))
 
-        def point_title(i: int, points=points, xs=xs) -> Markup:
+        def point_title(i: int, points=points, xs=xs, who=who) -> Markup:
             p = points[i]
-            return Markup(f"{commit_text[xs[i]]}\nmedian {fmt_time(p.median)} "
-                          f"[{fmt_time(p.ci_low)}, {fmt_time(p.ci_high)}] n={p.n}")
+            return Markup(f"{axis.text[xs[i]]}\n{who}: median {fmt_time(p.median)}, 95% interval "
+                          f"[{fmt_time(p.ci_low)}, {fmt_time(p.ci_high)}], {p.n} samples")
 
-        def bucket_title(first: int, last: int, lowest: float, highest: float, xs=xs) -> Markup:
-            return Markup(f"{last - first + 1} commits {short_sha[xs[first]]} … {short_sha[xs[last]]}\n"
-                          f"median {fmt_time(lowest)} – {fmt_time(highest)}")
+        def bucket_title(first: int, last: int, lowest: float, highest: float, xs=xs, who=who) -> Markup:
+            return Markup(f"{_plural(last - first + 1, 'commit')} {axis.short[xs[first]]} … {axis.short[xs[last]]}"
+                          f"\n{who}: median {fmt_time(lowest)} – {fmt_time(highest)}")
 
         def point_href(i: int, xs=xs) -> Markup:
-            return commit_href[xs[i]]
+            return axis.href[xs[i]]
 
-        image = svg.history_plot(xs, ys, list(map(get_low, points)), list(map(get_high, points)), n_x=len(shas),
-                                 y_format=fmt_time, point_title=point_title, point_href=point_href,
-                                 bucket_title=bucket_title, markers=markers, x_labels=x_labels,
-                                 label=f"{kernel} {key.variant} {key.dtype} {key.shape_key} on {chip}",
-                                 max_points=MAX_PLOT_POINTS, plot_id=f"svg-{plot_id}")
-        plots.append(SeriesPlot(plot_id, key.variant, key.dtype, key.shape_key, image, ys[-1] if ys else None,
-                                len(points), list(series.change_points), series_regs))
-    return HistoryPage(kernel, chip, history_page_name(kernel, chip), commits, plots,
-                       sum(1 for _, r in regs if r.kind == "performance"), n_changes)
+        last = points[-1]
+        is_default = variant == default
+        lines.append(VariantLine(variant, color, dash, is_default, last.median, len(points)))
+        legend_title = (f"{variant}{' (the default variant)' if is_default else ''}: latest {fmt_time(last.median)} "
+                        f"at {last.sha[:10]}, {_plural(len(points), 'commit')}")
+        plot_series.append(svg.Series(variant, xs, [p.median for p in points], [p.ci_low for p in points],
+                                      [p.ci_high for p in points], point_title, point_href, bucket_title, color,
+                                      dash, tuple(series_markers), legend_title, is_default))
+    label = f"{kernel} {dtype} {shape_key} on {chip}: {_plural(len(drawn), 'variant')}"
+    x_labels = [sha[:8] for sha in axis.shas]
+    image = svg.overlay_plot(plot_series, n_x=len(axis.shas), y_title=TIME_AXIS_TITLE, log=None, markers=markers,
+                             x_labels=x_labels, x_title=COMMIT_AXIS_TITLE, label=label, max_points=MAX_PLOT_POINTS,
+                             plot_id=f"svg-{plot_id}")
+    return SeriesPlot(plot_id, chip, chip_index, dtype, shape_key, image, lines,
+                      [s.key.variant for s in members if not s.points], len(commits_with_points), changes,
+                      plot_regs)
 
 
-def _plot_id(key: Any) -> str:
-    return hashlib.sha1("\0".join((key.variant, key.dtype, key.shape_key)).encode()).hexdigest()[:10]
+def _plot_id(chip: str, dtype: str, shape_key: str) -> str:
+    return hashlib.sha1("\0".join((chip, dtype, shape_key)).encode()).hexdigest()[:10]
 
 
 # --- the site ------------------------------------------------------------------------------------------------------
@@ -493,23 +774,26 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
                 last: int | None = None, generated_at: str = "",
                 failing_before: Mapping[str, set[str]] | None = None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
-                checks: Mapping[str, str] | None = None) -> Path:
+                checks: Mapping[str, str] | None = None, evidence: Any = None) -> Path:
     """Write every page into ``out_dir``; returns the index path.
 
-    ``latest``: chip key -> the latest ``RunView`` (with jobs) or None; ``matrix``: a ``VariantMatrix``;
+    ``latest``: chip key -> the shown ``RunView`` (with jobs) or None: the chip's newest run, its jobs completed
+    from older runs (each such job's ``from_run`` names its run; ``harness.render.site``); ``matrix``: a
+    ``VariantMatrix``;
     ``histories``: chip key -> its ``SeriesHistory`` list; ``regressions``: ``RegressionEvidence`` records,
     correctness failures first; ``last``: the histories and regressions cover each chip's last N commits only;
     ``failing_before``: chip key -> the job keys that failed correctness in the run before its latest (a failing
     test not among them is shown as new); ``noise``: chip key -> (kernel, variant, dtype, shape_key) -> that
     series' noise meter (``NoiseRow``: between trials, between runs, detectable change); ``checks``: correctness
-    check name -> what it verifies, in one line.
+    check name -> what it verifies, in one line; ``evidence``: commit links, run ids, compare and samples pages
+    (``harness.render.site.Evidence``, see ``reports.evidence``; None: plain shas, no such pages).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
     css = (STATIC / "report.css").read_text(encoding="utf-8")
     regressions = list(regressions)
-    pages = history_pages(histories or {}, regressions)
+    pages = history_pages(histories or {}, regressions, baselines)  # per (kernel, chip), and per kernel
     common = {"css": css, "db_label": db_label, "generated_at": generated_at, "last": last,
               "history_names": {page.name for page in pages}}
     pages_of_chip: dict[str, list[HistoryPage]] = defaultdict(list)
@@ -524,6 +808,15 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
         path = out / name
         path.write_text(env.get_template(template).render(**common, **context), encoding="utf-8")
         return path
+
+    # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
+    found = evidence_pages.links(evidence)
+    env.globals.update(commit_ref=found.commit_ref, web_link=found.web_link, run_ids=found.run_ids)
+    env.filters.update(pct_change=evidence_pages.change, pct=evidence_pages.percent,
+                       noise_text=evidence_pages.noise_text)
+    common["evidence"] = found
+    evidence_pages.write_pages(write, found)
+    # --- end of the evidence path
 
     summary = {}
     for chip in chips:
@@ -547,7 +840,8 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
               noise=(noise or {}).get(chip["key"], {}),
               calibration=[j for j in jobs if j["kind"] == "calibration"],
               variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []),
-              selections=test_selections(jobs),
+              selections=test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
+              sources=run_sources(jobs),
               failing_tests=failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))
     for page in pages:
         write(page.name, "history.html.j2", page=page, legend=svg.legend(), max_points=MAX_PLOT_POINTS)

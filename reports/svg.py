@@ -1,14 +1,20 @@
-"""Inline SVG plots for the static report, written in Python: no JavaScript, nothing fetched.
+"""Inline SVG plots for the static report, written in Python: nothing fetched, no script needed to read them.
 
-:func:`history_plot` draws a per-commit history: a polyline of the medians, a polygon for their confidence band,
-and markers (change points, regressions, correctness failures), each with a ``<title>`` (the browser shows it on
-hover) and a link. Every piece of text that reaches the SVG goes through ``markupsafe.escape``; the result is a
-``Markup`` object, so a template inserts it without ``|safe``.
+:func:`overlay_plot` draws the histories of several series (e.g. every tuning variant of one kernel, dtype and shape
+on one chip) on one commit axis and one shared y axis: per series a polyline of the medians in its own colour (and
+dash pattern, past ten series), a polygon for their confidence band, a dot per commit with a ``<title>`` (the browser
+shows it on hover) and a link; a series of one point gets an error bar instead of a band. Markers (change points,
+regressions, correctness failures) carry their evidence the same way. A legend inside the SVG names each series
+(hovering a series or its legend entry highlights it, through CSS only), the axes have titles with units (the time
+unit is chosen from the range: s, ms, µs or ns), and ``log=True`` draws the plot on a logarithmic y axis, ``log=None``
+on both, as two layers (``g.lin``, ``g.log``) of one SVG that share each hover text (the page's CSS shows one).
+Every piece of text that reaches the SVG goes through ``markupsafe.escape``; the result is a ``Markup`` object, so a
+template inserts it without ``|safe``. :func:`history_plot` is the one-series form.
 
-Long histories are downsampled to at most ``max_points`` buckets of consecutive commits: the polyline goes through
-each bucket's median of the medians, the band spans each bucket's lowest ``low`` to highest ``high`` (so a one-commit
-spike still shows), and there is one hover/link target per bucket (its commit range and the lowest and highest
-median in it) instead of one dot per commit; markers always sit at their exact commit.
+Long histories are downsampled to at most ``max_points`` buckets of consecutive commits per series: the polyline
+goes through each bucket's median of the medians, the band spans each bucket's lowest ``low`` to highest ``high``
+(so a one-commit spike still shows), and there is one hover/link dot per bucket (its commit range and the lowest and
+highest median in it) instead of one per commit; markers always sit at their exact commit.
 The geometry is computed with numpy and the hover texts only for what is drawn (callbacks), so a 1000-commit
 history costs about what its buckets cost.
 """
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from markupsafe import Markup, escape
@@ -29,6 +35,23 @@ MARKER_STYLES = {
     "regression": ("triangle", "#dc2626", "#7f1d1d"),
     "broken": ("cross", "#dc2626", "#7f1d1d"),
 }
+
+# Distinct series colours (d3's category10), then the same colours dashed, then dotted.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+DASHES = ("", "7 3", "2 2")
+
+TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+
+WIDTH = 720
+LEFT, RIGHT, TOP = 74, 14, 22  # change-point and failure markers sit above ``TOP``
+X_LABELS_H, X_TITLE_H = 18, 18
+LEGEND_ROW = 18
+
+
+def style_of(index: int) -> tuple[str, str]:
+    """The colour and dash pattern of the ``index``-th series of a family (stable across plots)."""
+    return PALETTE[index % len(PALETTE)], DASHES[(index // len(PALETTE)) % len(DASHES)]
 
 
 @dataclass(frozen=True)
@@ -42,6 +65,30 @@ class Marker:
     title: str = ""
     href: str = ""
     x_end: int | None = None
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of an :func:`overlay_plot`: positions ``x`` on the commit axis (ascending), the median ``y`` and its
+    interval ``low`` / ``high`` there (None or nan: missing). ``point_title(i)`` / ``point_href(i)`` give the hover
+    text and link of point ``i``; ``bucket_title(first, last, y_min, y_max)`` the hover text of the points
+    ``first..last`` drawn as one bucket (default: ``point_title(first)``), whose link is ``point_href(first)``.
+    ``markers`` belong to this series (drawn in its colour, at its points); ``legend_title`` is the hover text of
+    its legend entry; ``emphasis`` draws it thicker (e.g. the kernel's default variant)."""
+
+    name: str
+    x: Sequence[int]
+    y: Sequence[float | None]
+    low: Sequence[float | None]
+    high: Sequence[float | None]
+    point_title: Callable[[int], str]
+    point_href: Callable[[int], str]
+    bucket_title: Callable[[int, int, float, float], str] | None = None
+    color: str = PALETTE[0]
+    dash: str = ""
+    markers: Sequence[Marker] = field(default_factory=tuple)
+    legend_title: str = ""
+    emphasis: bool = False
 
 
 def _f(value: float) -> str:
@@ -66,6 +113,35 @@ def nice_ticks(lo: float, hi: float, count: int = 4) -> list[float]:
     return [first + k * step for k in range(int((hi - first) / step + 1e-9) + 1)]
 
 
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks of a logarithmic axis over [lo, hi] (0 < lo): 1, 2, 5 × 10^k; only the powers of ten over many decades;
+    over less than about half a decade (too few of those inside) the round values of a linear axis."""
+    if not (0 < lo < hi):
+        return [lo] if lo > 0 else []
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    ticks = [m * 10.0 ** k for k in decades for m in (1, 2, 5) if lo <= m * 10.0 ** k <= hi * (1 + 1e-9)]
+    if len(ticks) > 9:
+        ticks = [t for t in ticks if f"{t:e}".startswith("1")]
+        while len(ticks) > 9:
+            ticks = ticks[::2]
+    if len(ticks) < 3:
+        ticks = [t for t in nice_ticks(lo, hi, 6) if t > 0]
+    return ticks
+
+
+def pick_unit(value: float, units: Sequence[tuple[float, str]] = TIME_UNITS) -> tuple[float, str]:
+    """The largest unit (scale, name) that ``value`` is at least one of; the smallest one below them all."""
+    for scale, name in units:
+        if abs(value) >= scale:
+            return scale, name
+    return units[-1]
+
+
+def _tick_text(value: float, scale: float) -> str:
+    text = f"{value / scale:.4g}"
+    return text if "e" not in text else f"{value / scale:.2g}"
+
+
 def _marker(shape: str, cx: float, cy: float, fill: str, stroke: str) -> str:
     if shape == "diamond":
         pts = f"{_f(cx)},{_f(cy - 6)} {_f(cx + 6)},{_f(cy)} {_f(cx)},{_f(cy + 6)} {_f(cx - 6)},{_f(cy)}"
@@ -83,8 +159,266 @@ def _esc(text: str) -> str:
 
 
 def _linked(body: str, title: str, href: str) -> str:
-    inner = f"<title>{escape(title)}</title>{body}" if title else body
-    return f'<a href="{escape(href)}">{inner}</a>' if href else f"<g>{inner}</g>"
+    inner = f"<title>{_esc(title)}</title>{body}" if title else body
+    return f'<a href="{_esc(href)}">{inner}</a>' if href else f"<g>{inner}</g>"
+
+
+def _text_width(text: str, size: float = 12.0) -> float:
+    """A generous estimate of a text's width in a sans-serif font (no font metrics here)."""
+    return 0.56 * size * len(text)
+
+
+def _legend_layout(names: Sequence[str], width: float) -> tuple[list[tuple[float, int]], int]:
+    """(x, row) of each legend entry, wrapping at ``width``; and the number of rows."""
+    places, x, row = [], 0.0, 0
+    for name in names:
+        item = 26 + _text_width(name) + 16
+        if x > 0 and x + item > width:
+            x, row = 0.0, row + 1
+        places.append((x, row))
+        x += item
+    return places, (row + 1 if names else 0)
+
+
+@dataclass
+class _Prepared:
+    """A series' finite points, in plot order (``keep``: their indices in the caller's arrays)."""
+
+    keep: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+def _prepare(series: Series) -> _Prepared:
+    ya = np.array(series.y, dtype=float)
+    keep = np.flatnonzero(np.isfinite(ya))
+    return _Prepared(keep, np.array(series.x, dtype=float)[keep], ya[keep], np.array(series.low, dtype=float)[keep],
+                     np.array(series.high, dtype=float)[keep])
+
+
+@dataclass
+class _Scale:
+    """One y axis of a plot: linear or logarithmic (``cls``: the class of its layer, "lin" or "log")."""
+
+    log: bool
+    t_lo: float  # the axis' ends, in log10 units on a log axis
+    t_hi: float
+    per_unit: float  # pixels per axis unit
+
+    @property
+    def cls(self) -> str:
+        return "log" if self.log else "lin"
+
+    def sy(self, value):
+        """Pixel heights of values (an array or a number); nan where the axis cannot show them (<= 0 on a log axis)."""
+        v = np.asarray(value, dtype=float)
+        if self.log:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                v = np.log10(np.where(v > 0, v, np.nan))
+        return TOP + (self.t_hi - v) * self.per_unit
+
+    def ticks(self) -> list[float]:
+        return log_ticks(10 ** self.t_lo, 10 ** self.t_hi) if self.log else nice_ticks(self.t_lo, self.t_hi, 5)
+
+
+def _scale(values: np.ndarray, log: bool, inner_h: float) -> _Scale | None:
+    values = values[np.isfinite(values) & (values > 0)] if log else values[np.isfinite(values)]
+    if values.size == 0:
+        return None
+    y_lo, y_hi = float(values.min()), float(values.max())
+    if log:
+        t_lo, t_hi = math.log10(y_lo), math.log10(y_hi)
+        pad = (t_hi - t_lo) * 0.08 or 0.02
+        t_lo, t_hi = t_lo - pad, t_hi + pad
+    else:
+        pad = (y_hi - y_lo) * 0.08 or abs(y_hi) * 0.05 or 1.0
+        t_lo, t_hi = (max(0.0, y_lo - pad) if y_lo >= 0 else y_lo - pad), y_hi + pad
+    return _Scale(log, t_lo, t_hi, inner_h / (t_hi - t_lo))
+
+
+def overlay_plot(series: Sequence[Series], *, n_x: int, y_title: str = "", y_units: Sequence[tuple[float, str]]
+                 | None = TIME_UNITS, y_format: Callable[[float], str] | None = None, log: bool | None = False,
+                 markers: Sequence[Marker] = (), x_labels: Sequence[str] = (), x_title: str = "", x_ticks: int = 6,
+                 label: str = "", width: int = WIDTH, plot_height: int = 190, max_points: int = 120,
+                 plot_id: str = "", legend: bool = True, dodge: bool = True) -> Markup:
+    """Several histories on one commit axis of ``n_x`` positions and one y axis, as inline SVG.
+
+    ``log``: False, a linear y axis; True, a logarithmic one (values <= 0 are left out); None, both, as two layers
+    of one plot (``<g class="lin">`` and ``<g class="log">``: axis, lines, bands, markers), which share everything
+    else: each hover dot's link holds one circle per layer, the linear one first, under one ``<title>``, so a page
+    carries each hover text once (the stylesheet shows one layer). ``y_units``: (scale, name) pairs, largest first:
+    the tick labels are numbers in the unit chosen from the range and ``y_title`` gets it in parentheses (e.g.
+    "median time per call (µs)"); with ``y_units=None`` the ticks are ``y_format(value)`` and the title is
+    ``y_title`` as is. ``x_labels`` names each axis position, ``x_ticks`` of them evenly spaced are written,
+    ``x_title`` under them. ``markers`` are the plot's own (e.g. a correctness failure of every series); a series'
+    markers are in ``Series.markers``. ``dodge``: on a short axis each series is shifted a little sideways so that
+    points of one commit do not hide each other. Texts are escaped here, except ``Markup`` ones, which the caller
+    has escaped already.
+    """
+    inner_w, inner_h = width - LEFT - RIGHT, plot_height
+    names = [s.name for s in series] if legend else []
+    places, rows = _legend_layout(names, inner_w)
+    height = TOP + inner_h + X_LABELS_H + (X_TITLE_H if x_title else 0) + (rows * LEGEND_ROW + 6 if rows else 0)
+    attrs = f' id="{escape(plot_id)}"' if plot_id else ""
+    head = (f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}"{attrs}>')
+    prepared = [_prepare(s) for s in series]
+    marker_ys = [m.y for s in series for m in s.markers] + [m.y for m in markers]
+    values = np.concatenate([*(a for p in prepared for a in (p.y, p.low, p.high)), np.array(marker_ys, dtype=float)])
+    scales = [sc for flag in ((False, True) if log is None else (bool(log),))
+              if (sc := _scale(values, flag, inner_h)) is not None]
+    if not scales or (log is None and scales[0].log):  # nothing finite (or, for both axes, nothing linear)
+        return Markup(f'{head}<text x="{LEFT}" y="{TOP + inner_h // 2}" class="tick">no data</text></svg>')
+    finite = values[np.isfinite(values)]
+    unit = pick_unit(float(np.abs(finite).max()), y_units) if y_units else (1.0, "")
+    slot = inner_w / max(n_x, 1)
+    active = [i for i, p in enumerate(prepared) if p.y.size]
+    step = min(5.0, 0.6 * slot / len(active)) if dodge and len(active) > 1 else 0.0
+    shift = dict.fromkeys(range(len(series)), 0.0)
+    for rank, i in enumerate(active):
+        shift[i] = (rank - (len(active) - 1) / 2) * step
+
+    def sx(value):
+        return LEFT + (np.asarray(value, dtype=float) + 0.5) * slot
+
+    bottom = TOP + inner_h
+    parts = [head]
+    for sc in scales:
+        parts.append(f'<g class="{sc.cls}">' + _y_axis(sc, unit, y_units, y_format, y_title, width, inner_h) + "</g>")
+    parts.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{bottom}" y2="{bottom}" class="axis"/>')
+    if x_labels:
+        count = min(len(x_labels), x_ticks)
+        edge = slot < 60  # labels wider than half a slot: the end ones are anchored inside the plot
+        for i in sorted({round(k * (len(x_labels) - 1) / max(count - 1, 1)) for k in range(count)}):
+            anchor = ("start" if i == 0 else "end" if i == len(x_labels) - 1 else "middle") if edge else "middle"
+            x = _f(float(sx(i)))
+            parts.append(f'<line x1="{x}" x2="{x}" y1="{bottom}" y2="{bottom + 4}" class="axis"/>'
+                         f'<text x="{x}" y="{bottom + 15}" text-anchor="{anchor}" class="tick">'
+                         f"{escape(x_labels[i])}</text>")
+    if x_title:
+        parts.append(f'<text class="axis-title" x="{_f(LEFT + inner_w / 2)}" y="{bottom + X_LABELS_H + 13}" '
+                     f'text-anchor="middle">{escape(x_title)}</text>')
+    legend_top = bottom + X_LABELS_H + (X_TITLE_H if x_title else 0) + 6
+    for k, (s, p) in enumerate(zip(series, prepared, strict=True)):
+        parts.append(_series_svg(s, p, sx, scales, shift[k], bottom, max_points, places[k] if legend else None,
+                                 legend_top))
+    for m in sorted(markers, key=lambda m: m.kind in ("step", "drift"), reverse=True):
+        parts.append(_marker_svg(m, sx, scales, 0.0, "", bottom))
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _y_axis(sc: _Scale, unit: tuple[float, str], y_units, y_format, y_title: str, width: int, inner_h: float) -> str:
+    """A scale's grid lines, tick labels and title."""
+    parts = []
+    for tick in sc.ticks():
+        ty = float(sc.sy(tick))
+        if not TOP - 1 <= ty <= TOP + inner_h + 1:
+            continue
+        text = _tick_text(tick, unit[0]) if y_units else (y_format(tick) if y_format else f"{tick:g}")
+        parts.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{_f(ty)}" y2="{_f(ty)}" class="grid"/>'
+                     f'<text x="{LEFT - 5}" y="{_f(ty + 4)}" text-anchor="end" class="tick">{escape(text)}</text>')
+    if y_title:
+        title = f"{y_title} ({unit[1]}{', log scale' if sc.log else ''})" if y_units else (
+            f"{y_title}{' (log scale)' if sc.log else ''}")
+        parts.append(f'<text class="axis-title" transform="rotate(-90)" x="{_f(-(TOP + inner_h / 2))}" y="14" '
+                     f'text-anchor="middle">{escape(title)}</text>')
+    return "".join(parts)
+
+
+def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bottom: float, max_points: int,
+                place: tuple[float, int] | None, legend_top: float) -> str:
+    """One series in one ``<g>``: per scale a layer of its band or error bar and its line; its hover dots (one
+    link and title each, a circle per scale); its markers; its legend entry."""
+    color, dash = s.color, s.dash
+    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    out = [f'<g class="series{" main" if s.emphasis else ""}" data-series="{escape(s.name)}">']
+    n = p.y.size
+    if n <= max_points:
+        xs, ys, lows, highs = sx(p.x) + dx, p.y, p.low, p.high
+        first = last = p.keep
+        titles = None
+    else:  # buckets of consecutive points: the line through their medians, the band over their widest interval
+        bounds = np.unique(np.round(np.linspace(0, n, max_points + 1)).astype(np.int64))
+        starts, stops = bounds[:-1], bounds[1:]
+        bucket = np.repeat(np.arange(starts.size), stops - starts)
+        order = np.lexsort((p.y, bucket))  # sorted by median within each bucket
+        lowest, middle, highest = order[starts], order[(starts + stops - 1) // 2], order[stops - 1]
+        xs, ys = sx((p.x[starts] + p.x[stops - 1]) / 2) + dx, p.y[middle]
+        with np.errstate(invalid="ignore"):
+            highs, lows = np.fmax.reduceat(p.high, starts), np.fmin.reduceat(p.low, starts)
+        first, last = p.keep[starts], p.keep[stops - 1]
+        titles = (p.y[lowest].tolist(), p.y[highest].tolist())
+    heights = []
+    for sc in scales:
+        py = sc.sy(ys)
+        heights.append(py)
+        layer = []
+        drawn = np.flatnonzero(np.isfinite(py))
+        lo, hi = lows[drawn], highs[drawn]
+        banded = drawn[np.isfinite(sc.sy(lo)) & np.isfinite(sc.sy(hi)) & (hi > lo)]
+        if drawn.size > 1 and banded.size:
+            upper = _points(xs[banded], sc.sy(highs[banded]))
+            lower = _points(xs[banded][::-1], sc.sy(lows[banded][::-1]))
+            layer.append(f'<polygon class="band" fill="{color}" points="{upper} {lower}"/>')
+        elif drawn.size == 1 and banded.size:  # one point: an error bar, not a band of no width
+            cx, y1, y2 = float(xs[banded[0]]), float(sc.sy(highs[banded[0]])), float(sc.sy(lows[banded[0]]))
+            layer.append(f'<path class="whisker" stroke="{color}" d="M{_f(cx)},{_f(y1)}V{_f(y2)}'
+                         f'M{_f(cx - 4)},{_f(y1)}h8M{_f(cx - 4)},{_f(y2)}h8"/>')
+        if drawn.size > 1:
+            line = _points(xs[drawn], py[drawn])
+            layer.append(f'<polyline class="line" stroke="{color}"{dash_attr} points="{line}"/>')
+        out.append(f'<g class="{sc.cls}">{"".join(layer)}</g>')
+    targets = []
+    rows = zip(*(h.tolist() for h in heights), strict=True)
+    for j, (i, i_last, cx, hs) in enumerate(zip(first.tolist(), last.tolist(), xs.tolist(), rows, strict=True)):
+        if titles is None:
+            title = s.point_title(i)
+        elif s.bucket_title:
+            title = s.bucket_title(i, i_last, titles[0][j], titles[1][j])
+        else:
+            title = s.point_title(i)
+        circles = "".join(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"/>' if math.isfinite(cy) else ""
+                          for cy in hs)
+        targets.append(f'<a href="{_esc(s.point_href(i))}"><title>{_esc(title)}</title>{circles}</a>')
+    if targets:
+        out.append(f'<g class="{"pts" if n <= max_points else "hits"}" fill="{color}">{"".join(targets)}</g>')
+    for m in sorted(s.markers, key=lambda m: m.kind in ("step", "drift"), reverse=True):
+        out.append(_marker_svg(m, sx, scales, dx, color, bottom))
+    if place is not None:
+        x0, row = LEFT + place[0], legend_top + place[1] * LEGEND_ROW
+        entry = (f'<line x1="{_f(x0)}" x2="{_f(x0 + 20)}" y1="{_f(row + 8)}" y2="{_f(row + 8)}" stroke="{color}"'
+                 f'{dash_attr} class="swatch"/><circle cx="{_f(x0 + 10)}" cy="{_f(row + 8)}" r="2.5" fill="{color}"/>'
+                 f'<text x="{_f(x0 + 26)}" y="{_f(row + 12)}" class="legend-text">{escape(s.name)}</text>')
+        out.append(f'<g class="legend-entry">{f"<title>{_esc(s.legend_title)}</title>" if s.legend_title else ""}'
+                   f"{entry}</g>")
+    out.append("</g>")
+    return "".join(out)
+
+
+def _marker_svg(m: Marker, sx, scales: list[_Scale], dx: float, color: str, bottom: float) -> str:
+    """A marker with its title and link; one drawn at a value (a regression) has a shape per scale's layer."""
+    shape, fill, stroke = MARKER_STYLES.get(m.kind, MARKER_STYLES["step"])
+    cx = float(sx(m.x))
+    if m.kind in ("step", "drift"):
+        body = ""
+        if m.x_end is not None and m.x_end > m.x:
+            body += (f'<rect class="span" x="{_f(cx)}" y="{TOP}" width="{_f(float(sx(m.x_end)) - cx)}" '
+                     f'height="{_f(bottom - TOP)}" fill="{fill}"/>')
+        body += (f'<line class="cp" x1="{_f(cx)}" x2="{_f(cx)}" y1="{TOP - 4}" y2="{_f(bottom)}" '
+                 f'stroke="{color or stroke}"/>' + _marker(shape, cx, TOP - 10, fill, stroke))
+    elif m.kind == "broken":
+        body = _marker(shape, cx, TOP - 10, fill, stroke)
+    else:
+        layers = []
+        for sc in scales:
+            cy = float(sc.sy(m.y)) if m.y is not None else math.nan
+            cy = cy if math.isfinite(cy) else TOP - 10
+            layers.append(f'<g class="{sc.cls}">{_marker(shape, cx + dx, cy, fill, stroke)}</g>')
+        body = "".join(layers)
+    return _linked(f'<g class="marker {escape(m.kind)}">{body}</g>', m.title, m.href)
 
 
 def history_plot(x: Sequence[int], y: Sequence[float | None], low: Sequence[float | None],
@@ -92,109 +426,17 @@ def history_plot(x: Sequence[int], y: Sequence[float | None], low: Sequence[floa
                  point_title: Callable[[int], str], point_href: Callable[[int], str],
                  bucket_title: Callable[[int, int, float, float], str] | None = None,
                  markers: Sequence[Marker] = (), x_labels: Sequence[str] = (), x_ticks: int = 6,
-                 label: str = "", color: str = "#2563eb", width: int = 720, height: int = 210,
-                 max_points: int = 120, plot_id: str = "") -> Markup:
-    """One history as inline SVG.
+                 label: str = "", color: str = PALETTE[0], width: int = WIDTH, height: int = 210,
+                 max_points: int = 120, plot_id: str = "", log: bool | None = False, y_title: str = "",
+                 x_title: str = "") -> Markup:
+    """One history as inline SVG (:func:`overlay_plot` of one series, no legend; the ticks are ``y_format``'s).
 
-    ``x`` are positions on an axis of ``n_x`` commits (ascending), ``y`` / ``low`` / ``high`` the median and its
-    interval there (None or nan: missing). ``point_title(i)`` / ``point_href(i)`` give the hover text and link of
-    point ``i``; ``bucket_title(first, last, y_min, y_max)`` the hover text of the points ``first..last`` drawn as
-    one bucket (default: ``point_title(first)``), whose link is ``point_href(first)``. Texts are escaped here,
-    except ``Markup`` ones, which the caller has escaped already. ``y_format`` labels the y axis (e.g. seconds as
-    '1.2 ms'); ``x_labels`` names each axis position, ``x_ticks`` of them evenly spaced are written.
-    """
-    left, right, top, bottom = 64, 12, 20, 26  # markers of change points and failures sit above ``top``
-    inner_w, inner_h = width - left - right, height - top - bottom
-    attrs = f' id="{escape(plot_id)}"' if plot_id else ""
-    head = (f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}"{attrs}>')
-    ya = np.array(y, dtype=float)
-    keep = np.flatnonzero(np.isfinite(ya))
-    xa = np.array(x, dtype=float)[keep]
-    ya = ya[keep]
-    la = np.array(low, dtype=float)[keep]
-    ha = np.array(high, dtype=float)[keep]
-    marker_ys = [m.y for m in markers if m.y is not None and math.isfinite(m.y)]
-    pool = [ya, la[np.isfinite(la)], ha[np.isfinite(ha)], np.array(marker_ys, dtype=float)]
-    values = np.concatenate(pool)
-    if values.size == 0:
-        return Markup(f'{head}<text x="{left}" y="{height // 2}" class="tick">no data</text></svg>')
-    y_lo, y_hi = float(values.min()), float(values.max())
-    pad = (y_hi - y_lo) * 0.08 or abs(y_hi) * 0.05 or 1.0
-    y_lo, y_hi = (max(0.0, y_lo - pad) if y_lo >= 0 else y_lo - pad), y_hi + pad
-    x_scale = inner_w / max(n_x - 1, 1)
-    x_off = left if n_x > 1 else left + inner_w / 2
-    y_scale = inner_h / (y_hi - y_lo)
-
-    def sx(value):
-        return x_off + value * x_scale
-
-    def sy(value):
-        return top + (y_hi - value) * y_scale
-
-    parts = [head]
-    for tick in nice_ticks(y_lo, y_hi):
-        ty = _f(sy(tick))
-        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{ty}" y2="{ty}" class="grid"/>'
-                     f'<text x="{left - 4}" y="{_f(sy(tick) + 4)}" text-anchor="end" class="tick">'
-                     f"{escape(y_format(tick))}</text>")
-    if x_labels:
-        count = min(len(x_labels), x_ticks)
-        for i in sorted({round(k * (len(x_labels) - 1) / max(count - 1, 1)) for k in range(count)}):
-            anchor = "start" if i == 0 else "end" if i == len(x_labels) - 1 else "middle"
-            parts.append(f'<text x="{_f(sx(i))}" y="{height - 6}" text-anchor="{anchor}" class="tick">'
-                         f"{escape(x_labels[i])}</text>")
-    n = ya.size
-    targets: list[str] = []
-    if n <= max_points:
-        px, py = sx(xa), sy(ya)
-        line = _points(px, py)
-        banded = np.flatnonzero(np.isfinite(la) & np.isfinite(ha))
-        upper, lower = _points(px[banded], sy(ha[banded])), _points(px[banded][::-1], sy(la[banded][::-1]))
-        for i, cx, cy in zip(keep.tolist(), px.tolist(), py.tolist(), strict=True):
-            targets.append(f'<a href="{_esc(point_href(i))}"><title>{_esc(point_title(i))}</title>'
-                           f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"/></a>')
-    else:
-        bounds = np.unique(np.round(np.linspace(0, n, max_points + 1)).astype(np.int64))
-        starts, stops = bounds[:-1], bounds[1:]
-        bucket = np.repeat(np.arange(starts.size), stops - starts)
-        order = np.lexsort((ya, bucket))  # sorted by median within each bucket
-        lowest, middle, highest = order[starts], order[(starts + stops - 1) // 2], order[stops - 1]
-        mid = sx((xa[starts] + xa[stops - 1]) / 2)
-        line = _points(mid, sy(ya[middle]))
-        with np.errstate(invalid="ignore"):
-            band_hi, band_lo = np.fmax.reduceat(ha, starts), np.fmin.reduceat(la, starts)
-        banded = np.flatnonzero(np.isfinite(band_hi) & np.isfinite(band_lo))
-        upper = _points(mid[banded], sy(band_hi[banded]))
-        lower = _points(mid[banded][::-1], sy(band_lo[banded][::-1]))
-        column = inner_w / starts.size
-        tail = f'" y="{top}" width="{column:.1f}" height="{inner_h}"/></a>'
-        for first, last, y_min, y_max, x0 in zip(keep[starts].tolist(), keep[stops - 1].tolist(),
-                                                 ya[lowest].tolist(), ya[highest].tolist(),
-                                                 (sx(xa[starts]) - column / 2).tolist(), strict=True):
-            title = bucket_title(first, last, y_min, y_max) if bucket_title else point_title(first)
-            targets.append(f'<a href="{_esc(point_href(first))}"><title>{_esc(title)}</title><rect x="{x0:.1f}'
-                           + tail)
-    if upper:
-        parts.append(f'<polygon class="band" fill="{color}" points="{upper} {lower}"/>')
-    parts.append(f'<polyline class="line" stroke="{color}" points="{line}"/>')
-    parts.append(f'<g class="{"pts" if n <= max_points else "hits"}" fill="{color}">{"".join(targets)}</g>')
-    for m in sorted(markers, key=lambda m: m.kind in ("step", "drift"), reverse=True):
-        shape, fill, stroke = MARKER_STYLES.get(m.kind, MARKER_STYLES["step"])
-        cx = sx(m.x)
-        if m.kind in ("step", "drift"):
-            body = ""
-            if m.x_end is not None and m.x_end > m.x:
-                body += (f'<rect class="span" x="{_f(cx)}" y="{top}" width="{_f(sx(m.x_end) - cx)}" '
-                         f'height="{inner_h}" fill="{fill}"/>')
-            body += (f'<line class="cp" x1="{_f(cx)}" x2="{_f(cx)}" y1="{top - 4}" y2="{top + inner_h}" '
-                     f'stroke="{stroke}"/>' + _marker(shape, cx, top - 10, fill, stroke))
-        else:
-            cy = sy(m.y) if m.kind != "broken" and m.y is not None and math.isfinite(m.y) else top - 10
-            body = _marker(shape, cx, cy, fill, stroke)
-        parts.append(_linked(f'<g class="marker {escape(m.kind)}">{body}</g>', m.title, m.href))
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    ``markers`` sit on this series (a regression's triangle at its point)."""
+    one = Series("", x, y, low, high, point_title, point_href, bucket_title, color, "", tuple(markers))
+    plot_height = height - TOP - X_LABELS_H - (X_TITLE_H if x_title else 0)
+    return overlay_plot([one], n_x=n_x, y_title=y_title, y_units=None, y_format=y_format, log=log,
+                        x_labels=x_labels, x_title=x_title, x_ticks=x_ticks, label=label, width=width,
+                        plot_height=plot_height, max_points=max_points, plot_id=plot_id, legend=False)
 
 
 def legend() -> Markup:

@@ -34,6 +34,7 @@ __all__ = [
     "Side",
     "TuningDrift",
     "VariantCell",
+    "VariantGap",
     "VariantMatrix",
     "json_safe",
 ]
@@ -197,6 +198,23 @@ class VariantCell(_Plain):
     n_default: int
     n_variant: int
     more_samples_needed: int
+    run_ids: tuple[str, ...] = ()  # the runs compared: the newest that measured both series, or every run of --commit
+    sha: str = ""  # their commit
+
+
+@dataclass(frozen=True)
+class VariantGap(_Plain):
+    """A variant of a (kernel, dtype, shape) row that the matrix compares on another chip (or that ran here and
+    has no verdict) but not on ``chip``; ``reason`` says why when the chip's runs tell ("skipped: CUDA not
+    available", "crashed: ...", "default sdpa not measured"), else that the chip never ran it."""
+
+    kernel: str
+    variant: str
+    dtype: str
+    shape_key: str
+    chip: str
+    status: str  # the variant's newest job status on that chip ("" when the chip never ran it)
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -234,6 +252,33 @@ class VariantMatrix(_Plain):
     divergent: tuple[DivergentVariant, ...]
     best: tuple[BestVariant, ...]
     correctness_failures: tuple[CorrectnessFailure, ...]
+    gaps: tuple[VariantGap, ...] = ()  # variants compared on some chip but not on another, with why
+    shared: int = 0  # (kernel, dtype, shape) rows with a verdict on two chips or more
+
+    @property
+    def compared_chips(self) -> list[str]:
+        """The chips with at least one verdict."""
+        return sorted({cell.chip for cell in self.cells})
+
+    @property
+    def divergence_note(self) -> str:
+        """Why the divergent list is what it is: what could be compared across chips."""
+        chips = self.compared_chips
+        if self.divergent:
+            return (f"{len(self.divergent)} divergent variant(s) on {self.shared} (kernel, dtype, shape) row(s) "
+                    "measured on two chips or more")
+        if not chips:
+            return "no variant was compared with its default on any chip yet"
+        if len(chips) == 1:
+            return f"only one chip ({chips[0]}) has variant verdicts: a divergence needs two"
+        if not self.shared:
+            return (f"no (kernel, dtype, shape) was measured on two chips: the grids of {', '.join(chips)} share no "
+                    "shape, so no variant can win on one and lose on another")
+        return (f"measured on {self.shared} shared (kernel, dtype, shape) row(s), no variant diverges (wins on one "
+                "chip and loses on another)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "divergence_note": self.divergence_note}
 
     def best_for(self, kernel: str, dtype: str, shape_key: str, chip: str) -> str | None:
         for best in self.best:

@@ -10,20 +10,21 @@ only the commits with a series that can be confirmed go through it.  Histories a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 from scipy.stats import false_discovery_control
 
-from harness.analysis.history import trial_levels
+from harness.analysis.history import by_series_key, trial_levels
 from harness.analysis.records import RegressionEvidence
 from harness.core import defaults, stats, trials
 from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
 
-__all__ = ["regressions"]
+__all__ = ["cell_summaries", "correctness_regressions", "performance_regressions", "regressions"]
 
 # The screen's p-values and intervals are compare_trials' own computation on the same numbers, up to the order of
 # floating-point sums: a family is only skipped when none of its series comes within this relative slack of a flag.
@@ -31,14 +32,19 @@ _SCREEN_SLACK = 1e-6
 _MIN_FLOOR_RUNS = 3  # trials.history_floor's default: fewer runs give no floor
 
 
-def _correctness_events(store: Store, data: query.ChipHistory, include_dirty: bool
+def _correctness_events(store: Store, data: query.ChipHistory, include_dirty: bool,
+                        rows: tuple[list[tuple], list[tuple]] | None = None
                         ) -> tuple[list[RegressionEvidence], set[tuple[int, str]]]:
     """New correctness failures (first failing commit of each failing stretch along ancestry) and the broken
-    (commit, kernel)s."""
+    (commit, kernel)s. ``rows``: the chip's ``query.correctness_statuses`` and ``query.failing_correctness_jobs``
+    when already read."""
+    statuses, failing_jobs = rows if rows is not None else (
+        query.correctness_statuses(store, data.chip, include_dirty=include_dirty),
+        query.failing_correctness_jobs(store, data.chip, include_dirty=include_dirty))
     commit_index = {row[0]: i for i, row in enumerate(data.commits)}
     key_index: dict[str, int] = {}
     cells: list[tuple[int, int, bool]] = []
-    for commit_id, key, status in query.correctness_statuses(store, data.chip, include_dirty=include_dirty):
+    for commit_id, key, status in statuses:
         index = commit_index.get(commit_id)
         if index is None:  # outside the ``last`` window
             continue
@@ -59,8 +65,7 @@ def _correctness_events(store: Store, data: query.ChipHistory, include_dirty: bo
         previous_of[(keys[k], int(index))] = int(before[index, k]) if before[index, k] >= 0 else None
     broken = set()
     events: dict[tuple[str, int], RegressionEvidence] = {}
-    for commit_id, key, kern, variant, dtype, shape_key, check, status, detail in query.failing_correctness_jobs(
-            store, data.chip, include_dirty=include_dirty):
+    for commit_id, key, kern, variant, dtype, shape_key, check, status, detail in failing_jobs:
         index = commit_index.get(commit_id)
         if index is None:
             continue
@@ -93,7 +98,8 @@ class _Cells:
     run_levels: npt.NDArray[np.float64]  # per (cell, run): mean log trial median of the run's trials
 
 
-def _cell_summaries(data: query.ChipHistory) -> _Cells:
+def cell_summaries(data: query.ChipHistory) -> _Cells:
+    """Every flat cell's ``_Cells`` entries; each cell's depend on its own samples only."""
     logs = np.log(data.trial_medians())
     cell_of = data.trial_cells()
     n_cells = data.trial_counts.size
@@ -173,11 +179,13 @@ class _Pairs:
     bounds: npt.NDArray[np.intp]  # family of commit c: pairs bounds[c]:bounds[c + 1]
 
 
-def _pairs(data: query.ChipHistory, broken: set[tuple[int, str]]) -> tuple[_Pairs, npt.NDArray[np.int64]]:
+def _pairs(data: query.ChipHistory, broken: set[tuple[int, str]], heads: npt.NDArray[np.bool_] | None = None
+           ) -> tuple[_Pairs, npt.NDArray[np.int64]]:
     n_series = len(data.series)
     present = data.counts > 0
     base_of = data.nearest_with(present)
-    head_commit, series = np.nonzero(present & (base_of >= 0) & data.shown[:, None])  # commit-major
+    judged = data.shown if heads is None else data.shown & heads
+    head_commit, series = np.nonzero(present & (base_of >= 0) & judged[:, None])  # commit-major
     base_commit = base_of[head_commit, series]
     kernel_ids = {name: i for i, name in enumerate(sorted({key.kernel for key in data.series}))}
     series_kernel = np.array([kernel_ids[key.kernel] for key in data.series], dtype=np.int64)
@@ -269,6 +277,12 @@ def _screen(measured: trials._Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# Per flat cell: its trials' samples, each sorted (``ChipHistory.trials``), for the cells asked for at once.
+TrialsOf = Callable[[Sequence[int]], dict[int, list[npt.NDArray[np.float64]]]]
+# Per flat cell: its level, the median of its trial medians (``trial_levels``).
+LevelsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]
+
+
 @dataclass(frozen=True)
 class _Judged:
     """One chip's pairs, with what their decisions need and the screen's verdict on them."""
@@ -280,26 +294,38 @@ class _Judged:
     runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]  # per pair: distinct runs of base and head
     screened: _Screened
 
-    def family(self, commit: int, *, min_effect: float, alpha: float) -> dict[int, trials.TrialComparison]:
-        """``compare_trials`` of the commit's whole grid (pair index -> comparison)."""
+    def family(self, commit: int, trials_of: dict[int, list[npt.NDArray[np.float64]]] | None = None, *,
+               min_effect: float, alpha: float) -> dict[int, trials.TrialComparison]:
+        """``compare_trials`` of the commit's whole grid (pair index -> comparison); ``trials_of``: the trials of
+        every cell of its pairs (``family_cells``; default: from ``data``'s samples)."""
         members = range(int(self.pairs.bounds[commit]), int(self.pairs.bounds[commit + 1]))
+        if trials_of is None:
+            trials_of = {cell: self.data.trials(cell) for cell in self.family_cells(commit)}
         floors = {i: floor for i in members
                   if (floor := trials.history_floor(np.exp(self.history_levels[i, :self.history_runs[i]])))}
-        trials_of = self.data.trials
         return trials.compare_trials(
-            {i: (trials_of(int(self.pairs.base_cell[i])), trials_of(int(self.pairs.head_cell[i]))) for i in members},
+            {i: (trials_of[int(self.pairs.base_cell[i])], trials_of[int(self.pairs.head_cell[i])]) for i in members},
             floors=floors, runs={i: (int(self.runs[0][i]), int(self.runs[1][i])) for i in members},
             min_effect=min_effect, alpha=alpha, broken={i for i in members if self.pairs.broken[i]})
 
+    def family_cells(self, commit: int) -> list[int]:
+        span = slice(int(self.pairs.bounds[commit]), int(self.pairs.bounds[commit + 1]))
+        return sorted({*self.pairs.base_cell[span].tolist(), *self.pairs.head_cell[span].tolist()})
 
-def _judge(data: query.ChipHistory, broken: set[tuple[int, str]], *, alpha: float) -> _Judged | None:
+
+def _judge(data: query.ChipHistory, broken: set[tuple[int, str]], cells: _Cells | None = None, *, alpha: float,
+           heads: npt.NDArray[np.bool_] | None = None) -> _Judged | None:
+    """Screen the families of ``data``'s commits (only those where ``heads`` holds, when given: each family is
+    screened on its own numbers, so a subset gives each of its families the same verdicts). ``cells``:
+    ``cell_summaries(data)``, computed here when not given."""
     n_series = len(data.series)
     if n_series == 0:
         return None
-    pairs, base_of = _pairs(data, broken)
+    pairs, base_of = _pairs(data, broken, heads)
     if pairs.series.size == 0:
         return None
-    cells = _cell_summaries(data)
+    if cells is None:
+        cells = cell_summaries(data)
     history_levels, history_runs = _floor_runs(cells, base_of, pairs.base_commit, pairs.series, n_series)
     runs = (cells.runs[pairs.base_cell], cells.runs[pairs.head_cell])
     screened = _screen(_measured(cells, data.counts.ravel(), pairs), pairs, _floor_sd(history_levels, history_runs),
@@ -307,33 +333,56 @@ def _judge(data: query.ChipHistory, broken: set[tuple[int, str]], *, alpha: floa
     return _Judged(data, pairs, history_levels, history_runs, runs, screened)
 
 
-def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int | None, min_effect: float,
-                      alpha: float) -> list[RegressionEvidence]:
-    data = query.chip_history(store, chip, None, include_dirty=include_dirty, last=last)
-    events, broken = _correctness_events(store, data, include_dirty)
-    if last is not None:  # a failure whose job did not run at the window's bases may be old
-        events = [e for e in events if e.base_sha is not None]
-    judged = _judge(data, broken, alpha=alpha)
+def performance_regressions(data: query.ChipHistory, broken: set[tuple[int, str]], cells: _Cells,
+                            levels_of: LevelsOf, trials_for: TrialsOf, *, min_effect: float, alpha: float,
+                            heads: npt.NDArray[np.bool_] | None = None) -> dict[int, list[RegressionEvidence]]:
+    """Per commit index whose family has a confirmed regression (of the commits where ``heads`` holds, all when
+    None): its regressions, largest slowdown first. ``cells``: ``cell_summaries`` of ``data``; ``levels_of`` and
+    ``trials_for`` give the levels and the trials of the cells asked for (only those of confirmed pairs and of the
+    families the screen cannot rule out are asked for)."""
+    judged = _judge(data, broken, cells, alpha=alpha, heads=heads)
     if judged is None:
-        return events
+        return {}
     pairs = judged.pairs
-    found: list[RegressionEvidence] = []
+    found: dict[int, list[RegressionEvidence]] = {}
     for commit in np.unique(pairs.head_commit[judged.screened.candidates(min_effect, alpha)]).tolist():
-        decided = judged.family(commit, min_effect=min_effect, alpha=alpha)
+        decided = judged.family(commit, trials_for(judged.family_cells(commit)), min_effect=min_effect, alpha=alpha)
         confirmed = [i for i, c in decided.items() if c.verdict == "regressed"]
         if not confirmed:
             continue
         _, sha, message, _, started = data.commits[commit]
-        cells = np.array([(pairs.base_cell[i], pairs.head_cell[i]) for i in confirmed], dtype=np.int64)
-        medians = dict(zip(confirmed, trial_levels(data, cells.ravel())[0].reshape(-1, 2).tolist(), strict=True))
+        cells_of = np.array([(pairs.base_cell[i], pairs.head_cell[i]) for i in confirmed], dtype=np.int64)
+        medians = dict(zip(confirmed, levels_of(cells_of.ravel()).reshape(-1, 2).tolist(), strict=True))
+        chip = data.chip
         for i in sorted(confirmed, key=lambda i: (-decided[i].ratio, data.series[pairs.series[i]])):
             c, key = decided[i], data.series[pairs.series[i]]
-            found.append(RegressionEvidence(
+            found.setdefault(commit, []).append(RegressionEvidence(
                 "performance", chip, key.kernel, key.variant, key.dtype, key.shape_key, sha, message, started,
                 data.commits[pairs.base_commit[i]][1], c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted,
                 c.n_base, c.n_head, *medians[i], trials_base=c.trials_base, trials_head=c.trials_head,
                 basis=c.basis, noise=c.noise, detectable=c.detectable))
-    return events + found
+    return found
+
+
+def correctness_regressions(store: Store, data: query.ChipHistory, *, include_dirty: bool, last: int | None,
+                            rows: tuple[list[tuple], list[tuple]] | None = None
+                            ) -> tuple[list[RegressionEvidence], set[tuple[int, str]]]:
+    """The chip's new correctness failures (within the ``last`` window: only those with a base there) and the
+    broken (commit index, kernel)s; ``rows`` as ``_correctness_events`` takes them."""
+    events, broken = _correctness_events(store, data, include_dirty, rows)
+    if last is not None:  # a failure whose job did not run at the window's bases may be old
+        events = [e for e in events if e.base_sha is not None]
+    return events, broken
+
+
+def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int | None, min_effect: float,
+                      alpha: float) -> list[RegressionEvidence]:
+    data = by_series_key(query.chip_history(store, chip, None, include_dirty=include_dirty, last=last))
+    events, broken = correctness_regressions(store, data, include_dirty=include_dirty, last=last)
+    found = performance_regressions(
+        data, broken, cell_summaries(data), lambda cells: trial_levels(data, cells)[0],
+        lambda cells: {cell: data.trials(cell) for cell in cells}, min_effect=min_effect, alpha=alpha)
+    return events + [e for commit in sorted(found) for e in found[commit]]
 
 
 def regressions(

@@ -1,7 +1,9 @@
 """Variant verdicts: each tuning variant against its kernel's default variant, per (kernel, dtype, shape, chip),
 with BH across the whole matrix (``stats.variant_verdict_grid``); the divergent variants (win on one chip, lose on
-another), the best variant of each cell, the tuning drift between two commits, and the kernels' default variants
-(``default_variants``, from ``kernels.REGISTRY``).  Runs, samples and failures come from ``harness.record.query``."""
+another), the best variant of each cell, the variants a chip has no verdict for and why (``VariantGap``), the tuning
+drift between two commits, and the kernels' default variants (``default_variants``, from ``kernels.REGISTRY``).
+Each cell compares trials of one run (the chip's newest that measured the variant and its default), so a newer
+partial run never hides a kernel.  Runs, samples and failures come from ``harness.record.query``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from harness.analysis.records import (
     DivergentVariant,
     TuningDrift,
     VariantCell,
+    VariantGap,
     VariantMatrix,
 )
 from harness.core import stats, trials
@@ -38,18 +41,75 @@ def default_variants() -> dict[str, str]:
     return {name: kernel.default_variant for name, kernel in REGISTRY.items()}
 
 
-def _matrix_runs(store: Store, commit: str | None) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
-    """Per chip: the runs to analyse and their commit sha (the latest run, or every run of ``commit``)."""
-    if commit is not None:
-        side = resolve_side(store, commit)
-        return side.runs, {chip: side.sha for chip in side.runs}
-    return query.latest_runs(store)
+Cell = tuple[str, str, str, str, str]  # (kernel, dtype, shape_key, variant, chip)
+Series = tuple[str, str, str, str, str]  # (kernel, variant, dtype, shape_key, chip)
 
 
-def _cell(key: tuple[str, str, str, str, str], default: str, verdict: stats.VariantVerdict) -> VariantCell:
+@dataclasses.dataclass
+class _Presence:
+    """Which runs measured each benchmark series (newest first), and each series' newest job row."""
+
+    measured: dict[Series, list[str]]
+    newest: dict[Series, query.JobPresence]
+    shas: dict[str, str]  # run id -> commit sha
+    chips: dict[str, list[str]]  # chip -> its runs with benchmarks, newest first
+
+
+def _presence(store: Store, run_ids: list[str] | None) -> _Presence:
+    found = _Presence({}, {}, {}, {})
+    for row in query.job_presence(store, run_ids=run_ids, kinds=("benchmark",)):
+        series = (row.kernel, row.variant, row.dtype, row.shape_key, row.chip)
+        found.newest.setdefault(series, row)
+        if row.measured:
+            found.measured.setdefault(series, []).append(row.run_id)
+        if row.run_id not in found.shas:
+            found.shas[row.run_id] = row.sha
+            found.chips.setdefault(row.chip, []).append(row.run_id)
+    return found
+
+
+def _cell_runs(presence: _Presence, defaults: Mapping[str, str], pooled: bool) -> dict[Cell, tuple[str, ...]]:
+    """Per cell, the runs whose trials compare the variant with its default: the newest run that measured both
+    (``pooled``: every run of the commit that measured both)."""
+    chosen: dict[Cell, tuple[str, ...]] = {}
+    for (kernel, variant, dtype, shape_key, chip), runs in presence.measured.items():
+        default = defaults.get(kernel)
+        if default is None or variant == default:
+            continue
+        with_default = set(presence.measured.get((kernel, default, dtype, shape_key, chip), ()))
+        both = [run for run in runs if run in with_default]
+        if both:
+            chosen[(kernel, dtype, shape_key, variant, chip)] = tuple(both) if pooled else (both[0],)
+    return chosen
+
+
+def _cell(key: Cell, default: str, verdict: stats.VariantVerdict, runs: tuple[str, ...], sha: str) -> VariantCell:
     kernel, dtype, shape_key, variant, chip = key
     return VariantCell(kernel=kernel, variant=variant, dtype=dtype, shape_key=shape_key, chip=chip,
-                       default_variant=default, **dataclasses.asdict(verdict))
+                       default_variant=default, **dataclasses.asdict(verdict), run_ids=runs, sha=sha)
+
+
+def _first_line(text: str) -> str:
+    return (text or "").strip().splitlines()[0][:160] if (text or "").strip() else ""
+
+
+def _gap_reason(presence: _Presence, series: Series, default: str, commit: str | None) -> tuple[str, str]:
+    """(status, reason) of a variant series without a verdict on its chip, from the chip's newest job rows."""
+    kernel, variant, dtype, shape_key, chip = series
+    row = presence.newest.get(series)
+    if row is None:
+        return "", "never run at this commit on this chip" if commit else "never run on this chip"
+    if row.status == "skipped":  # "variant cuda_x implements float16 only": one wording for every variant
+        detail = _first_line(row.detail).replace(f"variant {variant} ", "the variant ")
+        return row.status, f"skipped: {detail or 'no reason given'}"
+    if not row.measured:
+        return row.status, f"{row.status}: {_first_line(row.detail)}".rstrip(": ")
+    base = presence.newest.get((kernel, default, dtype, shape_key, chip))
+    if base is None:
+        return row.status, f"default {default} never run here"
+    if not base.measured:
+        return row.status, f"default {default} {base.status}: {_first_line(base.detail)}".rstrip(": ")
+    return row.status, f"never measured in one run with the default {default}"
 
 
 def variant_matrix(
@@ -61,40 +121,56 @@ def variant_matrix(
 ) -> VariantMatrix:
     """Each variant vs its kernel's default variant, per (kernel, dtype, shape, chip), BH across the whole matrix.
 
-    Runs: each chip's latest run, or all runs of ``commit`` on each chip (pooled).  A cell is ``broken`` when the
-    variant or the default failed a correctness job of that kernel on that chip in those runs.  ``defaults``
-    (kernel -> default variant) overrides ``kernels.REGISTRY``; kernels known to neither are left out.
+    Runs: per cell, the newest run of the chip that measured both the variant and the default there (a newer run
+    that measured other kernels does not hide it), or with ``commit`` every run of that commit on the chip that
+    measured both (pooled). A cell is ``broken`` when the variant or the default failed a correctness job of that
+    kernel on that chip in the cell's runs (with ``commit``: in any run of that commit there). ``defaults``
+    (kernel -> default variant) overrides ``kernels.REGISTRY``; kernels known to neither are left out. ``gaps``
+    names, per chip, each variant of a compared row that has no verdict there and why; ``shared`` counts the rows
+    with verdicts on two chips or more.
     """
     defaults = {**default_variants(), **(defaults or {})}
-    runs, shas = _matrix_runs(store, commit)
-    run_ids = [run_id for ids in runs.values() for run_id in ids]
-    samples = {key: series.trials for key, series in query.series_trials(store, run_ids).items()}
-    failures = [CorrectnessFailure(*row) for row in query.correctness_failures(store, run_ids)]
-    failed = {(f.chip, f.kernel, f.variant) for f in failures}
-    grid: dict[tuple[str, str, str, str, str], tuple[list[npt.NDArray[np.float64]], list[npt.NDArray[np.float64]]]] = {}
-    broken = set()
-    for key, values in samples.items():
-        default = defaults.get(key.kernel)
-        if default is None or key.variant == default:
-            continue
-        baseline = samples.get(SeriesKey(key.kernel, default, key.dtype, key.shape_key, key.chip))
-        if baseline is None:
-            continue
-        cell_key = (key.kernel, key.dtype, key.shape_key, key.variant, key.chip)
-        grid[cell_key] = (baseline, values)
-        if (key.chip, key.kernel, key.variant) in failed or (key.chip, key.kernel, default) in failed:
-            broken.add(cell_key)
-    # A variant and its default were measured in the same runs, their trials interleaved: the spread between trials
-    # is the noise of the comparison (harness.core.trials).
-    modes = query.timing_modes(store, run_ids)
+    side = resolve_side(store, commit) if commit is not None else None
+    presence = _presence(store, side.run_ids if side is not None else None)
+    cell_runs = _cell_runs(presence, defaults, pooled=side is not None)
+    used = sorted({run for runs in cell_runs.values() for run in runs})
+    by_run = {run: query.series_trials(store, [run]) for run in used}
+    modes = {run: query.timing_modes(store, [run]) for run in used}
+    failures = [CorrectnessFailure(*row) for row in query.correctness_failures(store, side.run_ids if side else used)]
+    if side is not None:  # the commit's runs pooled: a failure in any of them gates every cell of its chip
+        failed = {(run, f.kernel, f.variant) for f in failures for run in side.runs.get(f.chip, ())}
+    else:
+        failed = {(f.run_id, f.kernel, f.variant) for f in failures}
 
-    def mode_of(cell: tuple[str, str, str, str, str], variant: str) -> str | None:
-        kernel, dtype, shape_key, _, chip = cell
-        return modes.get(SeriesKey(kernel, variant, dtype, shape_key, chip))
+    def trials_of(runs: tuple[str, ...], kernel: str, variant: str, dtype: str, shape_key: str, chip: str
+                  ) -> list[npt.NDArray[np.float64]]:
+        key = SeriesKey(kernel, variant, dtype, shape_key, chip)
+        return [array for run in runs if key in by_run[run] for array in by_run[run][key].trials]
 
-    mixed = {cell for cell in grid if not same_mode(mode_of(cell, defaults[cell[0]]), mode_of(cell, cell[3]))}
+    def mode_of(runs: tuple[str, ...], kernel: str, variant: str, dtype: str, shape_key: str, chip: str) -> str:
+        key = SeriesKey(kernel, variant, dtype, shape_key, chip)
+        return "+".join(sorted({part for run in runs for part in modes[run].get(key, "").split("+") if part}))
+
+    grid: dict[Cell, tuple[list[npt.NDArray[np.float64]], list[npt.NDArray[np.float64]]]] = {}
+    broken, mixed = set(), set()
+    for cell, runs in cell_runs.items():
+        kernel, dtype, shape_key, variant, chip = cell
+        default = defaults[kernel]
+        baseline, values = (trials_of(runs, kernel, default, dtype, shape_key, chip),
+                            trials_of(runs, kernel, variant, dtype, shape_key, chip))
+        if not baseline or not values:
+            continue
+        grid[cell] = (baseline, values)
+        if any((run, kernel, name) in failed for run in runs for name in (variant, default)):
+            broken.add(cell)
+        # A variant and its default measured in the same runs, their trials interleaved: the spread between trials
+        # is the noise of the comparison (harness.core.trials); series timed in different modes are not compared.
+        if not same_mode(mode_of(runs, kernel, default, dtype, shape_key, chip) or None,
+                         mode_of(runs, kernel, variant, dtype, shape_key, chip) or None):
+            mixed.add(cell)
     verdicts = trials.variant_trials_grid(grid, min_effect=min_effect, alpha=alpha, broken=broken, incomparable=mixed)
-    cells = {key: _cell(key, defaults[key[0]], verdict) for key, verdict in sorted(verdicts.items())}
+    cells = {key: _cell(key, defaults[key[0]], verdict, cell_runs[key], presence.shas[cell_runs[key][0]])
+             for key, verdict in sorted(verdicts.items())}
     per_chip: dict[tuple[str, tuple[str, str], str], dict[str, stats.VariantVerdict]] = {}
     for (kernel, dtype, shape_key, variant, chip), verdict in verdicts.items():
         per_chip.setdefault((kernel, (dtype, shape_key), variant), {})[chip] = verdict
@@ -111,7 +187,41 @@ def variant_matrix(
                                                              .items()):
             evidence = cells.get((kernel, dtype, shape_key, variant, chip))
             best.append(BestVariant(kernel, dtype, shape_key, chip, variant, defaults[kernel], evidence))
-    return VariantMatrix(runs, shas, tuple(cells.values()), tuple(divergent), tuple(best), tuple(failures))
+    if side is not None:
+        runs, shas = dict(side.runs), {chip: side.sha for chip in side.runs}
+    else:
+        runs, shas = {}, {}
+        for chip, chip_runs in sorted(presence.chips.items()):
+            chosen = [run for run in chip_runs if run in used] or chip_runs[:1]  # newest first
+            runs[chip], shas[chip] = tuple(chosen), presence.shas[chosen[0]]
+    gaps = _gaps(presence, cells, defaults, sorted(runs), commit)
+    rows_by_chip: dict[tuple[str, str, str], set[str]] = {}
+    for kernel, dtype, shape_key, _, chip in cells:
+        rows_by_chip.setdefault((kernel, dtype, shape_key), set()).add(chip)
+    shared = sum(1 for chips in rows_by_chip.values() if len(chips) > 1)
+    return VariantMatrix(runs, shas, tuple(cells.values()), tuple(divergent), tuple(best), tuple(failures),
+                         tuple(gaps), shared)
+
+
+def _gaps(presence: _Presence, cells: Mapping[Cell, VariantCell], defaults: Mapping[str, str], chips: list[str],
+          commit: str | None) -> list[VariantGap]:
+    """Every variant of a row with a verdict somewhere that has none on one of ``chips``, with why."""
+    rows = {(kernel, dtype, shape_key) for kernel, dtype, shape_key, _, _ in cells}
+    variants: dict[tuple[str, str, str], set[str]] = {}
+    for kernel, dtype, shape_key, variant, _ in cells:
+        variants.setdefault((kernel, dtype, shape_key), set()).add(variant)
+    for kernel, variant, dtype, shape_key, chip in presence.newest:
+        if (kernel, dtype, shape_key) in rows and chip in chips and variant != defaults.get(kernel):
+            variants[(kernel, dtype, shape_key)].add(variant)
+    gaps = []
+    for (kernel, dtype, shape_key), names in sorted(variants.items()):
+        for variant in sorted(names):
+            for chip in chips:
+                if (kernel, dtype, shape_key, variant, chip) not in cells:
+                    status, reason = _gap_reason(presence, (kernel, variant, dtype, shape_key, chip),
+                                                 defaults[kernel], commit)
+                    gaps.append(VariantGap(kernel, variant, dtype, shape_key, chip, status, reason))
+    return gaps
 
 
 def tuning_drift(

@@ -9,6 +9,7 @@ import typer
 
 from harness.cli.common import DbOption, app, console
 from harness.record.outbox import open_store
+from harness.spec.weburl import check_template
 
 
 @app.command()
@@ -25,13 +26,25 @@ def report(
         help="Show this commit's runs on the chip pages, the variant matrix and the noise (full sha or unique "
              "prefix), instead of each chip's latest run: e.g. the full-suite run rather than a later bisect probe "
              "or a partial run.")] = None,
+    commit_url: Annotated[str | None, typer.Option(
+        "--commit-url", envvar="HARNESS_COMMIT_URL",
+        help="Link every commit to this URL, {sha} replaced by the full sha (e.g. "
+             "'https://github.com/o/r/commit/{sha}'). Default: from the git remote the runs recorded (GitHub, GitLab, "
+             "Bitbucket), else from --repo's.")] = None,
+    repo: Annotated[str | None, typer.Option(
+        help="The git repository whose origin remote names the commits' web pages (default: each commit's recorded "
+             "remote, else the current folder's repository when it is one; no links without a known host).")] = None,
 ) -> None:
-    """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions."""
+    """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions, a
+    compare page per chip (its run against the previous run) and per regression, the samples behind them."""
     from harness.render.site import build_report  # loads scipy: only when this command runs
 
+    if commit_url is not None:
+        check_template(commit_url)  # a bad template is a usage error before the database is opened
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
-        index = build_report(store, out, change_points=change_points, last=last, commit=commit)
+        index = build_report(store, out, change_points=change_points, last=last, commit=commit,
+                             commit_url=commit_url, repo=repo)
     finally:
         store.close()
     console.print(f"report: {index.resolve()}")

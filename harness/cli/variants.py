@@ -30,7 +30,8 @@ HELP = "\n\n".join((
     "Per-chip verdicts of every tuning variant against its kernel's default variant.",
     "Each cell compares a variant with the default at one dtype and shape on one chip (win: the variant is faster; "
     "lose; tie; inconclusive; broken: it or the default failed a correctness job there), with Benjamini-Hochberg "
-    "control across the whole matrix. Each chip's latest run is used, or all runs of --commit on each chip.",
+    "control across the whole matrix. Each cell compares the newest run of its chip that measured both the variant "
+    "and the default (a newer run of other kernels hides nothing), or all runs of --commit on each chip.",
     "Variants that win on one chip and lose on another are listed first, with both cells' evidence; then the best "
     "variant per chip and shape where it is not the default, then each chip's cells (ties only with --all).",
 ))
@@ -74,6 +75,9 @@ def _render(matrix, fmt: str, all_cells: bool) -> None:
         print(f"### {markdown_text(header)}")
     else:
         console.print(header)
+    if not matrix.divergent:
+        line = f"Divergent: none ({matrix.divergence_note})"
+        print(f"\n_{markdown_text(line)}_" if fmt == "markdown" else line)
     if matrix.divergent:
         emit_table(console, fmt, f"Divergent: wins on one chip, loses on another ({len(matrix.divergent)})",
                    ("kernel", "variant", "dtype", "shape", "wins on", "ratio [95% CI]", "p (BH)", "loses on",

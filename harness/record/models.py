@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -162,3 +163,25 @@ class Sample(Base):
     idx: Mapped[int] = mapped_column(Integer)  # unique within the job, across its trials
     seconds: Mapped[float] = mapped_column(Float)
     trial: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # the process it came from
+
+
+class AnalysisCache(Base):
+    """A derived analysis result kept so that ``harness report`` recomputes only what changed
+    (``harness.analysis.cache``): never a source of truth, any row may be deleted at any time.
+
+    ``chip`` and ``kind`` say what it is (a commit's cell summaries, a series' change points, a chip's regression
+    families, the chip's validation state), ``name`` which one; ``key`` is a digest of everything the result was
+    computed from (the runs and jobs it read, the analysis code and parameters), so a row is only used while its
+    inputs are unchanged; ``watermark``: the highest sample id that existed when it was validated.
+    """
+
+    __tablename__ = "analysis_cache"
+    __table_args__ = (UniqueConstraint("chip", "kind", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    chip: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(400))
+    key: Mapped[str] = mapped_column(String(128))
+    watermark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

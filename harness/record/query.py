@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -315,6 +315,48 @@ def latest_runs(store: Store) -> tuple[dict[str, tuple[str, ...]], dict[str, str
             if latest is not None:
                 runs[chip_key], shas[chip_key] = (latest[0],), latest[1]
     return runs, shas
+
+
+class JobPresence(NamedTuple):
+    """One job row of a run, in brief: which run has which job. The chip pages show each job from the newest run
+    that has it, the variant matrix compares a variant with its default in the newest run that measured both."""
+
+    run_id: str
+    chip: str
+    sha: str
+    started_at: datetime | None
+    kind: str
+    key: str
+    kernel: str
+    variant: str
+    dtype: str
+    shape_key: str
+    status: str
+    detail: str
+    measured: bool  # a job with a median time (a benchmark that stored samples)
+
+
+def job_presence(store: Store, *, chip: str | None = None, run_ids: Sequence[str] | None = None,
+                 kinds: Sequence[str] | None = None) -> list[JobPresence]:
+    """The job rows (of ``kinds``) of every run, or of ``chip``'s runs, or of ``run_ids`` only: newest run first
+    (start time, then run id), in job order within a run. No samples are read."""
+    if run_ids is not None and not run_ids:
+        return []
+    with store.session() as session:
+        statement = (
+            select(JobRecord.run_id, Chip.key, Commit.sha, Run.started_at, JobRecord.kind, JobRecord.key,
+                   JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.status,
+                   JobRecord.detail, JobRecord.median_s.is_not(None))
+            .select_from(JobRecord).join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+            .join(Commit, Run.commit_id == Commit.id)
+            .order_by(Run.started_at.desc(), Run.id.desc(), JobRecord.id))
+        if chip is not None:
+            statement = statement.where(Chip.key == chip)
+        if run_ids is not None:
+            statement = statement.where(JobRecord.run_id.in_(list(run_ids)))
+        if kinds is not None:
+            statement = statement.where(JobRecord.kind.in_(list(kinds)))
+        return [JobPresence(*row[:11], row[11] or "", bool(row[12])) for row in session.execute(statement)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -696,3 +738,65 @@ def failing_correctness_jobs(store: Store, chip: str, *, include_dirty: bool = F
             .where(JobRecord.kind.in_(EVENT_KINDS), JobRecord.status.in_(CODE_FAILURES))
             .order_by(Run.started_at, JobRecord.id))
         return [(*row[:6], row.name if row.kind == "test" else row.check_name, *row[7:9]) for row in rows]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report's evidence path: every run in brief (commit links, run ids per commit) and raw samples per job
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class RunBrief(NamedTuple):
+    """A run without its jobs: what the report needs to name it, link its commit and place it in time."""
+
+    id: str
+    chip: str
+    sha: str
+    repo: str  # the commit's repository as recorded (its origin URL, else its folder name)
+    started_at: datetime | None
+    dirty: bool
+
+
+def run_briefs(store: Store) -> list[RunBrief]:
+    """Every run, in start order, in one query."""
+    with store.session() as session:
+        rows = session.execute(
+            select(Run.id, Chip.key, Commit.sha, Commit.repo, Run.started_at, Run.dirty)
+            .select_from(Run).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
+            .order_by(Run.started_at, Run.id))
+        return [RunBrief(run_id, chip, sha, repo or "", started, bool(dirty))
+                for run_id, chip, sha, repo, started, dirty in rows]
+
+
+class JobSamples(NamedTuple):
+    """One benchmark job's stored samples, each ``(trial, idx, seconds)`` in trial then index order (every stored
+    value, non-finite ones included: the caller decides what it can draw)."""
+
+    run_id: str
+    key: str
+    series: SeriesKey
+    samples: list[tuple[int, int, float]]
+
+
+def job_samples(store: Store, run_ids: Sequence[str], kernels: Iterable[str] | None = None) -> list[JobSamples]:
+    """The raw samples of every benchmark job (of ``kernels`` only, when given) of the given runs that stored any,
+    in job order."""
+    if not run_ids:
+        return []
+    statement = (
+        select(JobRecord.id, JobRecord.run_id, JobRecord.key, JobRecord.kernel, JobRecord.variant,
+               JobRecord.dtype, JobRecord.shape_key, Chip.key, Sample.trial, Sample.idx, Sample.seconds)
+        .select_from(Sample).join(JobRecord, Sample.job_id == JobRecord.id)
+        .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+        .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")
+        .order_by(JobRecord.id, Sample.trial, Sample.idx))
+    if kernels is not None:
+        statement = statement.where(JobRecord.kernel.in_(sorted(kernels)))
+    with store.session() as session:
+        rows = session.execute(statement)
+        jobs = []
+        for _, group in groupby(rows, key=itemgetter(0)):
+            group = list(group)
+            first = group[0]
+            jobs.append(JobSamples(first[1], first[2], SeriesKey(*first[3:8]),
+                                   [(int(trial), int(idx), float(seconds)) for *_, trial, idx, seconds in group]))
+        return jobs

@@ -108,6 +108,11 @@ def remote_url(repo: str | Path, name: str = "origin") -> str:
     return _git(repo, "remote", "get-url", name, check=False)
 
 
+def remote_get_url(repo: str | Path, remote: str = "origin") -> str:
+    """The URL of ``remote`` in ``repo`` ("" when there is no such remote)."""
+    return _git(repo, "remote", "get-url", remote, check=False)
+
+
 def origin(repo: str | Path) -> str:
     """A name for the repository: its origin URL if any, else its folder name."""
     url = _git(repo, "remote", "get-url", "origin", check=False)

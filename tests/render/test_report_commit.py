@@ -27,18 +27,25 @@ def benchmarks(page: Path) -> str:
     return table[:table.index("</table>")]
 
 
-def test_report_commit_shows_the_full_suite_run_that_a_later_partial_run_hides(tmp_path):
+def test_report_commit_shows_that_commits_runs_and_the_latest_report_hides_nothing(tmp_path):
+    """The flash-only run is the later one: the latest report still shows quant_decode, from the full-suite run
+    (named as such); --commit 62ac157 shows that commit's run; --commit 88a6d6f its flash run only."""
     db = f"sqlite:///{tmp_path / 'r.db'}"
     for bundle in ("h200-62ac157.bundle", "h200-88a6d6f-flash.bundle"):  # the flash-only run is the later one
         done = harness(tmp_path, "import", "--db", db, str(EXAMPLES / bundle))
         assert done.returncode == 0, done.stderr
     latest = harness(tmp_path, "report", "--db", db, "--out", "latest", "--no-change-points")
     assert latest.returncode == 0, latest.stderr
-    assert "quant_decode" not in benchmarks(tmp_path / "latest" / chip_page_name(H200))
+    table = benchmarks(tmp_path / "latest" / chip_page_name(H200))
+    assert "quant_decode" in table and "swiglu" in table and "from 62ac157" in table
     chosen = harness(tmp_path, "report", "--db", db, "--out", "full", "--no-change-points", "--commit", "62ac157")
     assert chosen.returncode == 0, chosen.stderr
     page = tmp_path / "full" / chip_page_name(H200)
     assert "quant_decode" in benchmarks(page) and "62ac157" in page.read_text()
+    assert "from 62ac157" not in benchmarks(page)  # that commit's own run: nothing taken from another
+    flash = harness(tmp_path, "report", "--db", db, "--out", "flash", "--no-change-points", "--commit", "88a6d6f")
+    assert flash.returncode == 0, flash.stderr
+    assert "quant_decode" not in benchmarks(tmp_path / "flash" / chip_page_name(H200))
     unknown = harness(tmp_path, "report", "--db", db, "--commit", "0123456789")
     assert unknown.returncode == 2 and "0123456789" in unknown.stderr and "Traceback" not in unknown.stderr
 

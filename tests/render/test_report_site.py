@@ -8,6 +8,7 @@ with a planted regression, a variant that wins on one chip and loses on the othe
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -23,11 +24,12 @@ from harness.core.job import JobResult, KernelJob
 from harness.record.outbox import open_store
 from harness.record.store import Store, create_run, finish_run, record_result, set_peaks
 from harness.render.site import build_report
-from reports.render import chip_page_name, commit_anchor, history_page_name
+from reports.render import chip_page_name, commit_anchor, history_page_name, kernel_history_page_name, page_script
 from testkit.e2e import git, harness, write_suite
 from testkit.paths import ROOT
 
 EVIL = "<script>alert(1)</script>"
+SCRIPT = page_script()["page_script"]
 ARTIFACTS = ROOT / "test-artifacts" / "report"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -147,9 +149,11 @@ def test_every_page_is_written(site):
 
 
 def test_user_text_is_escaped_everywhere(site):
+    own = f"<script>{page_script()['page_script']}</script>"  # the tables' script, the only one the CSP allows
     for page in site["out"].glob("*.html"):
         html = page.read_text(encoding="utf-8")
-        assert "<script" not in html.lower(), page.name
+        assert html.count(own) == 1, page.name
+        assert "<script" not in html.replace(own, "").lower(), page.name
         assert "<b>feature" not in html and "<b>suite" not in html, page.name
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in read(site, "regressions.html")
     history = read(site, history_page_name("flash_prefill", NVIDIA.key))
@@ -210,6 +214,7 @@ def test_regression_list_has_correctness_first_and_the_planted_regression(site):
     html = read(site, "regressions.html")
     assert html.index('id="correctness-list"') < html.index('id="performance-list"')
     perf = html[html.index('id="performance-list"'):]
+    perf = perf[:perf.index("</table>")]  # the page's inline script (its comments) follows
     planted = [r for r in site["regressions"] if r.kind == "performance"]
     assert [(r.chip, r.variant, r.head_sha) for r in planted] == [(NVIDIA.key, "flash_bq16_bk32",
                                                                    sha_of(REGRESSION_AT))]
@@ -226,13 +231,16 @@ def test_regression_list_has_correctness_first_and_the_planted_regression(site):
 
 def test_history_page_marks_change_point_and_regression(site):
     html = read(site, history_page_name("flash_prefill", NVIDIA.key))
-    assert html.count('<svg class="plot"') == 6  # 3 variants × 2 shapes
+    # one plot per shape overlaying the 3 variants, with a layer for a linear and one for a log time axis
+    assert html.count('<svg class="plot"') == 2 and html.count('<polyline class="line"') == 2 * 3 * 2
+    assert len(re.findall(r"median time per call \(\w+, log scale\)", html)) == 2
+    assert html.count('<polyline class="line"') == 2 * 2 * 3
     assert 'class="band"' in html and 'class="line"' in html
     assert 'class="marker regression"' in html and 'class="marker step"' in html
     anchor = commit_anchor(sha_of(REGRESSION_AT))
     assert f'<tr id="{anchor}" class="flagged">' in html  # the commit's row, which the markers link to
     assert f'href="#{anchor}"' in html
-    assert "confirmed regression at " + sha_of(REGRESSION_AT)[:12] in html
+    assert "confirmed regression of flash_bq16_bk32 at " + sha_of(REGRESSION_AT)[:10] in html
 
 
 def test_db_url_is_masked(site, tmp_path):
@@ -286,16 +294,23 @@ def _unavailable(reason: str) -> None:
 
 
 class Watched:
-    """A page whose dialogs and requests are recorded, with window.alert replaced by a tripwire."""
+    """A page whose dialogs, requests, console errors, uncaught exceptions and CSP violations are recorded, with
+    window.alert replaced by a tripwire."""
 
     def __init__(self, browser):
         self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        self.context.add_init_script("window.alert = () => { window.alertCalled = true; };")
+        self.context.add_init_script("window.alert = () => { window.alertCalled = true; };"
+                                     "window.cspViolations = [];"
+                                     "document.addEventListener('securitypolicyviolation', e => "
+                                     "window.cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));")
         self.page = self.context.new_page()
         self.dialogs: list[str] = []
         self.requests: list[str] = []
+        self.errors: list[str] = []
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
 
     def open(self, path: Path):
         self.page.goto(path.as_uri())
@@ -304,8 +319,11 @@ class Watched:
 
     def assert_clean(self):
         assert self.dialogs == []
+        assert self.errors == [], self.errors  # a blocked script or style is reported here too
+        assert self.page.evaluate("window.cspViolations") == []
         assert self.page.evaluate("typeof window.alertCalled") == "undefined"
-        assert self.page.evaluate("document.scripts.length") == 0
+        # the one script every page carries: the tables' script, exactly as rendered (the CSP allows its hash only)
+        assert self.page.evaluate("Array.from(document.scripts, s => s.textContent)") == [str(SCRIPT)]
         assert self.requests and all(url.startswith("file:") for url in self.requests), self.requests
 
 
@@ -354,13 +372,13 @@ def test_in_chromium_links_resolve_and_nothing_executes_or_leaves_file(site, bro
         variants.screenshot(path=str(ARTIFACTS / "variants.png"), full_page=True)
 
         history = w.open(out / history_page_name("flash_prefill", NVIDIA.key))
-        plots = history.locator("svg.plot")
-        assert plots.count() == 6
-        assert history.locator("svg.plot polyline.line").count() == 6
-        assert history.locator("svg.plot polygon.band").count() == 6
+        plots = history.locator("svg.plot")  # their log-axis layers are hidden until asked for
+        assert plots.count() == 2 and history.locator("svg.plot g.log").first.is_hidden()
+        assert history.locator("svg.plot .lin polyline.line").count() == 6
+        assert history.locator("svg.plot .lin polygon.band").count() == 6
         assert history.locator("svg.plot .marker.regression").count() == 1
         titles = history.eval_on_selector_all("svg.plot title", "els => els.map(e => e.textContent)")
-        assert any(t.startswith(sha_of(REGRESSION_AT)[:12]) for t in titles)
+        assert any(t.startswith(sha_of(REGRESSION_AT)[:10]) for t in titles)
         assert any(EVIL in t for t in titles)  # the hostile commit message, as text
         box = plots.first.bounding_box()
         assert box and box["width"] > 300 and box["height"] > 100
@@ -369,7 +387,7 @@ def test_in_chromium_links_resolve_and_nothing_executes_or_leaves_file(site, bro
         w.assert_clean()
         page = w.open(out / history_page_name("flash_prefill", NVIDIA.key))
         page.screenshot(path=str(ARTIFACTS / "history.png"), full_page=True)
-        page.locator("section.series:has(.marker.regression)").screenshot(path=str(ARTIFACTS / "history-plot.png"))
+        page.locator("figure.plotfig:has(.marker.regression)").screenshot(path=str(ARTIFACTS / "history-plot.png"))
 
         hostile = w.open(out / history_page_name(EVIL, APPLE.key))
         assert EVIL in hostile.locator("h1").inner_text()
@@ -389,3 +407,88 @@ def test_in_chromium_links_resolve_and_nothing_executes_or_leaves_file(site, bro
 def _index_of_planted(site: dict) -> int:
     return next(i for i, r in enumerate(site["regressions"]) if r.kind == "performance")
 
+
+def _seconds(text: str) -> float:
+    """A time cell ("512 µs", "1.2 ms") in seconds; inf for an empty one."""
+    match = re.match(r"([\d.]+) (s|ms|µs|ns)", text.strip())
+    return float(match.group(1)) * {"s": 1, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}[match.group(2)] if match else math.inf
+
+
+def test_in_chromium_history_selector_log_axis_and_sortable_tables(site, browser, tmp_path):
+    """The every-chip history page's chip selector and the log toggle change what is shown (CSS only), a point's
+    hover text names its commit, median and interval, a header click sorts a table (numbers as numbers), the filter
+    box hides rows; no console error and no CSP violation on the way."""
+    out: Path = site["out"]
+    shots = {name: tmp_path / f"{name}.png" for name in ("every-chip", "h200-vs-m4", "log", "commits", "chip")}
+    w = Watched(browser)
+
+    def shown(page, selector: str) -> int:
+        return page.eval_on_selector_all(selector, "els => els.filter(e => e.getClientRects().length > 0).length")
+
+    try:
+        page = w.open(out / kernel_history_page_name("flash_prefill"))
+        chips = page.eval_on_selector_all("#chip-selector input", "els => els.map(e => e.value)")
+        assert len(chips) == 3 and {APPLE.key, NVIDIA.key} <= set(chips)
+        total = page.locator("figure.plotfig").count()
+        assert total == shown(page, "svg.plot > g.lin") == 2 + 2 + 1  # M4 Pro, H200: 2 shapes; this machine: 1
+        assert shown(page, "svg.plot > g.log") == 0
+        page.screenshot(path=str(shots["every-chip"]), full_page=True)
+        for i, chip in enumerate(chips):  # the H200 alone
+            if chip != NVIDIA.key:
+                page.uncheck(f"#show-chip-{i}")
+        assert shown(page, "figure.plotfig") == shown(page, f"figure.plotfig[data-chip='{NVIDIA.key}']") == 2
+        page.check(f"#show-chip-{chips.index(APPLE.key)}")  # the H200 against the M4 Pro
+        assert shown(page, "figure.plotfig") == 4, shots["h200-vs-m4"]
+        page.screenshot(path=str(shots["h200-vs-m4"]), full_page=True)
+        page.check("#log-scale")
+        assert shown(page, "svg.plot > g.log") == 4 and shown(page, "svg.plot > g.lin") == 0, shots["log"]
+        assert shown(page, "svg.plot a > circle") == shown(page, "svg.plot a > circle + circle") > 0  # log dots only
+        assert "log scale" in page.locator("svg.plot > g.log .axis-title").first.text_content()
+        page.screenshot(path=str(shots["log"]), full_page=True)
+        w.assert_clean()
+
+        history = w.open(out / history_page_name("flash_prefill", NVIDIA.key))
+        title = history.locator("svg.plot .pts a title").first.text_content()
+        assert re.match(rf"{sha_of(0)[:10]} commit 0: tune the flash tiles\n\S+: median [\d.]+ µs, "
+                        r"95% interval \[[\d.]+ µs, [\d.]+ µs\], \d+ samples$", title), title
+
+        def commit_rows() -> list[str]:
+            return history.eval_on_selector_all("#commits tr[id]", "els => els.filter(e => !e.hidden).map(e => e.id)")
+
+        in_order = [commit_anchor(sha_of(i)) for i in range(N_COMMITS)]
+        assert commit_rows() == in_order
+        number = history.locator("#commits th").first
+        number.click()
+        assert commit_rows() == in_order and number.get_attribute("aria-sort") == "ascending"
+        number.click()
+        assert commit_rows() == in_order[::-1] and number.get_attribute("aria-sort") == "descending"
+        history.fill("#filter-commits", "alert(1)")  # the hostile commit message, as text
+        assert commit_rows() == [commit_anchor(sha_of(4))], shots["commits"]
+        assert "1 of 10 rows" in history.locator("#filter-commits + .table-count").text_content()
+        history.screenshot(path=str(shots["commits"]), full_page=True)
+        w.assert_clean()
+
+        chip = w.open(out / chip_page_name(NVIDIA.key))
+        column = chip.eval_on_selector_all("#benchmarks th",
+                                           "els => els.findIndex(e => e.textContent.trim() === 'Median')")
+        assert column >= 0
+
+        def cells(index: int) -> list[str]:  # the shown rows' cells of a column ('' for a row spanning columns)
+            return chip.eval_on_selector_all("#benchmarks tr:not([hidden])", f"rows => rows.slice(1).map(r => "
+                                             f"r.cells.length > {index} ? r.cells[{index}].textContent : '')")
+
+        unsorted = [_seconds(t) for t in cells(column)]
+        chip.locator("#benchmarks th").nth(column).click()  # "512 µs" < "1.2 ms": by value, not by text
+        ascending = [_seconds(t) for t in cells(column)]
+        assert ascending == sorted(unsorted) and ascending != unsorted, shots["chip"]
+        chip.locator("#benchmarks th").nth(column).click()
+        descending = [t for t in map(_seconds, cells(column)) if t != math.inf]  # the empty stay last
+        assert descending == sorted(descending, reverse=True) and len(descending) > 3
+        chip.fill("#filter-benchmarks", "flash_bq8")
+        variants = cells(1)
+        assert variants and len(variants) < len(unsorted) and all("flash_bq8" in v for v in variants), variants
+        chip.screenshot(path=str(shots["chip"]), full_page=True)
+        w.assert_clean()
+    finally:
+        w.context.close()
+    print("screenshots:", *shots.values())

@@ -39,8 +39,9 @@ def test_short_history_draws_a_linked_dot_with_a_title_per_commit():
 
 def test_long_history_is_downsampled_to_buckets():
     svg = ET.fromstring(str(plot(1000, max_points=50)))
-    assert svg.findall(".//s:circle", NS) == []
-    assert len(svg.findall(".//s:g[@class='hits']/s:a/s:rect", NS)) == 50
+    assert svg.findall(".//s:g[@class='pts']", NS) == []
+    # one hover dot per bucket (not a full-height column: overlaid series would hide each other's)
+    assert len(svg.findall(".//s:g[@class='hits']/s:a/s:circle", NS)) == 50
     assert len(points_of(svg, "polyline")) == 50
     assert len(points_of(svg, "polygon[@class='band']")) == 100
     xs = [x for x, _ in points_of(svg, "polyline")]
@@ -55,7 +56,7 @@ def test_markers_sit_at_their_commit_and_carry_their_evidence():
     svg = ET.fromstring(str(plot(1000, markers=markers)))
     kinds = {g.get("class") for g in svg.iter("{http://www.w3.org/2000/svg}g") if "marker" in (g.get("class") or "")}
     assert kinds == {"marker step", "marker regression", "marker broken", "marker drift"}
-    hrefs = [a.get("href") for a in svg.findall("./s:a", NS)]
+    hrefs = [a.get("href") for a in svg.findall(".//s:a", NS)]  # a series' markers sit in its <g>
     assert {"#c-500", "regressions.html#r-0", "regressions.html#r-1", "#c-100"} <= set(hrefs)
     assert svg.find(".//s:rect[@class='span']", NS) is not None
 

@@ -1,0 +1,625 @@
+"""The report's history and regression analysis, cached in the database so that a report after a new run recomputes
+only what the run changed (``harness.record.analysis_cache`` stores the rows; ``analyse`` is the entry point).
+
+What is kept, per chip (``analysis_cache.kind``):
+
+- ``cells`` (``cells+dirty`` with dirty runs), one row per commit: for every series measured at the commit,
+  everything the analysis reads of that cell's samples -- the history point's level, interval and sample count
+  (``history.trial_levels``) and the trial and run summaries the regression screen works on
+  (``regressions.cell_summaries``).  Each depends on the cell's own samples only, so a commit's row holds while its
+  runs do.  Key: the code version and the fingerprints of the commit's included runs (``analysis_cache.chip_state``:
+  id, dirty, start, finish, status, branch and the count/min/max/sum of their job ids -- a new, deleted, reaped,
+  finished, re-dated or re-flagged run, a run gaining or losing jobs, a bundle's runs all change it).  A later trial
+  appended to a stored job adds samples and no job: each row carries the highest sample id when it was checked
+  (``watermark``, advanced by the ``stamps`` row), and a sample of its runs above it (``touched_since``) makes it
+  stale.  A commit with a run not finished is computed every time and never stored (its samples may still come, and
+  on PostgreSQL commit with ids below a watermark already read).
+- ``series``: the series lists the ``cells`` rows refer to, named by their digest (content-addressed).
+- ``changes``, one row per series: its change points, keyed by a digest of exactly what
+  ``stats.detect_change_points`` is given (each line's levels, bit for bit, and the parameters).
+- ``families``, one row per chip and window: each commit's confirmed regressions (its family: every series against
+  its previous point, BH across the commit's grid), keyed per commit by a digest of the commits the family reads
+  (the head and, up its chain of previous commits, as far as the bases and history floors reach) with their cells'
+  identities, the kernels broken at the head and the parameters.
+- ``correctness``: the chip's correctness job statuses and failures, keyed by all its runs' fingerprints (a
+  correctness job is written once).
+
+The history order, window, commit messages and correctness events are derived afresh every time (no samples read);
+histories are rebuilt from the cells.  The code version (``code_version``) hashes the analysis sources, numpy's and
+scipy's versions: any change recomputes everything.  A row that is missing, unreadable or under another key is
+recomputed; rows are written after the analysis (a failed write costs only time).  Results equal those of
+``history.history`` and ``regressions.regressions`` bit for bit (both take the series in key order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import numpy.typing as npt
+import scipy
+from sqlalchemy.exc import SQLAlchemyError
+
+from harness.analysis import history as history_module
+from harness.analysis import records as records_module
+from harness.analysis import regressions as regressions_module
+from harness.analysis.history import Flags, by_series_key, detect_lines, series_histories, trial_levels
+from harness.analysis.records import RegressionEvidence, SeriesHistory
+from harness.analysis.regressions import (
+    cell_summaries,
+    correctness_regressions,
+    performance_regressions,
+)
+from harness.core import defaults, stats, trials
+from harness.record import analysis_cache, ancestry, bundle, query
+from harness.record.store import Store
+
+__all__ = ["CacheStats", "analyse", "code_version"]
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # of the payloads below
+_MAGIC = b"HARNESS-CELLS\n"
+# The code whose results are cached: any change to it (or to numpy / scipy) is a new version, every key changes.
+_SOURCES = (history_module, regressions_module, records_module, stats, trials, defaults, query, analysis_cache,
+            ancestry)
+
+
+@cache
+def code_version() -> str:
+    digest = hashlib.sha256(f"format {FORMAT}; numpy {np.__version__}; scipy {scipy.__version__}".encode())
+    for module in (*_SOURCES, sys.modules[__name__]):
+        try:
+            digest.update(Path(module.__file__ or "").read_bytes())
+        except OSError:  # no source to read (a frozen install): the module's name and the package version
+            digest.update(f"{module.__name__} {bundle.harness_version()}".encode())
+    return digest.hexdigest()[:32]
+
+
+def _digest(*parts: Any) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else repr(part).encode())
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+@dataclass
+class CacheStats:
+    """What the cache saved, per chip: commits whose cells were reused / computed, series whose change points were
+    reused / computed, regression families reused / computed."""
+
+    cells: dict[str, tuple[int, int]] = field(default_factory=dict)
+    changes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    families: dict[str, tuple[int, int]] = field(default_factory=dict)
+    unfinished: dict[str, int] = field(default_factory=dict)  # commits computed but not stored: a run not finished
+    write_errors: int = 0
+
+    def summary(self) -> str:
+        def total(d: dict[str, tuple[int, int]]) -> str:
+            return f"{sum(r for r, _ in d.values())} reused, {sum(c for _, c in d.values())} computed"
+
+        return f"cells {total(self.cells)}; change points {total(self.changes)}; families {total(self.families)}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One commit's cells, as stored
+# ---------------------------------------------------------------------------------------------------------------
+
+_ARRAYS = (("counts", "<i8"), ("level", "<f8"), ("low", "<f8"), ("high", "<f8"), ("trials", "<i8"),
+           ("mean_log", "<f8"), ("squares", "<f8"), ("runs", "<i8"), ("run_levels", "<f8"))
+
+
+@dataclass(frozen=True)
+class _CommitCells:
+    """One commit's cells, its series in key order: per series the arrays of ``_ARRAYS`` (``run_levels``: each
+    series' runs in start order, one after the other); ``digest`` names the content (series and arrays)."""
+
+    series: tuple[tuple[str, str, str, str], ...]
+    arrays: dict[str, npt.NDArray[Any]]
+    digest: str
+
+
+def _series_digest(series: Sequence[tuple[str, str, str, str]]) -> tuple[str, bytes]:
+    text = json.dumps([list(s) for s in series], separators=(",", ":")).encode()
+    return hashlib.sha256(text).hexdigest()[:40], text
+
+
+def _encode(cells: _CommitCells, series_name: str) -> bytes:
+    body = b"".join(np.ascontiguousarray(cells.arrays[name], dtype=dtype).tobytes() for name, dtype in _ARRAYS)
+    header = json.dumps({"series": series_name, "n": len(cells.series),
+                         "sizes": [int(cells.arrays[name].size) for name, _ in _ARRAYS],
+                         "crc": zlib.crc32(body), "digest": cells.digest}).encode()
+    return _MAGIC + struct.pack("<I", len(header)) + header + body
+
+
+def _decode(payload: bytes, catalogue: Callable[[str], tuple[tuple[str, str, str, str], ...] | None]
+            ) -> _CommitCells | None:
+    """The cells of a stored payload; None if it is not one (truncated, corrupted, another format)."""
+    try:
+        if not payload.startswith(_MAGIC):
+            return None
+        at = len(_MAGIC)
+        (length,) = struct.unpack_from("<I", payload, at)
+        header = json.loads(payload[at + 4:at + 4 + length])
+        body = memoryview(payload)[at + 4 + length:]
+        if zlib.crc32(body) != header["crc"]:
+            return None
+        series = catalogue(header["series"])
+        n = int(header["n"])
+        if series is None or len(series) != n:
+            return None
+        arrays, offset = {}, 0
+        for (name, dtype), size in zip(_ARRAYS, header["sizes"], strict=True):
+            width = np.dtype(dtype).itemsize
+            arrays[name] = np.frombuffer(body, dtype=dtype, count=size, offset=offset)
+            offset += size * width
+        if offset != len(body) or any(arrays[name].size != n for name, _ in _ARRAYS if name != "run_levels") \
+                or arrays["run_levels"].size != int(arrays["runs"].sum()):
+            return None
+        return _CommitCells(series, arrays, str(header["digest"]))
+    except (ValueError, KeyError, TypeError, struct.error):
+        return None
+
+
+def _commit_cells(data: query.ChipHistory, has_jobs: npt.NDArray[np.bool_]) -> dict[int, _CommitCells]:
+    """Per commit id of ``data`` (as ``analysis_cache.commit_history`` loads it, with ``has_jobs``): its cells."""
+    has_jobs = has_jobs[:, sorted(range(len(data.series)), key=data.series.__getitem__)]
+    data = by_series_key(data)
+    n_series = len(data.series)
+    present = np.flatnonzero(data.counts.ravel() > 0)
+    level, low, high = (np.full(data.counts.size, np.nan) for _ in range(3))
+    level[present], low[present], high[present] = trial_levels(data, present)
+    summaries = cell_summaries(data)
+    flat = {"counts": data.counts.ravel(), "level": level, "low": low, "high": high, "trials": summaries.trials,
+            "mean_log": summaries.mean_log, "squares": summaries.squares, "runs": summaries.runs}
+    keys = [(s.kernel, s.variant, s.dtype, s.shape_key) for s in data.series]
+    out = {}
+    for c, row in enumerate(data.commits):
+        span = slice(c * n_series, (c + 1) * n_series)
+        # the commit's series: those with a benchmark job in its runs (even one without a valid sample)
+        keep = np.flatnonzero(has_jobs[c])
+        arrays = {name: values[span][keep].copy() for name, values in flat.items()}
+        first = int(summaries.run_offsets[span.start]) if n_series else 0
+        last_cell = span.stop - 1
+        stop = int(summaries.run_offsets[last_cell] + summaries.runs[last_cell]) if n_series else 0
+        arrays["run_levels"] = summaries.run_levels[first:stop].copy()
+        series = tuple(keys[i] for i in keep.tolist())
+        body = b"".join(np.ascontiguousarray(arrays[name], dtype=dtype).tobytes() for name, dtype in _ARRAYS)
+        out[row[0]] = _CommitCells(series, arrays, _digest(series, body)[:40])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A chip's cells: stored rows where still valid, the other commits' samples loaded
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Chip:
+    """One chip's history reduced to its cells: ``data`` has the commits (history order, previous, window, lines),
+    the series (key order) and the sample counts, no samples; per flat cell its level and interval and the
+    regression screen's ``cells``; per commit index the identity of its cells (``ids``: fingerprint and content
+    digest); ``raw``: the samples loaded this time (commit id -> (history, its commit index)), for the families."""
+
+    data: query.ChipHistory
+    level: npt.NDArray[np.float64]
+    low: npt.NDArray[np.float64]
+    high: npt.NDArray[np.float64]
+    cells: Any  # regressions._Cells
+    ids: list[tuple[str, str]]
+    raw: dict[int, tuple[query.ChipHistory, int]]
+    run_fingerprints: dict[int, tuple[tuple[Any, ...], ...]]  # every included run's fingerprint, per commit id
+
+
+def _suffix(include_dirty: bool) -> str:
+    return "+dirty" if include_dirty else ""
+
+
+class _Writes:
+    """Rows to write once the chip is analysed: (kind, entries, the other rows of kind to keep (None: all))."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, dict[str, analysis_cache.Entry], list[str] | None]] = []
+
+    def add(self, kind: str, entries: dict[str, analysis_cache.Entry], keep: list[str] | None = None) -> None:
+        if entries or keep is not None:
+            self.rows.append((kind, entries, keep))
+
+
+def _load_cells(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool, windowed: bool,
+                writes: _Writes, stats_out: CacheStats
+                ) -> tuple[dict[int, _CommitCells], dict[int, str], dict[int, tuple[query.ChipHistory, int]],
+                           dict[int, tuple[tuple[Any, ...], ...]]]:
+    """Per commit id of ``commits``: its cells (stored or computed now), its fingerprint; the samples loaded; the
+    fingerprints of all the chip's included runs per commit id."""
+    version = code_version()
+    state = analysis_cache.chip_state(store, chip, include_dirty=include_dirty)  # the watermark: before all else
+    fingerprint = {row[0]: _digest(version, include_dirty, state.runs.get(row[0], ()))[:40] for row in commits}
+    kind = f"cells{_suffix(include_dirty)}"  # the commit's included runs differ with dirty ones
+    name_of = {row[0]: str(row[0]) for row in commits}
+    stored = analysis_cache.read_entries(store, chip, kind, list(name_of.values()) if windowed else None)
+    stamps_entry = analysis_cache.read_entries(store, chip, "stamps", [kind]).get(kind)
+    stamps: dict[str, list[Any]] = {}
+    if stamps_entry is not None and stamps_entry.key == version:
+        try:
+            stamps = dict(json.loads(stamps_entry.payload))
+        except (ValueError, TypeError):
+            stamps = {}
+    catalogues: dict[str, tuple[tuple[str, str, str, str], ...] | None] = {}
+
+    def catalogue(name: str) -> tuple[tuple[str, str, str, str], ...] | None:
+        if name not in catalogues:
+            entry = analysis_cache.read_entries(store, chip, "series", [name]).get(name)
+            try:
+                series = tuple(tuple(s) for s in json.loads(entry.payload)) if entry is not None else None
+            except (ValueError, TypeError):
+                series = None
+            catalogues[name] = series if series is not None and _series_digest(series)[0] == name else None
+        return catalogues[name]
+
+    found: dict[int, _CommitCells] = {}
+    valid_at: dict[int, int] = {}  # the watermark each reused commit's samples were checked up to
+    for row in commits:
+        entry = stored.get(name_of[row[0]])
+        if entry is None or entry.key != fingerprint[row[0]] or row[0] in state.unfinished:
+            continue
+        cells = _decode(entry.payload, catalogue)
+        if cells is None:
+            continue
+        stamp = stamps.get(name_of[row[0]])
+        checked = max(entry.watermark or 0, int(stamp[1]) if stamp and stamp[0] == cells.digest else 0)
+        found[row[0]], valid_at[row[0]] = cells, checked
+    if found:  # samples written since a row's watermark (a later trial of a stored job) make it stale
+        newest = analysis_cache.touched_since(store, state.run_commit, min(valid_at.values()))
+        for run_id, sample_id in newest.items():
+            commit_id = state.run_commit[run_id]
+            if commit_id in found and sample_id > valid_at[commit_id]:
+                del found[commit_id]
+    missing = [row for row in commits if row[0] not in found]
+    raw: dict[int, tuple[query.ChipHistory, int]] = {}
+    new_rows: dict[str, analysis_cache.Entry] = {}
+    new_series: dict[str, analysis_cache.Entry] = {}
+    if missing:
+        data, has_jobs = analysis_cache.commit_history(store, chip, missing, include_dirty=include_dirty)
+        data_sorted = by_series_key(data)
+        for index, row in enumerate(data_sorted.commits):
+            raw[row[0]] = (data_sorted, index)
+        for commit_id, cells in _commit_cells(data, has_jobs).items():
+            found[commit_id] = cells
+            series_name, text = _series_digest(cells.series)
+            if catalogues.get(series_name) is None:  # not stored yet, or stored unreadable
+                catalogues[series_name] = cells.series
+                new_series[series_name] = analysis_cache.Entry(series_name, text)
+            if commit_id not in state.unfinished:  # samples may still come, some with lower ids (PostgreSQL)
+                new_rows[name_of[commit_id]] = analysis_cache.Entry(fingerprint[commit_id],
+                                                                    _encode(cells, series_name), state.watermark)
+    stats_out.cells[chip] = (len(commits) - len(missing), len(missing))
+    writes.add("series", new_series)
+    # the whole history read: the rows of commits no longer there go (only if there are any)
+    gone = not windowed and bool(set(stored) - set(name_of.values()))
+    writes.add(kind, new_rows, list(name_of.values()) if gone else None)
+    new_stamps = {**stamps, **{name_of[c]: [found[c].digest, state.watermark] for c in found
+                               if c not in state.unfinished}}
+    if not windowed:
+        new_stamps = {name_of[c]: new_stamps[name_of[c]] for c in found if name_of[c] in new_stamps}
+    stats_out.unfinished[chip] = len(state.unfinished & set(found))
+    if new_stamps != stamps:
+        writes.add("stamps", {kind: analysis_cache.Entry(
+            version, json.dumps(new_stamps, separators=(",", ":")).encode())})
+    return found, fingerprint, raw, state.runs
+
+
+def _assemble(chip: str, arranged: tuple[list[tuple], list[int], list[bool], list[int]],
+              per_commit: dict[int, _CommitCells], fingerprint: dict[int, str],
+              raw: dict[int, tuple[query.ChipHistory, int]],
+              run_fingerprints: dict[int, tuple[tuple[Any, ...], ...]]) -> _Chip:
+    commits, previous, shown, line = arranged
+    series = sorted({key for row in commits for key in per_commit[row[0]].series})
+    position = {key: i for i, key in enumerate(series)}
+    n_commits, n_series = len(commits), len(series)
+    counts = np.zeros(n_commits * n_series, dtype=np.int64)
+    trials_count, runs = np.zeros_like(counts), np.zeros_like(counts)
+    level, low, high, mean_log = (np.full(counts.size, np.nan) for _ in range(4))
+    squares = np.zeros(counts.size)
+    run_levels = []
+    indices: dict[tuple, npt.NDArray[np.int64]] = {}
+    for c, row in enumerate(commits):
+        cells = per_commit[row[0]]
+        where = indices.get(cells.series)
+        if where is None:
+            where = indices[cells.series] = np.array([position[key] for key in cells.series], dtype=np.int64)
+        flat = c * n_series + where
+        arrays = cells.arrays
+        counts[flat], level[flat], low[flat], high[flat] = (arrays["counts"], arrays["level"], arrays["low"],
+                                                           arrays["high"])
+        trials_count[flat], mean_log[flat], squares[flat], runs[flat] = (arrays["trials"], arrays["mean_log"],
+                                                                       arrays["squares"], arrays["runs"])
+        run_levels.append(arrays["run_levels"])  # the commit's cells follow each other in flat order
+    run_offsets = np.concatenate([[0], np.cumsum(runs)[:-1]]).astype(np.int64) if runs.size else runs
+    summary = regressions_module._Cells(trials_count, mean_log, squares, runs, run_offsets,
+                                        np.concatenate(run_levels) if run_levels else np.zeros(0))
+    data = query.ChipHistory(chip, commits, [query.SeriesKey(*key, chip) for key in series],
+                             counts.reshape(n_commits, n_series), np.zeros((n_commits, n_series), dtype=np.int64),
+                             np.zeros(0), np.array(previous, dtype=np.int64), np.array(shown, dtype=bool),
+                             np.array(line, dtype=np.int64))
+    ids = [(fingerprint[row[0]], per_commit[row[0]].digest) for row in commits]
+    return _Chip(data, level, low, high, summary, ids, raw, run_fingerprints)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Change points and regression families
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _series_name(key: query.SeriesKey, last: int | None) -> str:
+    name = json.dumps([key.kernel, key.variant, key.dtype, key.shape_key, last], separators=(",", ":"))
+    return name if len(name) <= 400 else "sha256:" + _digest(name)
+
+
+def _flags(payload: bytes, n_points: int) -> Flags | None:
+    try:
+        flags = [(str(k), int(i), int(e), float(b), float(a), float(r)) for k, i, e, b, a, r in json.loads(payload)]
+    except (ValueError, TypeError):
+        return None
+    return flags if all(0 <= i <= e < n_points for _, i, e, *_ in flags) else None
+
+
+def _change_finder(store: Store, data: query.ChipHistory, *, last: int | None, min_effect: float, alpha: float,
+                   writes: _Writes, stats_out: CacheStats) -> history_module.ChangeFinder:
+    """``series_histories``' change finder for ``data``'s series: stored results where their inputs are the same,
+    ``detect_lines`` for the others."""
+    version = code_version()
+
+    def find(lines_of: Sequence[Sequence[npt.NDArray[np.float64]]]) -> list[Flags]:
+        names = [_series_name(key, last) for key in data.series]
+        stored = analysis_cache.read_entries(store, data.chip, "changes")
+        keys = [_digest(version, min_effect, alpha, [len(line) for line in lines],
+                        *(np.ascontiguousarray(line, dtype="<f8").tobytes() for line in lines))[:40]
+                for lines in lines_of]
+        out: list[Flags | None] = []
+        for name, key, lines in zip(names, keys, lines_of, strict=True):
+            entry = stored.get(name)
+            out.append(_flags(entry.payload, sum(len(line) for line in lines))
+                       if entry is not None and entry.key == key else None)
+        todo = [i for i, flags in enumerate(out) if flags is None]
+        computed = detect_lines([lines_of[i] for i in todo], min_effect=min_effect, alpha=alpha)
+        new = {}
+        for i, flags in zip(todo, computed, strict=True):
+            out[i] = flags
+            new[names[i]] = analysis_cache.Entry(keys[i], json.dumps(flags).encode())
+        writes.add("changes", new)
+        stats_out.changes[data.chip] = (len(out) - len(todo), len(todo))
+        return [flags or [] for flags in out]
+
+    return find
+
+
+_EVIDENCE_FIELDS = [f.name for f in fields(RegressionEvidence)]
+
+
+def _time_out(value: datetime) -> dict[str, str]:
+    """A datetime as JSON, with its time zone's name when it has one (PostgreSQL's drivers give ZoneInfo)."""
+    out = {"t": value.isoformat()}
+    if isinstance(value.tzinfo, ZoneInfo):
+        out["z"] = value.tzinfo.key
+    return out
+
+
+def _time_in(value: dict[str, str]) -> datetime:
+    when = datetime.fromisoformat(value["t"])
+    return when.astimezone(ZoneInfo(value["z"])) if "z" in value else when
+
+
+def _evidence_out(evidence: RegressionEvidence) -> list[Any]:
+    return [_time_out(v) if isinstance(v, datetime) else v
+            for v in (getattr(evidence, name) for name in _EVIDENCE_FIELDS)]
+
+
+def _evidence_in(values: list[Any]) -> RegressionEvidence:
+    if len(values) != len(_EVIDENCE_FIELDS):
+        raise ValueError("another evidence layout")
+    return RegressionEvidence(*(_time_in(v) if isinstance(v, dict) else v for v in values))
+
+
+def _family_keys(chip: _Chip, broken: set[tuple[int, str]], *, min_effect: float, alpha: float
+                 ) -> dict[int, str]:
+    """Per shown commit index: a digest of everything its family's verdicts read -- the commits up its chain of
+    previous commits as far as every series of the head needs (its base, then the runs of ``HISTORY_RUNS`` points
+    for the history floor), with their cells' identities, the kernels broken at the head and the parameters."""
+    data, version = chip.data, code_version()
+    present = data.counts > 0
+    previous = data.previous.tolist()
+    need = 1 + defaults.HISTORY_RUNS
+    broken_at: dict[int, list[str]] = {}
+    for commit, kernel in broken:
+        broken_at.setdefault(commit, []).append(kernel)
+    tokens: dict[int, str] = {}
+
+    def token(commit: int) -> str:  # the commit (id, sha, message, branch, first start) and its cells' identity
+        if commit not in tokens:
+            tokens[commit] = _digest(data.commits[commit], chip.ids[commit])[:32]
+        return tokens[commit]
+
+    keys = {}
+    for head in np.flatnonzero(data.shown).tolist():
+        path, at = [head], previous[head]
+        while at >= 0 and len(path) <= need:
+            path.append(at)
+            at = previous[at]
+        wanted = present[head]
+        if at >= 0 and not present[path[1:]][:, wanted].all():  # a series missing somewhere: walk further
+            seen = present[path[1:]].sum(axis=0)
+            while at >= 0 and (seen[wanted] < need).any():
+                path.append(at)
+                seen += present[at]
+                at = previous[at]
+        keys[head] = _digest(version, min_effect, alpha, sorted(broken_at.get(head, [])),
+                             "".join(token(p) for p in path))[:40]
+    return keys
+
+
+def _trials_loader(store: Store, chip: _Chip, *, include_dirty: bool) -> regressions_module.TrialsOf:
+    """The trials of flat cells of ``chip``: from the samples loaded this time, else loaded now (those commits)."""
+    data = chip.data
+    n_series = len(data.series)
+    positions: dict[int, dict[tuple[str, str, str, str], int]] = {}
+
+    def load(cells: Sequence[int]) -> dict[int, list[npt.NDArray[np.float64]]]:
+        commits = sorted({cell // n_series for cell in cells})
+        missing = [data.commits[c] for c in commits if data.commits[c][0] not in chip.raw]
+        if missing:
+            loaded, _ = analysis_cache.commit_history(store, data.chip, missing, include_dirty=include_dirty)
+            loaded = by_series_key(loaded)
+            for index, row in enumerate(loaded.commits):
+                chip.raw[row[0]] = (loaded, index)
+        out = {}
+        for cell in cells:
+            commit, series = divmod(cell, n_series)
+            source, index = chip.raw[data.commits[commit][0]]
+            position = positions.get(id(source))
+            if position is None:
+                position = positions[id(source)] = {
+                    (s.kernel, s.variant, s.dtype, s.shape_key): i for i, s in enumerate(source.series)}
+            key = data.series[series]
+            column = position[(key.kernel, key.variant, key.dtype, key.shape_key)]
+            out[cell] = source.trials(index * len(source.series) + column)
+        return out
+
+    return load
+
+
+def _correctness_rows(store: Store, chip: _Chip, *, include_dirty: bool, writes: _Writes
+                      ) -> tuple[list[tuple], list[tuple]]:
+    """The chip's correctness job statuses and failures (``analysis_cache.correctness_rows``), stored under the
+    fingerprints of all its included runs (a correctness job is written once and never changes)."""
+    name = f"correctness{_suffix(include_dirty)}"
+    key = _digest(code_version(), include_dirty, sorted(chip.run_fingerprints.items()))[:40]
+    entry = analysis_cache.read_entries(store, chip.data.chip, "correctness", [name]).get(name)
+    if entry is not None and entry.key == key:
+        try:
+            statuses, failing = json.loads(entry.payload)
+            return [tuple(row) for row in statuses], [tuple(row) for row in failing]
+        except (ValueError, TypeError):
+            pass
+    rows = analysis_cache.correctness_rows(store, chip.data.chip, include_dirty=include_dirty)
+    writes.add("correctness", {name: analysis_cache.Entry(key, json.dumps(rows).encode())})
+    return rows
+
+
+def _regressions(store: Store, chip: _Chip, *, include_dirty: bool, last: int | None, min_effect: float,
+                 alpha: float, writes: _Writes, stats_out: CacheStats) -> list[RegressionEvidence]:
+    data = chip.data
+    events, broken = correctness_regressions(store, data, include_dirty=include_dirty, last=last,
+                                             rows=_correctness_rows(store, chip, include_dirty=include_dirty,
+                                                                    writes=writes))
+    keys = _family_keys(chip, broken, min_effect=min_effect, alpha=alpha)
+    name = f"families{_suffix(include_dirty)}:{last}"
+    entry = analysis_cache.read_entries(store, data.chip, "families", [name]).get(name)
+    stored: dict[str, Any] = {}
+    if entry is not None and entry.key == code_version():
+        try:
+            stored = json.loads(entry.payload)
+        except ValueError:
+            stored = {}
+    found: dict[int, list[RegressionEvidence]] = {}
+    for commit, key in keys.items():
+        if key in stored:
+            try:
+                found[commit] = [_evidence_in(values) for values in stored[key]]
+            except (ValueError, TypeError, KeyError):
+                continue
+    heads = np.zeros(len(data.commits), dtype=bool)
+    heads[[c for c in keys if c not in found]] = True
+    if heads.any():
+        computed = performance_regressions(data, broken, chip.cells, lambda cells: chip.level[cells],
+                                           _trials_loader(store, chip, include_dirty=include_dirty),
+                                           min_effect=min_effect, alpha=alpha, heads=heads)
+        for commit in np.flatnonzero(heads).tolist():
+            found[commit] = computed.get(commit, [])
+    stats_out.families[data.chip] = (len(keys) - int(heads.sum()), int(heads.sum()))
+    if heads.any() or set(stored) != set(keys.values()):
+        payload = {keys[c]: [_evidence_out(e) for e in found[c]] for c in keys}
+        writes.add("families", {name: analysis_cache.Entry(code_version(), json.dumps(payload).encode())})
+    return events + [e for commit in sorted(found) for e in found[commit]]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report's analysis
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _flush(store: Store, chip: str, writes: _Writes, stats_out: CacheStats) -> None:
+    for kind, entries, keep in writes.rows:
+        try:
+            analysis_cache.write_entries(store, chip, kind, entries, keep=keep)
+        except SQLAlchemyError as exc:  # a read-only database, a lock held too long: the next report recomputes
+            stats_out.write_errors += 1
+            log.warning("analysis cache: could not store %s rows of %s: %s", kind, chip,
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, last: int | None = None,
+            include_dirty: bool = False, min_effect: float = stats.DEFAULT_MIN_EFFECT,
+            alpha: float = stats.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
+            ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence], CacheStats]:
+    """Every chip's histories (``history.history``) and the regression list (``regressions.regressions``),
+    reusing the stored analysis of what did not change and storing what was computed (``use_cache=False``:
+    computed from the samples, nothing read or written). ``timings`` gets the seconds spent on the cells (loading),
+    the histories and the regressions."""
+    timings = timings if timings is not None else {}
+    stats_out = CacheStats()
+    histories: dict[str, list[SeriesHistory]] = {}
+    per_chip: list[list[RegressionEvidence]] = []
+    for key in ("cells", "histories", "regressions"):
+        timings.setdefault(key, 0.0)
+    for chip in sorted(chips):
+        start = time.perf_counter()
+        if not use_cache:
+            histories[chip] = history_module.history(store, chip, include_dirty=include_dirty, last=last,
+                                                     change_points=change_points, min_effect=min_effect, alpha=alpha)
+            timings["histories"] += time.perf_counter() - start
+            start = time.perf_counter()
+            per_chip.append(regressions_module._chip_regressions(store, chip, include_dirty=include_dirty, last=last,
+                                                                 min_effect=min_effect, alpha=alpha))
+            timings["regressions"] += time.perf_counter() - start
+            continue
+        writes = _Writes()
+        arranged = analysis_cache.arrangement(store, chip, include_dirty=include_dirty, last=last)
+        per_commit, fingerprint, raw, run_fingerprints = _load_cells(
+            store, chip, arranged[0], include_dirty=include_dirty, windowed=last is not None, writes=writes,
+            stats_out=stats_out)
+        summary = _assemble(chip, arranged, per_commit, fingerprint, raw, run_fingerprints)
+        timings["cells"] += time.perf_counter() - start
+        start = time.perf_counter()
+        histories[chip] = series_histories(
+            summary.data, summary.level, summary.low, summary.high, change_points=change_points,
+            min_effect=min_effect, alpha=alpha,
+            find=_change_finder(store, summary.data, last=last, min_effect=min_effect, alpha=alpha, writes=writes,
+                                stats_out=stats_out))
+        timings["histories"] += time.perf_counter() - start
+        start = time.perf_counter()
+        per_chip.append(_regressions(store, summary, include_dirty=include_dirty, last=last, min_effect=min_effect,
+                                     alpha=alpha, writes=writes, stats_out=stats_out))
+        timings["regressions"] += time.perf_counter() - start
+        start = time.perf_counter()
+        _flush(store, chip, writes, stats_out)
+        timings["cells"] += time.perf_counter() - start
+    if use_cache:
+        log.info("analysis cache: %s", stats_out.summary())
+    correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
+    performance = [e for events in per_chip for e in events if e.kind == "performance"]
+    return histories, correctness + performance, stats_out

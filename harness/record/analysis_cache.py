@@ -1,0 +1,235 @@
+"""Record side of the report's analysis cache (``harness.analysis.cache`` decides what to keep and when to trust it).
+
+The ``analysis_cache`` table holds derived results as opaque payloads, one row per (chip, kind, name), each with the
+``key`` (a digest of the inputs it was computed from) under which it may be reused.  This module reads and writes
+those rows (``read_entries``, ``write_entries``: an upsert, so concurrent reports never collide), and reads what the
+keys are made of without touching samples: the chip's runs with an index-only summary of their job ids
+(``chip_state``: a run's fingerprint changes when it is added, deleted, reaped or finished, re-dated, made dirty or
+clean, or gains or loses jobs -- a bundle import adds runs like any writer), plus the runs that gained samples since
+a sample id (``touched_since``: a later trial of a stored job adds samples without adding a job).  It also loads the
+samples of chosen commits only (``commit_history``): the cells of a commit that changed, not the chip's whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from harness.record import query
+from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, utcnow
+from harness.record.store import Store
+
+__all__ = ["ChipState", "Entry", "arrangement", "chip_state", "clear", "commit_history", "correctness_rows",
+           "read_entries", "touched_since", "write_entries"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cached result: the key it is valid under, the sample watermark it was validated at, its bytes."""
+
+    key: str
+    payload: bytes
+    watermark: int | None = None
+
+
+def read_entries(store: Store, chip: str, kind: str, names: Collection[str] | None = None) -> dict[str, Entry]:
+    """The chip's rows of ``kind`` (only ``names`` when given), by name."""
+    statement = select(AnalysisCache.name, AnalysisCache.key, AnalysisCache.payload, AnalysisCache.watermark).where(
+        AnalysisCache.chip == chip, AnalysisCache.kind == kind)
+    if names is not None:
+        if not names:
+            return {}
+        statement = statement.where(AnalysisCache.name.in_(list(names)))
+    with store.session() as session:
+        return {name: Entry(key, bytes(payload), watermark) for name, key, payload, watermark in
+                query._plain_rows(session, statement)}
+
+
+def _upsert(dialect: str):
+    if dialect == "postgresql":
+        return postgresql.insert(AnalysisCache)
+    if dialect == "sqlite":
+        return sqlite.insert(AnalysisCache)
+    raise ValueError(f"no upsert for {dialect}")
+
+
+def write_entries(store: Store, chip: str, kind: str, entries: Mapping[str, Entry], *,
+                  keep: Collection[str] | None = None) -> None:
+    """Insert or replace rows of ``kind`` in one transaction (a concurrent report writing the same rows wins or
+    loses whole rows). ``keep``: the chip's rows of ``kind`` named neither there nor in ``entries`` are deleted."""
+    now = utcnow()
+    rows = [{"chip": chip, "kind": kind, "name": name, "key": entry.key, "payload": entry.payload,
+             "watermark": entry.watermark, "updated_at": now} for name, entry in entries.items()]
+    with store.session() as session:
+        if keep is not None:
+            session.execute(delete(AnalysisCache).where(AnalysisCache.chip == chip, AnalysisCache.kind == kind,
+                                                        AnalysisCache.name.not_in([*keep, *entries])))
+        if rows:
+            statement = _upsert(session.get_bind().dialect.name)
+            statement = statement.on_conflict_do_update(
+                index_elements=["chip", "kind", "name"],
+                set_={"key": statement.excluded.key, "payload": statement.excluded.payload,
+                      "watermark": statement.excluded.watermark, "updated_at": statement.excluded.updated_at})
+            for start in range(0, len(rows), 200):
+                session.execute(statement, rows[start:start + 200])
+
+
+def clear(store: Store, chip: str | None = None) -> int:
+    """Delete the cached analysis (of one chip, or all); returns the rows deleted."""
+    with store.session() as session:
+        statement = delete(AnalysisCache)
+        if chip is not None:
+            statement = statement.where(AnalysisCache.chip == chip)
+        return session.execute(statement).rowcount or 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the keys are made of
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChipState:
+    """The chip's included runs, per commit id: each run's fingerprint -- its id, commit, dirty flag, start and
+    finish, status, branch and the count, min, max and sum of its job ids (one index-only aggregate) -- sorted; and
+    ``watermark``, the highest sample id, read before anything else (samples with a higher id may be in what is read
+    afterwards; they are looked for again next time)."""
+
+    watermark: int
+    runs: dict[int, tuple[tuple[Any, ...], ...]]
+    run_commit: dict[str, int]
+    unfinished: set[int]  # commits with a run not finished (still writing, or abandoned unseen)
+
+
+def chip_state(store: Store, chip: str, *, include_dirty: bool = False) -> ChipState:
+    with store.session() as session:
+        watermark = session.scalar(select(func.max(Sample.id))) or 0
+        runs = query._run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
+        jobs = {run_id: row for run_id, *row in session.execute(
+            select(JobRecord.run_id, func.count(JobRecord.id), func.min(JobRecord.id), func.max(JobRecord.id),
+                   func.sum(JobRecord.id)).where(JobRecord.run_id.in_(runs)).group_by(JobRecord.run_id))}
+        per_commit: dict[int, list[tuple[Any, ...]]] = {}
+        run_commit: dict[str, int] = {}
+        unfinished: set[int] = set()
+        for run_id, commit_id, dirty, started, finished, status, branch in session.execute(runs.with_only_columns(
+                Run.id, Run.commit_id, Run.dirty, Run.started_at, Run.finished_at, Run.status, Run.branch)):
+            run_commit[run_id] = commit_id
+            if finished is None:
+                unfinished.add(commit_id)
+            per_commit.setdefault(commit_id, []).append(
+                (run_id, commit_id, bool(dirty), str(started), str(finished), status, branch,
+                 *(int(v or 0) for v in jobs.get(run_id, (0, 0, 0, 0)))))
+    return ChipState(int(watermark), {c: tuple(sorted(rows)) for c, rows in per_commit.items()}, run_commit,
+                     unfinished)
+
+
+def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -> dict[str, int]:
+    """Per run of ``run_commit`` with a sample whose id is above ``watermark`` (a job written since, or a later
+    trial of a stored one): its highest sample id. Reads the samples above the watermark only (an id range), then
+    their jobs."""
+    with store.session() as session:
+        newest: dict[int, int] = {}
+        # no GROUP BY: SQLite would scan a whole index for it instead of the id range
+        for job_id, sample_id in query._plain_rows(session, select(Sample.job_id, Sample.id).where(
+                Sample.id > watermark)):
+            if sample_id > newest.get(job_id, -1):
+                newest[job_id] = sample_id
+        jobs = list(newest)
+        found: dict[str, int] = {}
+        for start in range(0, len(jobs), 5000):
+            for job_id, run_id in session.execute(select(JobRecord.id, JobRecord.run_id).where(
+                    JobRecord.id.in_(jobs[start:start + 5000]))):
+                if run_id in run_commit:
+                    found[run_id] = max(found.get(run_id, 0), int(newest[job_id]))
+    return found
+
+
+def correctness_rows(store: Store, chip: str, *, include_dirty: bool = False) -> tuple[list[tuple], list[tuple]]:
+    """``query.correctness_statuses`` and ``query.failing_correctness_jobs`` of the chip, as plain tuples."""
+    return ([tuple(row) for row in query.correctness_statuses(store, chip, include_dirty=include_dirty)],
+            [tuple(row) for row in query.failing_correctness_jobs(store, chip, include_dirty=include_dirty)])
+
+
+def arrangement(store: Store, chip: str, *, include_dirty: bool = False, last: int | None = None
+                ) -> tuple[list[tuple], list[int], list[bool], list[int]]:
+    """``query.chip_history``'s commits in history order, previous commits, window and lines, without samples."""
+    with store.session() as session:
+        return query._arranged(session, chip, include_dirty, last)
+
+
+def commit_history(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool = False
+                   ) -> tuple[query.ChipHistory, npt.NDArray[np.bool_]]:
+    """The samples of the given commits only (rows of ``arrangement``'s commits) as a ``query.ChipHistory`` of
+    those commits (no previous commits, all shown, one line): each cell grouped exactly as ``query.chip_history``
+    groups it -- its runs in start order, their trials, each trial's samples sorted -- so everything computed
+    from one cell's samples is the same bit for bit; and per (commit, series) whether a benchmark job of it is
+    there (with or without a valid sample: ``query.chip_history`` lists the series of every such job)."""
+    commit_index = {row[0]: i for i, row in enumerate(commits)}
+    with store.session() as session:
+        runs = query._run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty).where(
+            Run.commit_id.in_(list(commit_index)))
+        run_rows = session.execute(runs.with_only_columns(Run.id, Run.commit_id).order_by(Run.started_at, Run.id)
+                                   ).all()
+        run_commit = {run_id: commit_index[commit_id] for run_id, commit_id in run_rows}
+        run_index = {run_id: i for i, (run_id, _) in enumerate(run_rows)}  # start order
+        job_rows = query._plain_rows(session, select(
+            JobRecord.id, JobRecord.run_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key)
+            .where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark"))
+        sample_rows = query._plain_rows(session, select(Sample.job_id, Sample.seconds, Sample.trial)
+                                        .join(JobRecord, Sample.job_id == JobRecord.id)
+                                        .where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark"))
+    # From here on as query._query_chip arranges a chip's samples.
+    series_index: dict[tuple[str, str, str, str], int] = {}
+    job_ids = np.empty(len(job_rows), dtype=np.int64)
+    job_cells = np.empty(len(job_rows), dtype=np.int64)
+    job_commit = np.empty(len(job_rows), dtype=np.int64)
+    job_run = np.empty(len(job_rows), dtype=np.int64)
+    for i, (job_id, run_id, *series) in enumerate(job_rows):
+        job_ids[i] = job_id
+        job_commit[i] = run_commit[run_id]
+        job_run[i] = run_index[run_id]
+        job_cells[i] = series_index.setdefault(tuple(series), len(series_index))
+    n_commits, n_series = len(commits), len(series_index)
+    has_jobs = np.zeros((n_commits, n_series), dtype=bool)
+    has_jobs[job_commit, job_cells] = True
+    job_cells += job_commit * n_series
+    samples = np.fromiter(sample_rows, dtype=query._SAMPLE_ROW, count=len(sample_rows))
+    del sample_rows
+    valid = np.isfinite(samples["seconds"]) & (samples["seconds"] > 0)
+    sample_jobs, seconds, trial = samples["job"][valid], samples["seconds"][valid], samples["trial"][valid]
+    del samples
+    order = np.argsort(job_ids)
+    job_of = order[np.searchsorted(job_ids[order], sample_jobs)] if job_ids.size else sample_jobs[:0]
+    cells = job_cells[job_of]
+    if trial.size and trial.min() < 0:
+        trial = np.unique(trial, return_inverse=True)[1].reshape(-1)
+    per_run = int(trial.max()) + 1 if trial.size else 1
+    per_cell = per_run * max(len(run_rows), 1)
+    keys = cells * per_cell + job_run[job_of] * per_run + trial
+    by_trial = np.argsort(keys, kind="stable")
+    keys, values = keys[by_trial], seconds[by_trial]
+    del by_trial
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if keys.size else keys
+    sizes = np.diff(np.append(starts, keys.size))
+    for size in np.unique(sizes).tolist():
+        rows = starts[sizes == size][:, None] + np.arange(size)
+        values[rows] = np.sort(values[rows], axis=1)
+    trial_cell = keys[starts] // per_cell
+    counts = np.bincount(cells, minlength=n_commits * n_series).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if counts.size else counts
+    trial_counts = np.bincount(trial_cell, minlength=n_commits * n_series).astype(np.int64)
+    trial_offsets = (np.concatenate([[0], np.cumsum(trial_counts)[:-1]]).astype(np.int64) if trial_counts.size
+                     else trial_counts)
+    shape = (n_commits, n_series)
+    return query.ChipHistory(chip, list(commits), [query.SeriesKey(*series, chip) for series in series_index],
+                             counts.reshape(shape), offsets.reshape(shape), values,
+                             np.full(n_commits, -1, dtype=np.int64), np.ones(n_commits, dtype=bool),
+                             np.zeros(n_commits, dtype=np.int64), trial_counts.reshape(shape),
+                             trial_offsets.reshape(shape), starts.astype(np.int64), sizes.astype(np.int64),
+                             (keys[starts] // per_run % max(len(run_rows), 1)).astype(np.int64)), has_jobs

@@ -1,0 +1,112 @@
+// Sortable, filterable tables of the report: every <table class="sortable"> gets a filter box above it, and each
+// of its header cells sorts the rows below it (click, or Enter / Space when focused; again: the other way).
+// A cell sorts by its data-sort attribute when it has one, else by its text, read as a number where it is one
+// ("1.23 ms", "950 µs", "2.59 TB/s", "12.5%", "×1.302 [1.28, 1.33]") and as text otherwise; empty cells and "–"
+// go last. Rows that do not have one cell per header cell (a summary spanning columns) stay at the bottom.
+// Inlined into each page and allowed there by the page's Content-Security-Policy through its sha256 hash only.
+(function () {
+  "use strict";
+  var TIME = { s: 1, ms: 1e-3, "µs": 1e-6, us: 1e-6, ns: 1e-9 };
+  var PREFIX = { T: 1e12, G: 1e9, M: 1e6, k: 1e3 };
+  // a number, an optional unit, then the end or a separator (so "2026-11-29" and "62ac157" are not numbers)
+  var NUMBER = /^[×~≈]?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\s*(%|s|ms|µs|us|ns|[TGMk]?(?:FLOP|B)\/s)?(?=$|[\s\[(,;·])/;
+
+  function valueOf(cell) {
+    if (!cell) return null;
+    var raw = cell.hasAttribute("data-sort") ? cell.getAttribute("data-sort") : cell.textContent;
+    var text = raw.replace(/\s+/g, " ").trim();
+    if (text === "" || text === "–" || text === "-") return null;
+    var m = NUMBER.exec(text);
+    if (!m) return text.toLowerCase();
+    var n = parseFloat(m[1]), unit = m[2] || "";
+    if (Object.prototype.hasOwnProperty.call(TIME, unit)) n *= TIME[unit];
+    else if (PREFIX[unit.charAt(0)]) n *= PREFIX[unit.charAt(0)];
+    return isFinite(n) ? n : text.toLowerCase();
+  }
+
+  function compare(a, b) {
+    if (typeof a === "number" && typeof b === "number") return a - b;
+    if (typeof a === "number") return -1;  // numbers before words
+    if (typeof b === "number") return 1;
+    return a.localeCompare(b, undefined, { numeric: true });
+  }
+
+  function setUp(table, n) {
+    var header = table.tHead && table.tHead.rows.length ? table.tHead.rows[0] : table.rows[0];
+    if (!header || !header.querySelector("th")) return;
+    var width = header.cells.length;
+    var body = Array.prototype.filter.call(table.rows, function (row) { return row !== header; });
+    body.forEach(function (row, i) { row.setAttribute("data-order", String(i)); });
+    var state = { column: -1, direction: 1 };
+
+    var box = document.createElement("div");
+    box.className = "table-tools";
+    var input = document.createElement("input");
+    input.type = "search";
+    input.className = "table-filter";
+    input.placeholder = "Filter rows";
+    input.setAttribute("aria-label", "Filter the rows of the table below");
+    if (table.id) input.id = "filter-" + table.id;
+    else input.id = "filter-table-" + n;
+    var count = document.createElement("span");
+    count.className = "table-count muted";
+    box.appendChild(input);
+    box.appendChild(count);
+    table.parentNode.insertBefore(box, table);
+
+    function showCount(shown) {
+      count.textContent = shown === body.length ? body.length + " rows" : shown + " of " + body.length + " rows";
+    }
+
+    input.addEventListener("input", function () {
+      var terms = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+      var shown = 0;
+      body.forEach(function (row) {
+        var text = row.textContent.toLowerCase();
+        var match = terms.every(function (term) { return text.indexOf(term) !== -1; });
+        row.hidden = !match;
+        if (match) shown += 1;
+      });
+      showCount(shown);
+    });
+    showCount(body.length);
+
+    function sortBy(column) {
+      state.direction = state.column === column ? -state.direction : 1;
+      state.column = column;
+      var direction = state.direction;
+      var full = [], rest = [];
+      body.forEach(function (row) { (row.cells.length === width ? full : rest).push(row); });
+      var keyed = full.map(function (row) {
+        return { row: row, key: valueOf(row.cells[column]), order: +row.getAttribute("data-order") };
+      });
+      keyed.sort(function (a, b) {
+        if (a.key === null || b.key === null) {
+          return a.key === b.key ? a.order - b.order : a.key === null ? 1 : -1;
+        }
+        return direction * compare(a.key, b.key) || a.order - b.order;
+      });
+      var parent = header.parentNode.tagName === "THEAD" ? table.tBodies[0] : header.parentNode;
+      keyed.forEach(function (item) { parent.appendChild(item.row); });
+      rest.forEach(function (row) { parent.appendChild(row); });
+      Array.prototype.forEach.call(header.cells, function (th, i) {
+        th.setAttribute("aria-sort", i === column ? (direction > 0 ? "ascending" : "descending") : "none");
+      });
+    }
+
+    Array.prototype.forEach.call(header.cells, function (th, column) {
+      th.classList.add("sort-key");
+      th.tabIndex = 0;
+      th.setAttribute("aria-sort", "none");
+      th.addEventListener("click", function () { sortBy(column); });
+      th.addEventListener("keydown", function (event) {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          sortBy(column);
+        }
+      });
+    });
+  }
+
+  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), setUp);
+})();

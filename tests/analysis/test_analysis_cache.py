@@ -1,0 +1,297 @@
+"""The report's analysis cache (harness.analysis.cache) on SQLite and PostgreSQL: with the cache, cold or warm, the
+histories and the regression list are those computed from the samples alone, bit for bit; a new run recomputes
+its commit and chip only; new, deleted, reaped, re-dated, dirtied runs, a later trial of a stored job and imported
+bundles invalidate what they touch; corrupted or missing rows are recomputed; a cache written by another process
+renders the same pages."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
+
+from harness.analysis import cache
+from harness.analysis.history import detect_many
+from harness.core import stats
+from harness.core.job import JobResult
+from harness.record import analysis_cache, bundle, outbox, query, store
+from harness.record.models import AnalysisCache, Chip, Commit, Run
+from harness.render import site
+from testkit.analysis import add_run, bench_job, checks, grid_results, sha_of, timings
+from testkit.paths import ROOT
+
+CHIPS = ("chip-a", "chip-b")
+STEP_AT = 7
+
+
+@pytest.fixture
+def db(db_url):
+    handle = outbox.open_store(db_url)
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def sqlite_db(sqlite_url):
+    handle = outbox.open_store(sqlite_url)
+    yield handle
+    handle.close()
+
+
+def finished(db: store.Store, run_id: str) -> str:
+    store.finish_run(db, run_id, "complete")
+    return run_id
+
+
+def build(db: store.Store, commits: int = 12) -> None:
+    """Two chips; on chip A a 25 % step at STEP_AT in one series and a kernel failing correctness at two commits;
+    1 to 3 trials a job; commit 3 run twice on chip A; a dirty run on chip B. Every run finished."""
+    rng = np.random.default_rng(5)
+    for i in range(commits):
+        factors = {("flash_prefill", "sdpa", 0): 1.25} if i >= STEP_AT else {}
+        failing = {("flash_prefill", "flash_bq16_bk32"): "failed"} if i in (8, 9) else None
+        add_run(db, "chip-a", i, grid_results(rng, factors, trials=1 + i % 3) + checks(failing), minutes=10 * i)
+        add_run(db, "chip-b", i, grid_results(rng, trials=3) + checks(), minutes=10 * i + 1)
+    add_run(db, "chip-a", 3, grid_results(rng), minutes=35)
+    add_run(db, "chip-b", 5, grid_results(rng, {("swiglu", "unfused", 1): 1.5}), minutes=56, dirty=True)
+    with db.session() as session:
+        session.execute(update(Run).values(finished_at=Run.started_at, status="complete"))
+
+
+def analysed(db: store.Store, **options) -> tuple[str, str, cache.CacheStats]:
+    histories, regressions, found = cache.analyse(db, query.chip_keys(db), **options)
+    return repr(histories), repr(regressions), found  # repr: nan == nan, every float to the last bit
+
+
+def assert_same_as_uncached(db: store.Store, **options) -> cache.CacheStats:
+    """The cached analysis (run twice: as found, then warm) equals the uncached one; the first run's stats."""
+    query._CACHE.clear()  # its in-process key misses a trial appended to a stored job: read the samples again
+    plain = analysed(db, use_cache=False, **options)[:2]
+    first = analysed(db, **options)
+    assert first[:2] == plain
+    warm = analysed(db, **options)
+    assert warm[:2] == plain
+    for chip in query.chip_keys(db):
+        assert warm[2].cells[chip][1] == 0 and warm[2].families[chip][1] == 0
+        if options.get("change_points", True):
+            assert warm[2].changes[chip][1] == 0
+    return first[2]
+
+
+def test_detect_many_is_detect_change_points():
+    rng = np.random.default_rng(3)
+    histories = []
+    for n in (0, 3, 5, 6, 7, 12, 40, 40, 40, 120, 300):
+        for _ in range(3):
+            values = np.exp(rng.normal(0.0, rng.choice([1e-4, 0.01, 0.05]), n))
+            if n > 10:
+                at = int(rng.integers(3, n - 3))
+                values[at:] *= rng.choice([1.0, 1.1, 1.3, 0.7])
+                start = int(rng.integers(0, n - 9))
+                values[start:start + 9] *= np.linspace(1.0, rng.choice([1.0, 1.2]), 9)
+                values[rng.integers(0, n, 2)] = rng.choice([np.nan, 0.0, -1.0, np.inf])
+            histories.append(values)
+    ramp = np.r_[np.ones(20), np.linspace(1.0, 1.5, 20), np.full(20, 1.5)]
+    histories += [np.ones(30), np.full(30, 2e-3), np.r_[np.ones(15), 1.5 * np.ones(15)],
+                  ramp * np.exp(rng.normal(0.0, 0.005, ramp.size))]
+    for min_effect, alpha in ((stats.DEFAULT_MIN_EFFECT, stats.DEFAULT_ALPHA), (0.05, 0.01)):
+        expected = [stats.detect_change_points(h, min_effect=min_effect, alpha=alpha) for h in histories]
+        assert detect_many(histories, min_effect=min_effect, alpha=alpha) == expected
+    assert sum(len(found) for found in expected) >= 10 and {cp.kind for f in expected for cp in f} == {"step",
+                                                                                                       "drift"}
+
+
+def test_cached_analysis_is_the_uncached_one_cold_and_warm(db):
+    build(db)
+    first = assert_same_as_uncached(db)
+    assert first.cells == {"chip-a": (0, 12), "chip-b": (0, 12)} and first.write_errors == 0
+    histories, regressions, _ = cache.analyse(db, CHIPS)
+    stepped = [h for h in histories["chip-a"] if h.key.variant == "sdpa" and h.change_points]
+    assert [(f.kind, f.index) for h in stepped for f in h.change_points] == [("step", STEP_AT)]
+    assert {e.kind for e in regressions} == {"correctness", "performance"}
+    for options in ({"last": 5}, {"include_dirty": True}, {"change_points": False}, {"min_effect": 0.05}):
+        assert_same_as_uncached(db, **options)
+    assert_same_as_uncached(db)  # the windowed and dirty rows did not disturb the plain ones
+
+
+def test_a_new_run_recomputes_its_commit_on_its_chip_only(db):
+    build(db)
+    analysed(db)
+    finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9), {("swiglu", "unfused", 0): 1.3}),
+                         minutes=200))
+    found = assert_same_as_uncached(db)
+    assert found.cells == {"chip-a": (12, 1), "chip-b": (12, 0)}
+    assert found.changes["chip-b"] == (8, 0) and found.changes["chip-a"][1] == 8  # every series has a new point
+    assert found.families == {"chip-a": (12, 1), "chip-b": (12, 0)}
+    _, regressions, _ = cache.analyse(db, CHIPS)
+    assert any(e.head_sha.startswith("000c") and e.variant == "unfused" for e in regressions)
+
+
+def test_a_run_still_being_written_is_recomputed_every_time_and_never_stored(db):
+    """Samples of an unfinished run may still come (and on PostgreSQL commit with ids below a watermark already
+    read): its commit's cells are computed afresh each time, never stored."""
+    build(db, commits=8)
+    analysed(db)
+    run_id = add_run(db, "chip-b", 8, grid_results(np.random.default_rng(4), trials=1), minutes=300)
+    plain = analysed(db, use_cache=False)[:2]
+    for _ in range(2):
+        histories, regressions, found = analysed(db)
+        assert (histories, regressions) == plain and found.cells["chip-b"] == (8, 1)
+        assert found.unfinished["chip-b"] == 1
+    with db.session() as session:
+        commit_id = session.scalar(select(Commit.id).where(Commit.sha == sha_of(8)))
+        assert str(commit_id) not in set(session.scalars(select(AnalysisCache.name).where(
+            AnalysisCache.kind == "cells", AnalysisCache.chip == "chip-b")))
+    job = bench_job("swiglu", "unfused", {"B": 1, "H": 1, "S": 64, "D": 32})
+    store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=timings(np.random.default_rng(3), 3e-3),
+                                                   inner=1, trial=1))
+    finished(db, run_id)
+    found = assert_same_as_uncached(db)
+    assert found.cells["chip-b"] == (8, 1) and found.unfinished["chip-b"] == 0
+
+
+def _run_of(db: store.Store, chip: str, commit: int) -> str:
+    with db.session() as session:
+        return session.scalars(select(Run.id).join(Chip, Run.chip_id == Chip.id)
+                               .join(Commit, Run.commit_id == Commit.id)
+                               .where(Chip.key == chip, Commit.sha == sha_of(commit))).first()
+
+
+def test_a_later_trial_of_a_stored_job_is_seen(db):
+    """A trial appended to a stored job adds samples and no job: the sample watermark finds its commit."""
+    build(db)
+    analysed(db)
+    job = bench_job("swiglu", "unfused", {"B": 1, "H": 1, "S": 64, "D": 32})
+    store.record_result(db, _run_of(db, "chip-a", 11), job, JobResult(
+        job.key, "passed", samples=timings(np.random.default_rng(1), 4e-3), inner=1, trial=7))
+    found = assert_same_as_uncached(db)
+    assert found.cells["chip-a"] == (11, 1) and found.cells["chip-b"] == (12, 0)
+
+
+@pytest.mark.parametrize("change", ["delete", "reap", "redate", "dirty", "parents"])
+def test_changed_runs_invalidate_what_they_touch(sqlite_db, change):
+    db = sqlite_db
+    build(db)
+    analysed(db)
+    run_id = _run_of(db, "chip-a", 4)
+    with db.session() as session:
+        run = session.get(Run, run_id)
+        if change == "delete":
+            session.delete(run)
+        elif change == "reap":
+            run.status, run.finished_at = store.ABANDONED, run.started_at
+        elif change == "redate":  # now the commit's first run comes after commit 6's
+            run.started_at = run.started_at.replace(hour=3)
+        elif change == "dirty":
+            run.dirty = True
+        else:  # parents recorded later: the history order follows them, 4 before 3
+            chain = [0, 1, 2, 4, 3, *range(5, 12)]
+            for commit in session.scalars(select(Commit)):
+                at = chain.index(int(commit.sha[:4], 16))
+                commit.parents = [sha_of(chain[at - 1])] if at else []
+    found = assert_same_as_uncached(db)
+    if change in ("delete", "dirty"):
+        assert found.cells["chip-a"] == (11, 0)  # the commit has no (clean) run left
+    elif change != "parents":
+        assert found.cells["chip-a"] == (11, 1)
+    assert found.cells["chip-b"] == (12, 0)
+
+
+def test_imported_bundles_are_new_runs(db, tmp_path):
+    build(db)
+    analysed(db)
+    other = outbox.open_store(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        finished(other, add_run(other, "chip-b", 30, grid_results(np.random.default_rng(2),
+                                                                  {("swiglu", "unfused", 1): 1.4}), minutes=500))
+        path = tmp_path / "b.bundle"
+        bundle.export_bundle(other, path)
+    finally:
+        other.close()
+    bundle.import_bundle(db, path)
+    found = assert_same_as_uncached(db)
+    assert found.cells == {"chip-a": (12, 0), "chip-b": (12, 1)}
+
+
+def test_corrupted_or_missing_rows_are_recomputed(db):
+    build(db)
+    analysed(db)
+    with db.session() as session:
+        rows = session.scalars(select(AnalysisCache).where(AnalysisCache.chip == "chip-a")).all()
+        kinds = {}
+        for row in rows:
+            kinds[row.kind] = kinds.get(row.kind, 0) + 1
+            if row.kind == "cells" and row.name in ("1", "2"):
+                row.payload = row.payload[:-9]  # truncated
+            elif row.kind == "cells" and row.name == "3":
+                row.payload = row.payload[:-8] + b"\x00" * 8  # flipped bytes: the checksum fails
+            elif row.kind in ("changes", "families", "correctness", "series", "stamps") and kinds[row.kind] == 1:
+                row.payload = b"{not json"
+            elif row.kind == "cells" and row.name == "4":
+                session.delete(row)
+    assert set(kinds) == {"cells", "series", "changes", "families", "correctness", "stamps"}
+    assert_same_as_uncached(db)
+
+
+def test_a_failed_write_leaves_the_results_alone(db, monkeypatch):
+    build(db, commits=8)
+
+    def fail(*args, **kwargs):
+        raise OperationalError("INSERT", {}, Exception("attempt to write a readonly database"))
+
+    monkeypatch.setattr(analysis_cache, "write_entries", fail)
+    plain = analysed(db, use_cache=False)
+    histories, regressions, found = analysed(db)
+    assert (histories, regressions) == plain[:2] and found.write_errors > 0
+
+
+def _pages(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): re.sub(r" · generated [^<]*", "", p.read_text())
+            for p in sorted(folder.rglob("*.html"))}
+
+
+def test_a_cache_written_by_another_process_renders_the_same_pages(db, tmp_path):
+    build(db, commits=9)
+    done = subprocess.run([sys.executable, "-m", "harness", "report", "--db", db.url, "--out", str(tmp_path / "a")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    with db.session() as session:
+        assert session.scalar(select(AnalysisCache.id).limit(1)) is not None  # that process stored its analysis
+    found = analysed(db)[2]
+    assert all(reused and not computed for reused, computed in found.cells.values())
+    site.build_report(db, tmp_path / "b")  # reads what the other process stored
+    plain = site.load_site(db, cache=False)  # then as build_report goes on
+    if hasattr(site, "load_evidence"):
+        plain.evidence = site.load_evidence(db, plain.latest, plain.regressions)
+    site.render(plain, tmp_path / "c")
+    a, b, c = (_pages(tmp_path / name) for name in "abc")
+    assert a == b == c and len(a) > 5
+
+
+def test_the_migration_adds_and_drops_the_table(sqlite_url):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, inspect
+
+    outbox.open_store(sqlite_url).close()
+    engine = create_engine(sqlite_url)
+    config = Config()
+    config.set_main_option("script_location", str(store.MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0003")
+    assert "analysis_cache" not in inspect(engine).get_table_names()
+    engine.dispose()
+    db = outbox.open_store(sqlite_url)
+    try:
+        assert "analysis_cache" in inspect(db.engine).get_table_names()
+        with db.session() as session:
+            session.execute(update(AnalysisCache).values(key="x"))  # the table is usable
+    finally:
+        db.close()
