@@ -547,7 +547,9 @@ def _regressions(store: Store, chip: _Chip, *, include_dirty: bool, last: int | 
     if heads.any():
         computed = performance_regressions(data, broken, chip.cells, lambda cells: chip.level[cells],
                                            _trials_loader(store, chip, include_dirty=include_dirty),
-                                           min_effect=min_effect, alpha=alpha, heads=heads)
+                                           min_effect=min_effect, alpha=alpha, heads=heads,
+                                           modes_of=regressions_module.modes_loader(store, data,
+                                                                                    include_dirty=include_dirty))
         for commit in np.flatnonzero(heads).tolist():
             found[commit] = computed.get(commit, [])
     stats_out.families[data.chip] = (len(keys) - int(heads.sum()), int(heads.sum()))

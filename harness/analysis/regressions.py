@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import false_discovery_control
 
+from harness.analysis.compare import same_mode
 from harness.analysis.history import by_series_key, trial_levels
 from harness.analysis.records import RegressionEvidence
 from harness.core import defaults, stats, trials
@@ -24,7 +25,7 @@ from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
 
-__all__ = ["cell_summaries", "correctness_regressions", "performance_regressions", "regressions"]
+__all__ = ["cell_summaries", "correctness_regressions", "modes_loader", "performance_regressions", "regressions"]
 
 # The screen's p-values and intervals are compare_trials' own computation on the same numbers, up to the order of
 # floating-point sums: a family is only skipped when none of its series comes within this relative slack of a flag.
@@ -281,6 +282,8 @@ def _screen(measured: trials._Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.
 TrialsOf = Callable[[Sequence[int]], dict[int, list[npt.NDArray[np.float64]]]]
 # Per flat cell: its level, the median of its trial medians (``trial_levels``).
 LevelsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]
+# The timing mode of flat cells ("" when not recorded): cells timed differently are never compared
+ModesOf = Callable[[Sequence[int]], dict[int, str]]
 
 
 @dataclass(frozen=True)
@@ -295,10 +298,15 @@ class _Judged:
     screened: _Screened
 
     def family(self, commit: int, trials_of: dict[int, list[npt.NDArray[np.float64]]] | None = None, *,
-               min_effect: float, alpha: float) -> dict[int, trials.TrialComparison]:
+               min_effect: float, alpha: float, modes: dict[int, str] | None = None
+               ) -> dict[int, trials.TrialComparison]:
         """``compare_trials`` of the commit's whole grid (pair index -> comparison); ``trials_of``: the trials of
-        every cell of its pairs (``family_cells``; default: from ``data``'s samples)."""
+        every cell of its pairs (``family_cells``; default: from ``data``'s samples); ``modes``: their timing modes
+        (pairs timed differently are ``incomparable``, as in ``harness compare``)."""
         members = range(int(self.pairs.bounds[commit]), int(self.pairs.bounds[commit + 1]))
+        modes = modes or {}
+        incomparable = {i for i in members if not same_mode(modes.get(int(self.pairs.base_cell[i])),
+                                                             modes.get(int(self.pairs.head_cell[i])))}
         if trials_of is None:
             trials_of = {cell: self.data.trials(cell) for cell in self.family_cells(commit)}
         floors = {i: floor for i in members
@@ -306,7 +314,8 @@ class _Judged:
         return trials.compare_trials(
             {i: (trials_of[int(self.pairs.base_cell[i])], trials_of[int(self.pairs.head_cell[i])]) for i in members},
             floors=floors, runs={i: (int(self.runs[0][i]), int(self.runs[1][i])) for i in members},
-            min_effect=min_effect, alpha=alpha, broken={i for i in members if self.pairs.broken[i]})
+            min_effect=min_effect, alpha=alpha, broken={i for i in members if self.pairs.broken[i]},
+            incomparable=incomparable)
 
     def family_cells(self, commit: int) -> list[int]:
         span = slice(int(self.pairs.bounds[commit]), int(self.pairs.bounds[commit + 1]))
@@ -335,7 +344,8 @@ def _judge(data: query.ChipHistory, broken: set[tuple[int, str]], cells: _Cells 
 
 def performance_regressions(data: query.ChipHistory, broken: set[tuple[int, str]], cells: _Cells,
                             levels_of: LevelsOf, trials_for: TrialsOf, *, min_effect: float, alpha: float,
-                            heads: npt.NDArray[np.bool_] | None = None) -> dict[int, list[RegressionEvidence]]:
+                            heads: npt.NDArray[np.bool_] | None = None, modes_of: ModesOf | None = None
+                            ) -> dict[int, list[RegressionEvidence]]:
     """Per commit index whose family has a confirmed regression (of the commits where ``heads`` holds, all when
     None): its regressions, largest slowdown first. ``cells``: ``cell_summaries`` of ``data``; ``levels_of`` and
     ``trials_for`` give the levels and the trials of the cells asked for (only those of confirmed pairs and of the
@@ -346,7 +356,9 @@ def performance_regressions(data: query.ChipHistory, broken: set[tuple[int, str]
     pairs = judged.pairs
     found: dict[int, list[RegressionEvidence]] = {}
     for commit in np.unique(pairs.head_commit[judged.screened.candidates(min_effect, alpha)]).tolist():
-        decided = judged.family(commit, trials_for(judged.family_cells(commit)), min_effect=min_effect, alpha=alpha)
+        cells = judged.family_cells(commit)
+        decided = judged.family(commit, trials_for(cells), min_effect=min_effect, alpha=alpha,
+                                modes=modes_of(cells) if modes_of else None)
         confirmed = [i for i, c in decided.items() if c.verdict == "regressed"]
         if not confirmed:
             continue
@@ -375,13 +387,31 @@ def correctness_regressions(store: Store, data: query.ChipHistory, *, include_di
     return events, broken
 
 
+def modes_loader(store: Store, data: query.ChipHistory, *, include_dirty: bool) -> ModesOf:
+    """``ModesOf`` for the flat cells of ``data`` (one query per call, for the commits of the cells asked for)."""
+    n_series = len(data.series)
+
+    def modes_of(cells: Sequence[int]) -> dict[int, str]:
+        commit_ids = sorted({data.commits[cell // n_series][0] for cell in cells})
+        found = query.commit_timing_modes(store, data.chip, commit_ids, include_dirty=include_dirty)
+        out = {}
+        for cell in cells:
+            commit, series = divmod(cell, n_series)
+            key = data.series[series]
+            out[cell] = found.get((data.commits[commit][0], key.kernel, key.variant, key.dtype, key.shape_key), "")
+        return out
+
+    return modes_of
+
+
 def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int | None, min_effect: float,
                       alpha: float) -> list[RegressionEvidence]:
     data = by_series_key(query.chip_history(store, chip, None, include_dirty=include_dirty, last=last))
     events, broken = correctness_regressions(store, data, include_dirty=include_dirty, last=last)
     found = performance_regressions(
         data, broken, cell_summaries(data), lambda cells: trial_levels(data, cells)[0],
-        lambda cells: {cell: data.trials(cell) for cell in cells}, min_effect=min_effect, alpha=alpha)
+        lambda cells: {cell: data.trials(cell) for cell in cells}, min_effect=min_effect, alpha=alpha,
+        modes_of=modes_loader(store, data, include_dirty=include_dirty))
     return events + [e for commit in sorted(found) for e in found[commit]]
 
 

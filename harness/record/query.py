@@ -276,6 +276,21 @@ def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
     return {key: "+".join(sorted(m for m in found if m)) for key, found in modes.items()}
 
 
+def commit_timing_modes(store: Store, chip: str, commit_ids: Sequence[int], *, include_dirty: bool = False
+                        ) -> dict[tuple[int, str, str, str, str], str]:
+    """How each benchmark series was timed in the chip's runs (those ``chip_history`` includes) of the given
+    commits: (commit id, kernel, variant, dtype, shape key) -> the mode, "+"-joined where its runs differ."""
+    modes: dict[tuple[int, str, str, str, str], set[str]] = {}
+    with store.session() as session:
+        for commit_id, kernel, variant, dtype, shape_key, mode in session.execute(_run_filter(
+                select(Run.commit_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key,
+                       JobRecord.timing_mode)
+                .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+                .where(Run.commit_id.in_(list(commit_ids)), JobRecord.kind == "benchmark"), chip, include_dirty)):
+            modes.setdefault((commit_id, kernel, variant, dtype, shape_key), set()).add(mode or "")
+    return {key: "+".join(sorted(m for m in found if m)) for key, found in modes.items()}
+
+
 def correctness_failures(store: Store, run_ids: Sequence[str]) -> list[FailureRow]:
     """Failing correctness jobs (``CODE_FAILURES``, kinds ``CORRECTNESS_KINDS``) of the given runs, by chip, kernel,
     variant, check, test.

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from harness.analysis import regressions as regressions_module
+from harness.analysis.cache import analyse
 from harness.analysis.compare import compare, resolve_side
 from harness.analysis.history import history
 from harness.analysis.regressions import regressions
@@ -451,3 +452,25 @@ def test_between_process_noise_is_not_a_regression_but_a_step_is(db):
     old_rule = pooled_sample_regressions(db, "chip-a")
     false_alarms = [found for found in old_rule if found != (SLOW_KEY, sha_of(9), sha_of(10))]
     assert len(false_alarms) >= 5
+
+
+def _timed_as(results, mode: str):
+    for _, result in results:
+        result.mode = mode
+    return results
+
+
+def test_a_change_of_timing_mode_is_never_listed_as_a_regression(db):
+    """Per-call timing adds the host round trip: a series timed per-call at one commit and pipelined at the next
+    looks 30 % slower or faster with no change in the kernel. The regression list, like ``harness compare``, must
+    not call that regressed (it did: 10 'confirmed slowdowns' between the H200 example runs)."""
+    rng = np.random.default_rng(3)
+    add_run(db, "chip-a", 0, _timed_as(grid_results(rng), "pipelined") + checks(), minutes=0)
+    add_run(db, "chip-a", 1, _timed_as(grid_results(rng, {SLOW_SERIES: 1.3}), "per-call") + checks(), minutes=10)
+    assert [e for e in regressions(db, "chip-a") if e.kind == "performance"] == []
+    _, cached, _ = analyse(db, ["chip-a"])  # the report's path (the analysis cache) judges alike
+    assert [e for e in cached if e.kind == "performance"] == []
+    add_run(db, "chip-a", 2, _timed_as(grid_results(rng), "per-call") + checks(), minutes=20)
+    add_run(db, "chip-a", 3, _timed_as(grid_results(rng, {SLOW_SERIES: 1.3}), "per-call") + checks(), minutes=30)
+    found = [(e.key, e.base_sha, e.head_sha) for e in regressions(db, "chip-a") if e.kind == "performance"]
+    assert found == [(SLOW_KEY, sha_of(2), sha_of(3))]  # alike on both sides: still judged
