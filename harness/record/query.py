@@ -584,12 +584,13 @@ _CACHE_SIZE = 8  # chip histories; ~20 MB each at 1000 commits x 200 series x 10
 
 
 def _fingerprint(session: Session) -> tuple:
-    """Changes whenever a run or job is added or removed, a run's start time moves, or commits or parents are
-    recorded."""
+    """Changes whenever a run or job is added or removed, a trial is appended to a stored job (new samples), a
+    run's start time moves, or commits or parents are recorded."""
     runs = session.execute(select(func.count(Run.id), func.max(Run.started_at))).one()
     jobs = session.execute(select(func.count(JobRecord.id), func.max(JobRecord.id))).one()
+    samples = session.execute(select(func.max(Sample.id))).one()
     commits = session.execute(select(func.count(Commit.id), func.count(Commit.parents))).one()
-    return (*runs, *jobs, *commits)
+    return (*runs, *jobs, *samples, *commits)
 
 
 def chip_history(store: Store, chip: str, kernel: str | None = None, *, include_dirty: bool = False,

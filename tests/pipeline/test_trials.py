@@ -219,3 +219,16 @@ def trial_plugin(tmp_path_factory):
     PLUGIN_DIR[:] = [str(folder)]
     yield
     PLUGIN_DIR.clear()
+
+
+def test_a_trial_appended_to_a_stored_job_shows_in_the_chip_history_read_before_it(sqlite_url):
+    """The report process reads a chip's history, a run's later trial lands, the history is read again: the
+    in-process history cache must not serve the version without that trial."""
+    db = outbox.open_store(sqlite_url)
+    job = bench_job("flash_prefill", "sdpa", {"B": 1, "H": 1, "S": 64, "D": 32})
+    run_id = add_run(db, "chip-a", 1, [], minutes=0)
+    store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=[1.0, 1.1], inner=1))
+    assert query.chip_history(db, "chip-a").trial_counts.sum() == 1
+    store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=[2.0, 2.1], inner=1, trial=1))
+    assert query.chip_history(db, "chip-a").trial_counts.sum() == 2
+    db.close()
