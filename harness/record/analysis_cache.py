@@ -184,52 +184,10 @@ def commit_history(store: Store, chip: str, commits: list[tuple], *, include_dir
         sample_rows = query._plain_rows(session, select(Sample.job_id, Sample.seconds, Sample.trial)
                                         .join(JobRecord, Sample.job_id == JobRecord.id)
                                         .where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark"))
-    # From here on as query._query_chip arranges a chip's samples.
-    series_index: dict[tuple[str, str, str, str], int] = {}
-    job_ids = np.empty(len(job_rows), dtype=np.int64)
-    job_cells = np.empty(len(job_rows), dtype=np.int64)
-    job_commit = np.empty(len(job_rows), dtype=np.int64)
-    job_run = np.empty(len(job_rows), dtype=np.int64)
-    for i, (job_id, run_id, *series) in enumerate(job_rows):
-        job_ids[i] = job_id
-        job_commit[i] = run_commit[run_id]
-        job_run[i] = run_index[run_id]
-        job_cells[i] = series_index.setdefault(tuple(series), len(series_index))
-    n_commits, n_series = len(commits), len(series_index)
-    has_jobs = np.zeros((n_commits, n_series), dtype=bool)
-    has_jobs[job_commit, job_cells] = True
-    job_cells += job_commit * n_series
-    samples = np.fromiter(sample_rows, dtype=query._SAMPLE_ROW, count=len(sample_rows))
-    del sample_rows
-    valid = np.isfinite(samples["seconds"]) & (samples["seconds"] > 0)
-    sample_jobs, seconds, trial = samples["job"][valid], samples["seconds"][valid], samples["trial"][valid]
-    del samples
-    order = np.argsort(job_ids)
-    job_of = order[np.searchsorted(job_ids[order], sample_jobs)] if job_ids.size else sample_jobs[:0]
-    cells = job_cells[job_of]
-    if trial.size and trial.min() < 0:
-        trial = np.unique(trial, return_inverse=True)[1].reshape(-1)
-    per_run = int(trial.max()) + 1 if trial.size else 1
-    per_cell = per_run * max(len(run_rows), 1)
-    keys = cells * per_cell + job_run[job_of] * per_run + trial
-    by_trial = np.argsort(keys, kind="stable")
-    keys, values = keys[by_trial], seconds[by_trial]
-    del by_trial
-    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if keys.size else keys
-    sizes = np.diff(np.append(starts, keys.size))
-    for size in np.unique(sizes).tolist():
-        rows = starts[sizes == size][:, None] + np.arange(size)
-        values[rows] = np.sort(values[rows], axis=1)
-    trial_cell = keys[starts] // per_cell
-    counts = np.bincount(cells, minlength=n_commits * n_series).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if counts.size else counts
-    trial_counts = np.bincount(trial_cell, minlength=n_commits * n_series).astype(np.int64)
-    trial_offsets = (np.concatenate([[0], np.cumsum(trial_counts)[:-1]]).astype(np.int64) if trial_counts.size
-                     else trial_counts)
-    shape = (n_commits, n_series)
-    return query.ChipHistory(chip, list(commits), [query.SeriesKey(*series, chip) for series in series_index],
-                             counts.reshape(shape), offsets.reshape(shape), values,
-                             np.full(n_commits, -1, dtype=np.int64), np.ones(n_commits, dtype=bool),
-                             np.zeros(n_commits, dtype=np.int64), trial_counts.reshape(shape),
-                             trial_offsets.reshape(shape), starts.astype(np.int64), sizes.astype(np.int64),
-                             (keys[starts] // per_run % max(len(run_rows), 1)).astype(np.int64)), has_jobs
+    n_commits = len(commits)
+    layout = query.arrange_samples(job_rows, sample_rows, run_commit, run_index, n_commits)
+    return query.ChipHistory(chip, list(commits), [query.SeriesKey(*series, chip) for series in layout.series],
+                             layout.counts, layout.offsets, layout.values, np.full(n_commits, -1, dtype=np.int64),
+                             np.ones(n_commits, dtype=bool), np.zeros(n_commits, dtype=np.int64),
+                             layout.trial_counts, layout.trial_offsets, layout.trial_starts, layout.trial_sizes,
+                             layout.trial_runs), layout.has_jobs

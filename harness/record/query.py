@@ -675,6 +675,36 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
     job_rows = _plain_rows(session, benchmark_jobs(
         select(JobRecord.id, JobRecord.run_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
                JobRecord.shape_key)))
+    sample_rows = _plain_rows(session, benchmark_jobs(
+        select(Sample.job_id, Sample.seconds, Sample.trial).join(JobRecord, Sample.job_id == JobRecord.id)))
+    layout = arrange_samples(job_rows, sample_rows, run_commit, run_index, len(commits))
+    return ChipHistory(chip, commits, [SeriesKey(*series, chip) for series in layout.series], layout.counts,
+                       layout.offsets, layout.values, np.array(previous, dtype=np.int64),
+                       np.array(shown, dtype=bool), np.array(line, dtype=np.int64), layout.trial_counts,
+                       layout.trial_offsets, layout.trial_starts, layout.trial_sizes, layout.trial_runs)
+
+
+class SampleLayout(NamedTuple):
+    """A chip's samples arranged per (commit, series) cell and per trial: the arrays of ``ChipHistory``."""
+
+    series: list[tuple[str, str, str, str]]  # (kernel, variant, dtype, shape key) per series index
+    counts: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+    trial_counts: npt.NDArray[np.int64]
+    trial_offsets: npt.NDArray[np.int64]
+    trial_starts: npt.NDArray[np.int64]
+    trial_sizes: npt.NDArray[np.int64]
+    trial_runs: npt.NDArray[np.int64]
+    has_jobs: npt.NDArray[np.bool_]  # (n_commits, n_series): a benchmark job of the cell exists (samples or not)
+
+
+def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple], run_commit: dict[str, int],
+                    run_index: dict[str, int], n_commits: int) -> SampleLayout:
+    """Group benchmark samples as ``ChipHistory`` holds them. ``job_rows``: (job id, run id, kernel, variant, dtype,
+    shape key); ``sample_rows``: (job id, seconds, trial); ``run_commit``: run id -> commit index; ``run_index``:
+    run id -> its index in start order. Each cell's samples are contiguous, grouped by (run, trial), each trial's
+    samples sorted: everything computed from one cell depends on that cell's samples only."""
     series_index: dict[tuple[str, str, str, str], int] = {}
     job_ids = np.empty(len(job_rows), dtype=np.int64)
     job_cells = np.empty(len(job_rows), dtype=np.int64)
@@ -685,10 +715,10 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
         job_commit[i] = run_commit[run_id]
         job_run[i] = run_index[run_id]
         job_cells[i] = series_index.setdefault(tuple(series), len(series_index))
-    n_commits, n_series = len(commits), len(series_index)
+    n_series = len(series_index)
+    has_jobs = np.zeros((n_commits, n_series), dtype=bool)
+    has_jobs[job_commit, job_cells] = True
     job_cells += job_commit * n_series
-    sample_rows = _plain_rows(session, benchmark_jobs(
-        select(Sample.job_id, Sample.seconds, Sample.trial).join(JobRecord, Sample.job_id == JobRecord.id)))
     samples = np.fromiter(sample_rows, dtype=_SAMPLE_ROW, count=len(sample_rows))
     del sample_rows
     valid = np.isfinite(samples["seconds"]) & (samples["seconds"] > 0)
@@ -701,7 +731,7 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
     if trial.size and trial.min() < 0:
         trial = np.unique(trial, return_inverse=True)[1].reshape(-1)
     per_run = int(trial.max()) + 1 if trial.size else 1
-    per_cell = per_run * max(len(run_rows), 1)
+    per_cell = per_run * max(len(run_index), 1)
     keys = cells * per_cell + job_run[job_of] * per_run + trial
     by_trial = np.argsort(keys, kind="stable")  # the rows come nearly in this order: much faster than a lexsort
     keys, values = keys[by_trial], seconds[by_trial]
@@ -718,11 +748,10 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
     trial_offsets = (np.concatenate([[0], np.cumsum(trial_counts)[:-1]]).astype(np.int64) if trial_counts.size
                      else trial_counts)
     shape = (n_commits, n_series)
-    return ChipHistory(chip, commits, [SeriesKey(*series, chip) for series in series_index],
-                       counts.reshape(shape), offsets.reshape(shape), values,
-                       np.array(previous, dtype=np.int64), np.array(shown, dtype=bool), np.array(line, dtype=np.int64),
-                       trial_counts.reshape(shape), trial_offsets.reshape(shape), starts.astype(np.int64),
-                       sizes.astype(np.int64), (keys[starts] // per_run % max(len(run_rows), 1)).astype(np.int64))
+    return SampleLayout(list(series_index), counts.reshape(shape), offsets.reshape(shape), values,
+                        trial_counts.reshape(shape), trial_offsets.reshape(shape), starts.astype(np.int64),
+                        sizes.astype(np.int64), (keys[starts] // per_run % max(len(run_index), 1)).astype(np.int64),
+                        has_jobs)
 
 
 # The correctness evidence of a commit's history: kernel checks and repository tests (a pytest selection's own row
