@@ -211,3 +211,28 @@ def test_the_builtin_suite_plans_one_cross_chip_shape_per_kernel_identical_on_cp
     for kernel in with_variants:  # every variant, at one shape, so the matrix compares each on every chip
         assert {variant for k, variant, *_ in cpu if k == kernel} == set(REGISTRY[kernel].variants)
         assert len({(dtype, shape) for k, _, dtype, shape in cpu if k == kernel}) == 1
+
+
+# --- the recorded examples: the H200 run and a CPU run of the cross-chip sections (reports/examples/README.md) ------
+
+
+def test_on_the_recorded_runs_the_matrix_names_variants_that_win_on_the_cpu_and_lose_on_the_h200(tmp_path):
+    """The question the matrix exists for, on real runs: the op-by-op MLX flash variants beat SDPA on the CPU
+    backend and are launch-bound, many times slower, on the H200 -- at the same (kernel, dtype, shape)."""
+    from harness.analysis.variants import variant_matrix
+    from harness.record.bundle import import_bundle
+    from testkit.paths import ROOT
+
+    examples = ROOT / "reports" / "examples"
+    db = outbox.open_store(f"sqlite:///{tmp_path / 'examples.db'}")
+    try:
+        for bundle in ("h200-202d829.bundle", "cpu-cross-chip-ee285b2.bundle"):
+            import_bundle(db, examples / bundle)
+        matrix = variant_matrix(db)
+    finally:
+        db.close()
+    assert matrix.shared  # cells measured on both chips
+    flash = {(d.variant, d.winning_chip, d.losing_chip) for d in matrix.divergent if d.kernel == "flash_prefill"}
+    assert flash and all(win.startswith("cpu-") and lose == "nvidia-h200-sm90" for _, win, lose in flash)
+    for d in matrix.divergent:
+        assert d.win.outcome == "win" and d.lose.outcome == "lose" and d.win.ratio < 1 < d.lose.ratio
