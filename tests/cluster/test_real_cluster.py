@@ -182,6 +182,7 @@ def test_a_node_whose_raylet_is_killed_mid_job_loses_and_doubles_nothing(tmp_pat
             first = poll_until(lambda: [m for m in markers(tmp_path, "sleepy") if m.name.endswith(".0")],
                                timeout=240, what="a first attempt to start")
             victim_id = first[0].read_text()
+            assert victim_id, f"{first[0]} names no node"
             raylets = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for n in nodes for pid in process_tree(n.pid)
                        if Path(f"/proc/{pid}/comm").exists() and Path(f"/proc/{pid}/comm").read_text().strip()
                        == "raylet"}

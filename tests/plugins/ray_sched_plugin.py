@@ -23,7 +23,10 @@ def _mark(variant: str, shape: dict) -> int:
         return 0
     stem = f"{variant}-" + "-".join(f"{k}{v}" for k, v in sorted(shape.items()))
     earlier = len(list(Path(folder).glob(f"{stem}.*")))
-    Path(folder, f"{stem}.{earlier}").write_text(os.environ.get("HARNESS_RAY_NODE_ID", ""))
+    # Written aside, then renamed: a test polling for the marker never reads it empty (it names the node).
+    staged = Path(folder, f".{stem}.{earlier}.{os.getpid()}")
+    staged.write_text(os.environ.get("HARNESS_RAY_NODE_ID", ""))
+    staged.replace(Path(folder, f"{stem}.{earlier}"))
     return earlier
 
 
