@@ -22,6 +22,7 @@ from harness.core.proc import file_tail, kill_group
 from harness.execute import envs
 from harness.execute.envs import activated
 from harness.execute.worker import skip_reason
+from harness.spec.plan import compile_group
 
 OnResult = Callable[[Job, JobResult], None]
 
@@ -119,19 +120,43 @@ def _batchable(job: Job) -> bool:
     return isinstance(job, KernelJob) and job.kind == "benchmark"
 
 
-def batches(jobs: list[Job], size: int) -> Iterator[list[Job]]:
-    """Consecutive benchmark jobs of one trial round and one thread setting, at most ``size`` per batch; any other
-    job alone (a repository's function runs with its own environment's python)."""
-    batch: list[Job] = []
+def _runs(jobs: list[Job]) -> Iterator[list[Job]]:
+    """Maximal stretches of consecutive batchable jobs of one round, thread setting and ``compile_group``; any
+    other job alone."""
+    run: list[Job] = []
     for job in jobs:
-        if batch and not (_batchable(job) and len(batch) < size and job.trial == batch[0].trial
-                          and thread_env(job) == thread_env(batch[0])):
-            yield batch
-            batch = []
+        if run and not (_batchable(job) and job.trial == run[0].trial and thread_env(job) == thread_env(run[0])
+                        and compile_group(job) == compile_group(run[0])):
+            yield run
+            run = []
         if _batchable(job):
-            batch.append(job)
+            run.append(job)
         else:
             yield [job]
+    if run:
+        yield run
+
+
+def batches(jobs: list[Job], size: int) -> Iterator[list[Job]]:
+    """Consecutive benchmark jobs of one trial round and one thread setting, at most ``size`` per batch, never
+    splitting the jobs of one ``compile_group`` (a round plans them together) across processes when they fit in
+    one; any other job alone (a repository's function runs with its own environment's python)."""
+    batch: list[Job] = []
+    for run in _runs(jobs):
+        if not _batchable(run[0]):
+            if batch:
+                yield batch
+                batch = []
+            yield run
+            continue
+        if batch and (len(batch) + len(run) > size or run[0].trial != batch[0].trial
+                      or thread_env(run[0]) != thread_env(batch[0])):
+            yield batch
+            batch = []
+        while len(batch) + len(run) > size:  # a group larger than a batch: whole batches of it
+            yield run[:size]
+            run = run[size:]
+        batch.extend(run)
     if batch:
         yield batch
 

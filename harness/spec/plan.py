@@ -94,24 +94,42 @@ def _dedupe(jobs: list[Job]) -> list[Job]:
     return list(seen.values())
 
 
+def compile_group(job: Job) -> tuple[str, ...]:
+    """The jobs that can share compiled kernels in one process: one (kernel, variant, dtype).
+
+    A source variant (``mx.fast.cuda_kernel``) is compiled by NVRTC once per process and template, and MLX 0.32.4
+    caches nothing across processes (reports/examples/README.md: 1.4-2.7 s per kernel, in every process), so a
+    round runs each group's jobs next to each other, in one process where they fit (``execute.local.batches``)."""
+    return tuple(str(getattr(job, field, "")) for field in ("kernel", "variant", "dtype"))
+
+
+def _shuffled_groups(jobs: list[Job], rng: random.Random) -> list[Job]:
+    groups: dict[tuple[str, ...], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(compile_group(job), []).append(job)
+    order = list(groups.values())
+    rng.shuffle(order)
+    for group in order:
+        rng.shuffle(group)
+    return [job for group in order for job in group]
+
+
 def plan_trials(jobs: list[Job], seed: int) -> list[Job]:
     """Every job once, then each benchmark job again for each of its further trials, interleaved in rounds.
 
     Round r holds every benchmark job with more than r trials (``[timing] trials``), in an order shuffled with
     ``seed`` (the run records it): a drift of clocks, temperature or load during the run then spreads over every
-    series instead of landing on the ones that happened to run last. Round 0 keeps the planned order's place among
-    the other kinds (executors run kinds in phases); the rounds after it follow in order.
+    series instead of landing on the ones that happened to run last. The shuffle is by ``compile_group`` (the groups
+    in a shuffled order, each group's jobs shuffled and kept together) so that a round compiles each source kernel
+    once, not once per shape. Round 0 keeps the planned order's place among the other kinds (executors run kinds
+    in phases); the rounds after it follow in order.
     """
     rng = random.Random(seed)
     benchmarks = [job for job in jobs if job.kind == "benchmark"]
     rounds = max((job.trials for job in benchmarks), default=1)
-    first = benchmarks[:]
-    rng.shuffle(first)
-    planned = [job for job in jobs if job.kind != "benchmark"] + first
+    planned = [job for job in jobs if job.kind != "benchmark"] + _shuffled_groups(benchmarks, rng)
     for trial in range(1, rounds):
-        this_round = [replace(job, trial=trial) for job in benchmarks if job.trials > trial]
-        rng.shuffle(this_round)
-        planned.extend(this_round)
+        planned.extend(_shuffled_groups([replace(job, trial=trial) for job in benchmarks if job.trials > trial], rng))
     return planned
 
 

@@ -232,3 +232,20 @@ def test_a_trial_appended_to_a_stored_job_shows_in_the_chip_history_read_before_
     store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=[2.0, 2.1], inner=1, trial=1))
     assert query.chip_history(db, "chip-a").trial_counts.sum() == 2
     db.close()
+
+
+def test_a_round_keeps_each_kernel_variants_jobs_together_and_one_process_compiles_it_once():
+    """MLX compiles a source kernel in every process (reports/examples/README.md): a round plans a (kernel, variant,
+    dtype)'s shapes next to each other, and a batch never splits them when they fit in one process."""
+    jobs = [bench(variant, n) for variant in ("ok", "slow", "other") for n in range(1, 5)]
+    planned = plan_trials(jobs, seed=3)
+    for trial in range(3):
+        this_round = [job.variant for job in planned if job.trial == trial]
+        runs = [v for i, v in enumerate(this_round) if i == 0 or this_round[i - 1] != v]
+        assert sorted(runs) == ["ok", "other", "slow"]  # each variant's 4 jobs in one stretch
+    orders = {tuple(job.key for job in planned if job.trial == t) for t in range(3)}
+    assert len(orders) == 3  # each round in an order of its own
+    for batch in batches(planned, size=6):  # 3 groups of 4 do not fit two to a process: one group per batch
+        assert len({job.variant for job in batch}) == 1 and len(batch) == 4
+    big = plan_trials([bench("ok", n, trials=1) for n in range(1, 11)], seed=1)
+    assert [len(b) for b in batches(big, size=4)] == [4, 4, 2]  # larger than a batch: whole batches of it
