@@ -39,6 +39,11 @@ CHECK_SHAPES = {
 }
 
 
+# Checks that build adversarial cases whose distinguishability shrinks as the cache grows (a causal tail of 4 keys
+# in 4096, six slots' outputs averaging thousands of values): they refuse such shapes instead of judging them.
+SMALL_SHAPE_CHECKS = {"causal_tail", "stride_adversarial", "layers_differ"}
+
+
 def cuda_variants(kernel) -> list:
     return [v for v in kernel.variants.values() if v.backend == "cuda" and v.requires() is None]
 
@@ -50,6 +55,8 @@ def correctness() -> list[dict]:
             for dtype in ("float32", "float16", "bfloat16"):
                 for shape in CHECK_SHAPES[kernel.name]:
                     for check_name, check in kernel.checks.items():
+                        if shape["S_kv"] >= 1024 and check_name in SMALL_SHAPE_CHECKS:
+                            continue  # their own preconditions refuse long caches (the mask gap, the separation)
                         try:
                             res = check(kernel, variant, shape, dtype)
                             row = dict(passed=res.passed, error=res.max_error, tolerance=res.tolerance,
