@@ -6,7 +6,7 @@
 #                               `harness run` of jobs/builtin.toml there (stops itself after $LIMIT s, default 540),
 #                               then export the run (complete or not) as $OUT/h200-<sha>.bundle with the log
 #   h200_builtin.sh resume   -- `harness run --resume` the same run (a second call when one was not enough), export
-# Needs MLX (source .whlB/setup.sh first) and git.
+# SUITE: a suite file of this tree to run instead of jobs/builtin.toml. Needs MLX (source .whlB/setup.sh first) and git.
 set -uo pipefail
 STEP=${1:?usage: h200_builtin.sh checks|run|resume}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -57,11 +57,12 @@ case "$STEP" in
       --exclude=./harness-out .) | tar xf - -C "$WORK/repo"
     g init -q && g add -A && g commit -qm "h200 builtin run" || exit 1
     python3 -c "import mlx.core as mx; print(mx.device_info())"
-    timed run run --repo "$WORK/repo" --db "$DB" --no-report
+    timed run run --repo "$WORK/repo" --db "$DB" --no-report ${SUITE:+--suite "$WORK/repo/$SUITE"}
     export_run run
     ;;
   resume)
-    timed resume run --repo "$WORK/repo" --db "$DB" --no-report --resume "$(cat "$WORK/run.id")"
+    timed resume run --repo "$WORK/repo" --db "$DB" --no-report --resume "$(cat "$WORK/run.id")" \
+      ${SUITE:+--suite "$WORK/repo/$SUITE"}
     export_run resume
     ;;
   *) echo "unknown step $STEP" >&2; exit 2 ;;
