@@ -52,10 +52,16 @@ case "$STEP" in
     ;;
   run)
     rm -rf "$WORK/repo" "$WORK/h200.db" "$WORK/run.log" "$WORK/seconds.txt"
-    mkdir -p "$WORK/repo"
-    (cd "$ROOT" && tar cf - --exclude=./.whlA --exclude=./.whlB --exclude=./.venv --exclude=./.dev --exclude=./.git \
-      --exclude=./harness-out .) | tar xf - -C "$WORK/repo"
-    g init -q && g add -A && g commit -qm "h200 builtin run" || exit 1
+    if git -C "$ROOT" rev-parse -q --verify HEAD >/dev/null; then
+      # A clone of the project (git clone of a bundle): run its own commit, so the bundle's sha and parents are the
+      # project's and its runs line up with the other chips' history.
+      git clone -q "$ROOT" "$WORK/repo" || exit 1
+    else
+      mkdir -p "$WORK/repo"
+      (cd "$ROOT" && tar cf - --exclude=./.whlA --exclude=./.whlB --exclude=./.venv --exclude=./.dev \
+        --exclude=./harness-out .) | tar xf - -C "$WORK/repo"
+      g init -q && g add -A && g commit -qm "h200 builtin run" || exit 1
+    fi
     python3 -c "import mlx.core as mx; print(mx.device_info())"
     timed run run --repo "$WORK/repo" --db "$DB" --no-report ${SUITE:+--suite "$WORK/repo/$SUITE"}
     export_run run
