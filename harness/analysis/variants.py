@@ -55,16 +55,37 @@ class _Presence:
     chips: dict[str, list[str]]  # chip -> its runs with benchmarks, newest first
 
 
-def _presence(store: Store, run_ids: list[str] | None) -> _Presence:
+def _presence(store: Store, run_ids: list[str] | None, defaults: Mapping[str, str]) -> _Presence:
+    """Every run's benchmark rows (or those of ``run_ids``), as much of them as ``_cell_runs`` needs: the newest row
+    of each series, and the runs that measured each series, read newest run first until each variant measured
+    somewhere with its default has a run that measured both (all of them with ``run_ids``: those cells pool every
+    run). ``measured`` keeps the order of the series' first measured rows, newest run first."""
     found = _Presence({}, {}, {}, {})
-    for row in query.job_presence(store, run_ids=run_ids, kinds=("benchmark",)):
-        series = (row.kernel, row.variant, row.dtype, row.shape_key, row.chip)
-        found.newest.setdefault(series, row)
-        if row.measured:
-            found.measured.setdefault(series, []).append(row.run_id)
-        if row.run_id not in found.shas:
-            found.shas[row.run_id] = row.sha
-            found.chips.setdefault(row.chip, []).append(row.run_id)
+    runs = query.runs_with_jobs(store, ("benchmark",), run_ids=run_ids)
+    for run_id, chip, sha in runs:
+        found.shas[run_id] = sha
+        found.chips.setdefault(chip, []).append(run_id)
+    series = query.benchmark_series(store, run_ids=run_ids)
+    for row in query.job_presence(store, run_ids=run_ids, kinds=("benchmark",), newest_per="series",
+                                  among=[tuple(key) for key in series]):
+        found.newest[(row.kernel, row.variant, row.dtype, row.shape_key, row.chip)] = row
+    anywhere = {tuple(key) for key, measured in series.items() if measured}
+    pending = set()
+    for kernel, variant, dtype, shape_key, chip in anywhere:
+        default = defaults.get(kernel)
+        if default is not None and variant != default and (kernel, default, dtype, shape_key, chip) in anywhere:
+            pending.add((kernel, variant, dtype, shape_key, chip))
+    order = [run_id for run_id, _, _ in runs]
+    start, size = 0, 1
+    while start < len(order) and (pending or run_ids is not None):
+        for key, run_id in query.measured_series(store, run_ids=order[start:start + size]):
+            found.measured.setdefault(tuple(key), []).append(run_id)
+        start, size = start + size, min(size * 2, 256)
+        for key in list(pending):
+            kernel, _, dtype, shape_key, chip = key
+            if set(found.measured.get(key, ())) & set(found.measured.get(
+                    (kernel, defaults[kernel], dtype, shape_key, chip), ())):
+                pending.discard(key)
     return found
 
 
@@ -131,7 +152,7 @@ def variant_matrix(
     """
     defaults = {**default_variants(), **(defaults or {})}
     side = resolve_side(store, commit) if commit is not None else None
-    presence = _presence(store, side.run_ids if side is not None else None)
+    presence = _presence(store, side.run_ids if side is not None else None, defaults)
     cell_runs = _cell_runs(presence, defaults, pooled=side is not None)
     used = sorted({run for runs in cell_runs.values() for run in runs})
     by_run = {run: query.series_trials(store, [run]) for run in used}

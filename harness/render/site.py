@@ -70,13 +70,16 @@ def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None) -
         if resolved.kind != "commit":
             raise HarnessError(f"--commit {commit}: that is a run id; give its commit ({resolved.sha[:12]})")
     shown: dict[str, query.RunView | None] = {}
+    units = query.job_units(store, SHOWN_KINDS) if resolved is None else {}  # every chip's, in one read
     for chip in chips:
         key = chip["key"]
         if resolved is None:
-            newest, presence = query.latest_run(store, key), query.job_presence(store, chip=key, kinds=SHOWN_KINDS)
+            newest = query.latest_run(store, key)
+            presence = query.job_presence(store, chip=key, kinds=SHOWN_KINDS, newest_per="unit",
+                                          among=units.get(key, set()))
         elif key in resolved.runs:
             newest = query.get_run(store, resolved.runs[key][-1])
-            presence = query.job_presence(store, run_ids=resolved.runs[key], kinds=SHOWN_KINDS)
+            presence = query.job_presence(store, run_ids=resolved.runs[key], kinds=SHOWN_KINDS, newest_per="unit")
         else:
             newest, presence = None, []
         shown[key] = None if newest is None else _completed(store, newest, presence)
@@ -84,7 +87,8 @@ def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None) -
 
 
 def _completed(store: Store, newest: query.RunView, presence: list[query.JobPresence]) -> query.RunView:
-    """``newest`` with the units it lacks from the older runs of ``presence`` (newest first)."""
+    """``newest`` with the units it lacks from the older runs of ``presence`` (newest first; the first row of each
+    unit is all that counts, so ``job_presence(newest_per="unit")`` is enough)."""
     have = {_unit(job) for job in newest.jobs}
     wanted: dict[str, set[tuple[str, str]]] = {}
     for row in presence:
