@@ -5,6 +5,9 @@ correctness job of the kernel on that chip.  Samples, failures and references co
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
 import numpy as np
 
 from harness.analysis.records import CompareReport, CompareRow, CorrectnessFailure, Side
@@ -72,6 +75,33 @@ def compare(
     return CompareReport(base_side, head_side, tuple(rows), tuple(failures), counts,
                          len(base_trials.keys() - head_trials.keys()), len(head_trials.keys() - base_trials.keys()),
                          min_effect, alpha)
+
+
+HOURS_APART_S = 3600.0
+"""A side that is a single run measured at least this long before or after the other side is marked: its trials
+share one session's conditions, so a shift of the whole run (clocks, thermal state, other load) is not in their
+spread."""
+
+
+def single_run_gap(base_starts: Sequence[datetime | None], head_starts: Sequence[datetime | None]) -> float | None:
+    """Seconds between the two sides' nearest runs when one side is a single run (None otherwise, or when no start
+    time is known): a comparison of one run with runs measured hours away rests on one session's noise."""
+    if not (len(base_starts) == 1 or len(head_starts) == 1):
+        return None
+    gaps = [abs((b - h).total_seconds()) for b in base_starts for h in head_starts if b is not None and h is not None]
+    return min(gaps) if gaps else None
+
+
+def hours_apart(report: CompareReport, starts: Mapping[str, datetime | None]) -> dict[str, float]:
+    """Per chip of ``report``: the gap in seconds where one side is a single run measured ``HOURS_APART_S`` or more
+    from the other (``starts``: run id -> start time)."""
+    found = {}
+    for chip in report.base.runs.keys() & report.head.runs.keys():
+        gap = single_run_gap([starts.get(r) for r in report.base.runs[chip]],
+                             [starts.get(r) for r in report.head.runs[chip]])
+        if gap is not None and gap >= HOURS_APART_S:
+            found[chip] = gap
+    return found
 
 
 def same_mode(first: str | None, second: str | None) -> bool:

@@ -26,6 +26,7 @@ from harness.cli.tables import (
 from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.pipeline.ab import ABRequest, execute_ab
+from harness.record import query
 from harness.record.outbox import open_store
 
 SERIES_HEADERS = ("verdict", "chip", "kernel", "variant", "dtype", "shape", "change", "ratio", "95% CI", "p (BH)",
@@ -76,6 +77,7 @@ def compare(
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""
     from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
+    from harness.analysis.compare import hours_apart  # the same module (scipy): not at CLI start-up
 
     check_format(format)
     check_thresholds(min_effect, alpha)
@@ -86,12 +88,13 @@ def compare(
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         report = run_compare(store, base, head, chip=chip, min_effect=min_effect, alpha=alpha, same_session=ab)
+        apart = hours_apart(report, {run.id: run.started_at for run in query.run_briefs(store)})
     finally:
         store.close()
     if format == "json":
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "single_run_hours_apart": {c: gap / 3600 for c, gap in apart.items()}})
     else:
-        _render(report, format, all_series)
+        _render(report, format, all_series, apart)
     raise typer.Exit(report.exit_code)
 
 
@@ -127,7 +130,7 @@ def _side_line(name: str, side) -> str:
     return f"{name}: {what} {message!r} on {runs}{dirty}"
 
 
-def _render(report, fmt: str, all_series: bool) -> None:
+def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None:
     console = stdout_console()
     counts = report.counts
     summary = ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "unchanged", "inconclusive", "broken"))
@@ -163,6 +166,9 @@ def _render(report, fmt: str, all_series: bool) -> None:
         notes.append(f"{counts['unchanged']} unchanged series not listed (--all lists them)")
     if report.only_base or report.only_head:
         notes.append(f"{report.only_base} series only on base, {report.only_head} only on head (not compared)")
+    for chip_key, gap in sorted(apart.items()):
+        notes.append(f"{chip_key}: one side is a single run measured {gap / 3600:.1f} h from the other: its trials "
+                     f"share one session, so a shift of the whole run is not in their spread (more runs settle it)")
     lines = [*notes, f"{status}: {summary}; {len(report.correctness_failures)} correctness failure(s) on head "
              f"({len(report.newly_failing)} new, {len(report.already_failing)} already failing at base; "
              f"min effect {report.min_effect:g}, FDR {report.alpha:g})"]

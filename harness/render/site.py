@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.cache import analyse
-from harness.analysis.compare import compare
+from harness.analysis.compare import HOURS_APART_S, compare, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
     CompareReport,
@@ -195,11 +195,6 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
 # --- the evidence path: commit links, run ids, compare pages, samples ----------------------------------------------
 # (kept apart from the loading above: ``load_evidence`` runs after it and only reads what it chose to show)
 
-HOURS_APART_S = 3600.0
-"""A side that is a single run measured at least this long before or after the other side is marked: its trials
-share one session's conditions, so a shift of the whole run (clocks, thermal state, other load) is not in their
-spread."""
-
 MAX_REGRESSION_COMPARES = 40
 """Compare pages made for the regression list's (base, head) pairs, newest first, besides each chip's own: each is a
 full ``harness compare`` (the rest of the list links to its history page only)."""
@@ -271,11 +266,7 @@ def commit_urls(briefs: list[query.RunBrief], *, template: str | None = None, re
 
 
 def _apart(base: tuple[query.RunBrief, ...], head: tuple[query.RunBrief, ...]) -> float | None:
-    if not (len(base) == 1 or len(head) == 1):
-        return None
-    gaps = [abs((b.started_at - h.started_at).total_seconds()) for b in base for h in head
-            if b.started_at is not None and h.started_at is not None]
-    return min(gaps) if gaps else None
+    return single_run_gap([b.started_at for b in base], [h.started_at for h in head])
 
 
 def _positive_runs(jobs: list[query.JobSamples]) -> set[str]:

@@ -202,3 +202,20 @@ def test_two_runs_of_one_commit_compare_as_a_null_pair_on_real_noise(tmp_path: P
     print(f"real-noise null pair (load/core {', '.join(f'{b:.2f}' for b in busy)}): {evidence}")
     changed = [r for r in rows if r["verdict"] in ("regressed", "improved")]
     assert not changed and code == report["exit_code"] == 0, evidence
+
+
+def test_one_run_against_one_run_hours_apart_is_marked(db_url, capsys):
+    """Two single runs: their trials share one session each, so a shift of a whole run is not in the spread the
+    verdict uses. 10 minutes apart says nothing; 5 hours apart, compare says so (text and JSON)."""
+    handle = outbox.open_store(db_url)
+    rng = np.random.default_rng(2)
+    add_run(handle, "chip-a", 1, grid_results(rng), minutes=0)
+    add_run(handle, "chip-a", 2, grid_results(rng), minutes=10)
+    add_run(handle, "chip-a", 3, grid_results(rng), minutes=310)
+    handle.close()
+    _, near, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", db_url)
+    assert "measured" not in near
+    _, far, _ = cli(capsys, "compare", sha_of(2), sha_of(3), "--db", db_url)
+    assert "chip-a: one side is a single run measured 5.0 h from the other" in far
+    _, out, _ = cli(capsys, "compare", sha_of(2), sha_of(3), "--db", db_url, "--format", "json")
+    assert json.loads(out)["single_run_hours_apart"] == {"chip-a": pytest.approx(5.0)}
