@@ -76,30 +76,28 @@ def time_variant(kernel, variant, shape: dict, dtype: str) -> float:
     return summarize(measure_mlx(lambda: run_variant(variant, inputs), PROTOCOL).samples).median
 
 
+def against_default(kernel, shape: dict) -> list[tuple[str, float, float]]:
+    """(variant, median, the default variant's median) for every variant that runs here, in float16."""
+    base = time_variant(kernel, kernel.variants[kernel.default_variant], shape, "float16")
+    return [(v.name, base if v.name == kernel.default_variant else time_variant(kernel, v, shape, "float16"), base)
+            for v in kernel.variants.values() if not v.unsupported("float16")]
+
+
 def speed(quick: bool) -> list[dict]:
     rows = []
     for bits in (4,) if quick else (4, 8):
         for b in (1, 4, 32):
             shape = dict(B=b, H_q=32, H_kv=8, S_q=1, S_kv=4096, D=128, bits=bits, group=32)
-            base = time_variant(SINGLE, SINGLE.variants["dequant_sdpa"], shape, "float16")
-            for variant in SINGLE.variants.values():
-                if variant.unsupported("float16"):
-                    continue
-                t = base if variant.name == "dequant_sdpa" else time_variant(SINGLE, variant, shape, "float16")
-                rows.append(dict(kernel="quant_decode", variant=variant.name, shape=shape, dtype="float16",
+            for name, t, base in against_default(SINGLE, shape):
+                rows.append(dict(kernel="quant_decode", variant=name, shape=shape, dtype="float16",
                                  median_s=t, per_request_s=t / b, speedup_vs_dequant_sdpa=base / t))
-                print(f"quant_decode B={b:2d} bits={bits} {variant.name:14s} {t * 1e6:9.1f} us  "
+                print(f"quant_decode B={b:2d} bits={bits} {name:14s} {t * 1e6:9.1f} us  "
                       f"{t / b * 1e6:8.2f} us/request  x{base / t:.2f} vs dequant+SDPA", flush=True)
     shape = dict(NL=32, B=1, H_q=32, H_kv=8, S_kv=2048, D=128)
-    base = time_variant(LAYERS, LAYERS.variants["loop"], shape, "float16")
-    for variant in LAYERS.variants.values():
-        if variant.unsupported("float16"):
-            continue
-        t = base if variant.name == "loop" else time_variant(LAYERS, variant, shape, "float16")
-        rows.append(dict(kernel="quant_decode_layers", variant=variant.name, shape=shape, dtype="float16",
+    for name, t, base in against_default(LAYERS, shape):
+        rows.append(dict(kernel="quant_decode_layers", variant=name, shape=shape, dtype="float16",
                          median_s=t, speedup_vs_mlx_loop=base / t))
-        print(f"quant_decode_layers NL=32 {variant.name:22s} {t * 1e6:9.1f} us  x{base / t:.2f} vs the MLX loop",
-              flush=True)
+        print(f"quant_decode_layers NL=32 {name:22s} {t * 1e6:9.1f} us  x{base / t:.2f} vs the MLX loop", flush=True)
     return rows
 
 

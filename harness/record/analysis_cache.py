@@ -170,22 +170,9 @@ def commit_history(store: Store, chip: str, commits: list[tuple], *, include_dir
     groups it -- its runs in start order, their trials, each trial's samples sorted -- so everything computed
     from one cell's samples is the same bit for bit; and per (commit, series) whether a benchmark job of it is
     there (with or without a valid sample: ``query.chip_history`` lists the series of every such job)."""
-    commit_index = {row[0]: i for i, row in enumerate(commits)}
     with store.session() as session:
-        runs = query._run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty).where(
-            Run.commit_id.in_(list(commit_index)))
-        run_rows = session.execute(runs.with_only_columns(Run.id, Run.commit_id).order_by(Run.started_at, Run.id)
-                                   ).all()
-        run_commit = {run_id: commit_index[commit_id] for run_id, commit_id in run_rows}
-        run_index = {run_id: i for i, (run_id, _) in enumerate(run_rows)}  # start order
-        job_rows = query._plain_rows(session, select(
-            JobRecord.id, JobRecord.run_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key)
-            .where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark"))
-        sample_rows = query._plain_rows(session, select(Sample.job_id, Sample.seconds, Sample.trial)
-                                        .join(JobRecord, Sample.job_id == JobRecord.id)
-                                        .where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark"))
+        layout = query.load_samples(session, chip, [row[0] for row in commits], include_dirty=include_dirty)
     n_commits = len(commits)
-    layout = query.arrange_samples(job_rows, sample_rows, run_commit, run_index, n_commits)
     return query.ChipHistory(chip, list(commits), [query.SeriesKey(*series, chip) for series in layout.series],
                              layout.counts, layout.offsets, layout.values, np.full(n_commits, -1, dtype=np.int64),
                              np.ones(n_commits, dtype=bool), np.zeros(n_commits, dtype=np.int64),

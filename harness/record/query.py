@@ -273,6 +273,11 @@ def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
                 .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
                 .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")):
             modes.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), set()).add(mode or "")
+    return _joined_modes(modes)
+
+
+def _joined_modes(modes: dict[Any, set[str]]) -> dict[Any, str]:
+    """Each key's recorded timing modes as one string, "+"-joined where its runs differ ("" if none recorded)."""
     return {key: "+".join(sorted(m for m in found if m)) for key, found in modes.items()}
 
 
@@ -288,7 +293,7 @@ def commit_timing_modes(store: Store, chip: str, commit_ids: Sequence[int], *, i
                 .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
                 .where(Run.commit_id.in_(list(commit_ids)), JobRecord.kind == "benchmark"), chip, include_dirty)):
             modes.setdefault((commit_id, kernel, variant, dtype, shape_key), set()).add(mode or "")
-    return {key: "+".join(sorted(m for m in found if m)) for key, found in modes.items()}
+    return _joined_modes(modes)
 
 
 def correctness_failures(store: Store, run_ids: Sequence[str]) -> list[FailureRow]:
@@ -792,9 +797,22 @@ _SAMPLE_ROW = np.dtype([("job", np.int64), ("seconds", np.float64), ("trial", np
 def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: bool,
                 last: int | None) -> ChipHistory:
     commits, previous, shown, line = _arranged(session, chip, include_dirty, last)
-    commit_index = {row[0]: i for i, row in enumerate(commits)}
+    layout = load_samples(session, chip, [row[0] for row in commits], include_dirty=include_dirty,
+                          all_runs=last is None, kernel=kernel)
+    return ChipHistory(chip, commits, [SeriesKey(*series, chip) for series in layout.series], layout.counts,
+                       layout.offsets, layout.values, np.array(previous, dtype=np.int64),
+                       np.array(shown, dtype=bool), np.array(line, dtype=np.int64), layout.trial_counts,
+                       layout.trial_offsets, layout.trial_starts, layout.trial_sizes, layout.trial_runs)
+
+
+def load_samples(session: Session, chip: str, commit_ids: Sequence[int], *, include_dirty: bool,
+                 all_runs: bool = False, kernel: str | None = None) -> SampleLayout:
+    """The benchmark samples of the chip's runs of ``commit_ids`` (index i: ``commit_ids[i]``), arranged by
+    ``arrange_samples``; ``all_runs``: every run of the chip (its commits are all in ``commit_ids``), without the
+    commit filter; ``kernel``: that kernel's series only."""
+    commit_index = {commit_id: i for i, commit_id in enumerate(commit_ids)}
     runs = _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
-    if last is not None:
+    if not all_runs:
         runs = runs.where(Run.commit_id.in_(list(commit_index)))
     run_rows = session.execute(runs.with_only_columns(Run.id, Run.commit_id)
                                .order_by(Run.started_at, Run.id)).all()
@@ -811,11 +829,7 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
                JobRecord.shape_key)))
     sample_rows = _plain_rows(session, benchmark_jobs(
         select(Sample.job_id, Sample.seconds, Sample.trial).join(JobRecord, Sample.job_id == JobRecord.id)))
-    layout = arrange_samples(job_rows, sample_rows, run_commit, run_index, len(commits))
-    return ChipHistory(chip, commits, [SeriesKey(*series, chip) for series in layout.series], layout.counts,
-                       layout.offsets, layout.values, np.array(previous, dtype=np.int64),
-                       np.array(shown, dtype=bool), np.array(line, dtype=np.int64), layout.trial_counts,
-                       layout.trial_offsets, layout.trial_starts, layout.trial_sizes, layout.trial_runs)
+    return arrange_samples(job_rows, sample_rows, run_commit, run_index, len(commit_ids))
 
 
 class SampleLayout(NamedTuple):
