@@ -437,9 +437,13 @@ class PerfCall:
 
 def _compare(base: TrialSamples, head: TrialSamples, *, runs: tuple[int, int] = (1, 1),
              floor: trials.Floor | None = None, min_effect: float, alpha: float) -> trials.TrialComparison:
-    """``head`` against ``base`` at trial level (ratio = head / base), one series, optionally floored."""
+    """``head`` against ``base`` at trial level (ratio = head / base), one series, optionally floored.
+
+    Without the rank check of a lone series: a probe is classified only when it differs from one endpoint and not
+    from the other, each on run-level evidence (module docstring), which is what guards bisect against a lucky split.
+    """
     return trials.compare_trials({0: (base, head)}, floors={0: floor} if floor is not None else None,
-                                 runs={0: runs}, min_effect=min_effect, alpha=alpha)[0]
+                                 runs={0: runs}, min_effect=min_effect, alpha=alpha, rank_check=False)[0]
 
 
 def classify_perf(good: TrialSamples, bad: TrialSamples, probe: TrialSamples, *, runs: tuple[int, int, int] = (1, 1, 1),

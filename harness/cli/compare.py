@@ -72,7 +72,8 @@ def compare(
     suite: Annotated[str | None, typer.Option(help="With --ab: suite file (default: the built-in suite, or the "
                                                    "commit's harness.toml).")] = None,
     trials: Annotated[int | None, typer.Option(help="With --ab: trials per side (default: the suite's [timing] "
-                                                    "trials).", min=1)] = None,
+                                                    "trials, at least 4 when the suite has fewer than 3 series: a "
+                                                    "lone series' change must also show by rank).", min=1)] = None,
     chip_label: Annotated[str | None, typer.Option(help="With --ab: override the detected chip key.")] = None,
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""

@@ -118,6 +118,16 @@ are ``incomparable``: inconclusive, outside the family, no trials settle it.  Ru
 "no evidence of spread": a side with no valid trial, or :math:`f = 0` without a floor, is
 ``inconclusive`` with ``p_value`` nan and stays out of the BH family, as do ``broken`` series.
 
+*Rank check.* A series judged on its own trials alone (no moderation prior: fewer than 3 series of the call show
+their own spread; basis ``trials``) is flagged only if its trial values also separate by rank: the two-sided
+Mann-Whitney p-value (exact at these sizes) is at most :math:`\alpha`.  The t-test's 4 degrees of freedom trust
+normal trial values; on a machine whose load switches on and off at random the trials are a mixture of levels, and
+3 + 3 trials that split by load look like a change (CI, an A/B of identical code: "improved" x0.90, interval
+[0.85, 0.95]).  The rank check holds its level for any distribution that treats both sides alike; it needs
+``min_trials_alone`` = 4 trials per side at :math:`\alpha` = 0.05 (2 / C(8, 4) = 0.029), so with fewer it
+turns the flag into ``inconclusive`` asking for the rest.  Moderated series borrow the grid's spread, and a load
+pattern spreads over the whole grid's trials, so they keep the t-test alone.
+
 *more_trials_needed* (per side; 0 unless inconclusive; capped at ``MAX_MORE_TRIALS`` = 100, "not
 resolvable in practice"; ``more_samples_needed`` carries the same number for older readers): for a
 straddle, the smallest N trials per side at which :math:`t_{1-\alpha/2,\,d_0 + 2(N-1)} \cdot
@@ -181,6 +191,8 @@ __all__ = [
     "Trials",
     "compare_trials",
     "history_floor",
+    "MIN_SERIES_TO_MODERATE",
+    "min_trials_alone",
     "noise_meter",
     "variant_trials_grid",
 ]
@@ -191,7 +203,7 @@ Trials = Sequence[stats.Samples]  # one inner sequence of raw samples (seconds p
 BASES = ("trials", "history", "none", "incomparable")
 MAX_MORE_TRIALS = 100
 _POWER = 0.8
-_MIN_SERIES_TO_MODERATE = 3
+MIN_SERIES_TO_MODERATE = 3
 _ZERO_VARIANCE_OFFSET = 1e-5  # limma: exactly-zero variances -> 1e-5 x the median variance
 # Mean-unbiasing factors for 1.4826 x MAD of n normal values (Monte Carlo, 4e5 draws each); n/(n-0.8) beyond
 _MAD_SMALL_N = {2: 1.196, 3: 1.488, 4: 1.361, 5: 1.215, 6: 1.191, 7: 1.138, 8: 1.127, 9: 1.101}
@@ -292,6 +304,8 @@ class _Measured:
     effect: npt.NDArray[np.float64]  # d = mean log head - mean log base (nan if a side has no trial)
     variance: npt.NDArray[np.float64]  # pooled between-trial variance s^2 (nan when df == 0)
     df: npt.NDArray[np.int64]
+    # per series: (base, head) trial values, for the rank check (not kept by vectorised screens that never decide)
+    logs: Sequence[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = ()
 
 
 def _squared_deviations(logs: npt.NDArray[np.float64]) -> float:
@@ -317,6 +331,7 @@ def _measure(pairs: Sequence[tuple[Trials, Trials]]) -> _Measured:
         effect=effect,
         variance=variance,
         df=df,
+        logs=[(b[0], h[0]) for b, h in sides],
     )
 
 
@@ -352,7 +367,7 @@ _NO_PRIOR = _Prior(math.nan, 0.0)
 
 def _fit_prior(variance: npt.NDArray[np.float64], df: npt.NDArray[np.int64]) -> _Prior:
     usable = (df >= 1) & np.isfinite(variance)
-    if int(usable.sum()) < _MIN_SERIES_TO_MODERATE:
+    if int(usable.sum()) < MIN_SERIES_TO_MODERATE:
         return _NO_PRIOR
     s2, f = variance[usable], df[usable].astype(np.float64)
     middle = float(np.median(s2))
@@ -495,6 +510,22 @@ def _more_trials_to_clear_band(
     return _clamp_more(per_side[clears[0]] - min(have))
 
 
+def min_trials_alone(alpha: float = defaults.ALPHA) -> int:
+    """Trials per side at which a series judged on its own spread can pass the rank check at level ``alpha``:
+    the smallest n whose perfect separation of n against n trials has exact two-sided p = 2 / C(2n, n) <= alpha."""
+    n = 2
+    while 2.0 / math.comb(2 * n, n) > alpha:
+        n += 1
+    return n
+
+
+def rank_p_value(base: npt.NDArray[np.float64], head: npt.NDArray[np.float64]) -> float:
+    """Two-sided Mann-Whitney p-value of two sides' trial values (exact for small sides): distribution-free."""
+    if base.size < 1 or head.size < 1:
+        return math.nan
+    return float(scipy_stats.mannwhitneyu(head, base, alternative="two-sided").pvalue)
+
+
 def _no_spread_more(have: tuple[int, int]) -> int:
     return max(1, _default_trials() - min(have))
 
@@ -524,6 +555,15 @@ class _Row:
     detectable: float
     variance: float
     floor: tuple[float, float]  # floor term of SE^2, floor df
+    rank_p: float = math.nan  # set only where the series is judged on its own spread alone (see _lacks_rank_support)
+
+
+def _lacks_rank_support(row: _Row, settings: _Settings) -> bool:
+    """A flag decided on the series' own trials alone (no moderation prior, no floor) whose trials do not separate
+    beyond chance by rank. Four degrees of freedom of a t-test trust normal trial values; under load that switches on
+    and off at random they are a mixture, and 3 + 3 trials that happen to split by load look like a change: in CI, an
+    A/B of identical code came out "improved" x0.90, interval [0.85, 0.95]."""
+    return math.isfinite(row.rank_p) and not row.rank_p <= settings.alpha
 
 
 def _shows_a_change(ci: tuple[float, float], min_effect: float) -> bool:
@@ -547,7 +587,9 @@ def _decide_row(row: _Row, p_adjusted: float, prior_df: float, settings: _Settin
         if verdict == "unchanged" and _shows_a_change(row.ci, settings.min_effect):
             verdict = "inconclusive"
         more = 0
-        if verdict == "inconclusive":
+        if verdict in ("regressed", "improved") and _lacks_rank_support(row, settings):
+            verdict, more = "inconclusive", max(1, min_trials_alone(settings.alpha) - min(have))
+        elif verdict == "inconclusive":
             more = _more_trials_to_clear_band(row.effect, row.variance, prior_df, *row.floor, have, **rule)
     return TrialComparison(
         verdict=verdict,
@@ -568,10 +610,13 @@ def _decide_row(row: _Row, p_adjusted: float, prior_df: float, settings: _Settin
     )
 
 
-def _rows(measured: _Measured, spread: _Spread, tested: _Tested, variance: npt.NDArray[np.float64]) -> list[_Row]:
+def _rows(measured: _Measured, spread: _Spread, tested: _Tested, variance: npt.NDArray[np.float64],
+          alone: bool) -> list[_Row]:
+    """``alone``: no moderation prior, so a series on basis ``trials`` is judged on its own trials only."""
     rows = []
     for i in range(measured.effect.size):
         is_tested = spread.basis[i] != "none" and bool(np.isfinite(tested.p_value[i]))
+        by_own_trials = alone and is_tested and spread.basis[i] == "trials"
         rows.append(
             _Row(
                 effect=float(measured.effect[i]),
@@ -589,6 +634,7 @@ def _rows(measured: _Measured, spread: _Spread, tested: _Tested, variance: npt.N
                 detectable=float(tested.detectable[i]) if is_tested else math.nan,
                 variance=float(variance[i]),
                 floor=(float(spread.floor_variance[i]), float(spread.floor_df[i])),
+                rank_p=rank_p_value(*measured.logs[i]) if by_own_trials else math.nan,
             )
         )
     return rows
@@ -617,6 +663,7 @@ def compare_trials(
     alpha: float = defaults.ALPHA,
     broken: Collection[K] = (),
     incomparable: Collection[K] = (),
+    rank_check: bool = True,
 ) -> dict[K, TrialComparison]:
     """Head vs base of every ``key -> (base trials, head trials)``, from the spread between trials.
 
@@ -625,7 +672,9 @@ def compare_trials(
     ``broken`` get verdict ``broken`` and stay out of the family (and out of the moderation prior).  ``runs``
     gives the distinct runs behind each side, (1, 1) when absent.  Keys in ``incomparable`` (the two sides were
     not measured alike, e.g. timed in different modes) are ``inconclusive`` with basis ``incomparable``, also
-    outside the family and the prior: no amount of trials settles them.  See the module docstring.
+    outside the family and the prior: no amount of trials settles them.  ``rank_check``: the rank check of a
+    series judged on its own trials alone (module docstring); bisect, whose probes must agree with one endpoint
+    and differ from the other on run-level evidence, turns it off.  See the module docstring.
     """
     keys = list(pairs)
     is_broken, not_alike = set(broken), set(incomparable)
@@ -637,7 +686,7 @@ def compare_trials(
     floor_term, floor_df, floor_sd = _floor_terms(keys, None if same_session else floors, runs)
     spread = _spread(measured, variance, total_df, floor_term, floor_df, floor_sd)
     tested = _test(measured.effect, spread, alpha)
-    rows = _rows(measured, spread, tested, variance)
+    rows = _rows(measured, spread, tested, variance, alone=rank_check and prior.df == 0)
     in_family = np.array([row.tested for row in rows], dtype=bool) & healthy
     adjusted = _benjamini_hochberg(np.array([row.p_value for row in rows]), in_family)
     settings = _Settings(min_effect, alpha)

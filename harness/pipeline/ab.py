@@ -5,7 +5,11 @@ Each commit gets its own run (its benchmark jobs only, R trials each). The runs'
 order -- base round 0, head round 0, head round 1, base round 1, base round 2, ... -- so a drift of clocks,
 temperature or load during the session lands on both sides alike; both runs shuffle their rounds with one seed.
 The two runs then compare on the spread between their trials alone (``same_session``): no history floor.
+
+A suite of one or two series runs at least 4 trials a side (``harness.spec.plan.plan_suite``: a lone series is
+judged on its own trials, which must also separate by rank); ``--trials`` overrides it.
 """
+
 
 from __future__ import annotations
 
@@ -97,10 +101,10 @@ def _side_jobs(repo: str, rev: str, suite: str | None, chip_class: str, trials: 
     target, loaded = resolve_run(repo, rev, suite)
     jobs = [job for job in plan_suite(loaded, chip_class, plugin_dir=str(Path(loaded.source).resolve().parent))
             if job.kind == "benchmark"]
-    if trials is not None:
-        jobs = [replace(job, timing={**job.timing, "trials": trials}) for job in jobs]  # type: ignore[call-arg]
     if not jobs:
         raise HarnessError(f"the suite has no benchmark jobs for a {chip_class} chip at {rev}: nothing to compare")
+    if trials is not None:
+        jobs = [replace(job, timing={**job.timing, "trials": trials}) for job in jobs]  # type: ignore[call-arg]
     return target, loaded, jobs
 
 

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+from harness.core import trials
 from harness.core.job import FunctionJob, InstallJob, Job, KernelJob, PytestJob
 from harness.spec.suite import BenchmarkSpec, CorrectnessSpec, Suite, TimingSpec
 
@@ -51,7 +52,19 @@ def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]
                                              timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing,
                                              **common))
     jobs += _plan_repo_sections(suite, chip_class)
-    return _dedupe(jobs)
+    return _enough_trials_alone(_dedupe(jobs))
+
+
+def _enough_trials_alone(jobs: list[Job]) -> list[Job]:
+    """With fewer benchmark series than ``trials.MIN_SERIES_TO_MODERATE`` there is no grid to borrow a spread from:
+    each series is judged on its own trials, and a change must also show by rank, which takes
+    ``trials.min_trials_alone()`` (4) trials a side. So such a suite measures at least that many (a suite asking for
+    a single trial, no spread at all, keeps it)."""
+    least = trials.min_trials_alone()
+    if not 0 < sum(job.kind == "benchmark" for job in jobs) < trials.MIN_SERIES_TO_MODERATE:
+        return jobs
+    return [replace(job, timing={**job.timing, "trials": least})  # type: ignore[call-arg]
+            if job.kind == "benchmark" and 2 <= job.trials < least else job for job in jobs]
 
 
 PYTEST_GRACE_S = 60.0  # the job process outlives pytest's own timeout by this much, to report partial results

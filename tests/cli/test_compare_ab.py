@@ -81,7 +81,8 @@ def test_ab_flags_the_slower_commit_and_not_a_docs_change(ab_repo, tmp_path):
     assert slower.returncode == 1, slower.stderr
     report = json.loads(slower.stdout)
     (row,) = report["rows"]
-    assert row["verdict"] == "regressed" and row["ratio"] > 2 and row["trials_base"] == row["trials_head"] == 3
+    # One series: no grid to moderate with, so the session runs 4 trials a side, not the suite's 3 (rank check)
+    assert row["verdict"] == "regressed" and row["ratio"] > 2 and row["trials_base"] == row["trials_head"] == 4
     assert row["basis"] == "trials"  # one session: no history floor
     same = run(tmp_path, "compare", "--ab", shas[0], shas[1], "--repo", str(repo), "--db", f"sqlite:///{db}",
                "--format", "json")
@@ -122,4 +123,4 @@ def test_run_ends_with_its_verdicts_against_the_previous_commits_run(ab_repo, tm
     assert slower.returncode == 0, slower.stderr  # a slowdown is compare's gate, not the run's
     text = " ".join(slower.stderr.split())
     assert f"({shas[0][:12]}): 1 regressed" in text and "regressed abkern.bench:bench_work/default" in text
-    assert "3/3 trials" in text and "harness compare" in text
+    assert "4/4 trials" in text and "harness compare" in text  # one series: 4 trials, not the suite's 3

@@ -84,11 +84,40 @@ def test_a_doubling_with_three_trials_per_side_is_regressed_and_a_halving_improv
     rng = np.random.default_rng(3)
     base = two_level_side(rng, 0.03)
     slower, faster = two_level_side(rng, 0.03, shift=math.log(2.0)), two_level_side(rng, 0.03, shift=-math.log(2.0))
-    results = compare_trials({"slower": (base, slower), "faster": (base, faster)})
+    noise = {i: (two_level_side(rng, 0.03), two_level_side(rng, 0.03)) for i in range(3)}  # a grid: moderated
+    results = compare_trials({"slower": (base, slower), "faster": (base, faster), **noise})
     assert results["slower"].verdict == "regressed" and results["slower"].ratio == pytest.approx(2.0, rel=0.1)
     assert results["slower"].ci_low > 1.02 and results["slower"].more_trials_needed == 0
     assert results["faster"].verdict == "improved" and results["faster"].ci_high < 0.98
     assert results["slower"].trials_base == 3 and results["slower"].n_base == 30
+
+
+def test_a_lone_series_is_flagged_only_when_its_trials_separate_by_rank() -> None:
+    """Fewer than 3 series: nothing to moderate with, so a flag also needs the rank check (exact Mann-Whitney)."""
+    assert trials.min_trials_alone() == 4 and trials.min_trials_alone(0.01) == 5
+    rng = np.random.default_rng(3)
+    three = compare_trials({"k": (two_level_side(rng, 0.03), two_level_side(rng, 0.03, shift=math.log(2.0)))})["k"]
+    assert three.verdict == "inconclusive" and three.basis == "trials" and three.more_trials_needed == 1
+    assert three.p_value < 1e-3 and three.ci_low > 1.5  # the t-test alone would have flagged it
+    four = compare_trials({"k": (two_level_side(rng, 0.03, trials=4),
+                                 two_level_side(rng, 0.03, trials=4, shift=math.log(2.0)))})["k"]
+    assert four.verdict == "regressed" and four.more_trials_needed == 0
+
+
+def test_an_ab_of_identical_code_whose_trials_split_by_load_is_not_flagged() -> None:
+    """The CI failure: on a loaded runner the load switched so that the base's 3 trials ran slow and the head's fast
+    (x0.90, interval [0.85, 0.95]); the t-test on 4 df called identical code "improved"."""
+    rng = np.random.default_rng(11)
+    loaded, idle = math.log(1.11), 0.0
+    base = side(rng, loaded + rng.normal(0.0, 0.015, 3), within=0.02)
+    head = side(rng, idle + rng.normal(0.0, 0.015, 3), within=0.02)
+    result = compare_trials({"work": (base, head)}, same_session=True)["work"]
+    assert result.ci_high < 0.98 and result.p_value < 0.05  # the t-test's own claim
+    assert result.verdict == "inconclusive" and result.more_trials_needed == 1
+    # With a grid to moderate against whose trials carry the same load pattern, the spread is the grid's: no flag
+    grid = {i: (side(rng, rng.choice([loaded, idle], 3), within=0.02), side(rng, rng.choice([loaded, idle], 3),
+                                                                            within=0.02)) for i in range(40)}
+    assert compare_trials({**grid, "work": (base, head)}, same_session=True)["work"].verdict not in FLAGGED
 
 
 def test_a_tight_history_floor_decides_single_trials() -> None:
@@ -132,7 +161,8 @@ def test_moderation_keeps_a_lucky_series_from_a_false_alarm() -> None:
     lucky_trial = trial(rng, 0.0)
     lucky = ([lucky_trial, lucky_trial.copy()], [trial(rng, 0.03)])  # two trials agree exactly; a 3 % shift
     alone = compare_trials({"lucky": lucky})["lucky"]
-    assert alone.verdict == "regressed"  # what an unmoderated zero spread would claim
+    assert alone.p_value < 0.05 and alone.ci_low > 1.02  # what an unmoderated zero spread would claim ...
+    assert alone.verdict == "inconclusive"  # ... and the rank check refuses: 2 + 1 trials cannot separate by rank
     pairs = {i: (two_level_side(rng, 0.04), two_level_side(rng, 0.04)) for i in range(30)}
     result = compare_trials({**pairs, "lucky": lucky})["lucky"]
     assert result.verdict == "unchanged" and result.basis == "trials"

@@ -51,3 +51,21 @@ def test_duplicate_expansions_run_once():
     jobs = plan_suite(parse_suite(doc), "cpu")
     assert len([j for j in jobs if j.kind == "correctness"]) == 1
     assert len({j.key for j in jobs}) == len(jobs)
+
+
+def test_a_suite_of_one_or_two_series_measures_four_trials_so_a_change_can_show_by_rank():
+    """A lone series has no grid to borrow a spread from (harness.core.trials, rank check): 3 trials a side can
+    never separate beyond chance by rank (p >= 0.1), so the plan raises them to 4; a grid keeps the suite's 3."""
+    from kernels import REGISTRY
+
+    def trials_planned(variants, trials: int) -> set[int]:
+        doc = {**GOOD, "timing": {**GOOD.get("timing", {}), "trials": trials},
+               "benchmark": [{**GOOD["benchmark"][0], "variants": variants}]}
+        return {j.trials for j in plan_suite(parse_suite(doc), "cpu") if j.kind == "benchmark"}
+
+    variants = list(REGISTRY["flash_prefill"].variants)
+    assert len(variants) >= 3
+    assert trials_planned(variants[:1], 3) == trials_planned(variants[:2], 3) == {4}
+    assert trials_planned(variants[:3], 3) == {3}  # three series: moderated, the suite's count stands
+    assert trials_planned(variants[:1], 1) == {1}  # no spread asked for: a single trial stays single
+    assert trials_planned(variants[:1], 6) == {6}
