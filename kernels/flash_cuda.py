@@ -200,14 +200,16 @@ def smem_bytes(BQ: int, BK: int, D: int) -> int:
     return max(main, BQ * dp * 2) + 2 * BQ * 4
 
 
-def check_launch(who: str, S_q: int, S_kv: int, D: int, smem: int, tiles: str) -> None:
+def check_launch(who: str, S_q: int, S_kv: int, D: int, smem: int, tiles: str,
+                 limit: int = STATIC_SMEM_LIMIT) -> None:
     """Refuse, before any launch, what the kernels do not handle: the head dim, S_q > S_kv, too much smem."""
     if D not in HEAD_DIMS:
         raise ValueError(f"{who}: head dim {D} not in {HEAD_DIMS}")
     if S_q > S_kv:
         raise ValueError(f"{who}: S_q={S_q} > S_kv={S_kv}")
-    if smem > STATIC_SMEM_LIMIT:
-        raise ValueError(f"{who}: {tiles} D={D} needs {smem} B of shared memory (static limit {STATIC_SMEM_LIMIT})")
+    if smem > limit:
+        kind = "static" if limit == STATIC_SMEM_LIMIT else "dynamic"
+        raise ValueError(f"{who}: {tiles} D={D} needs {smem} B of shared memory ({kind} limit {limit})")
 
 
 def cuda_unavailable() -> str | None:

@@ -30,6 +30,12 @@ from kernels.flash_cuda import HEAD_DIMS, PROLOGUE, STATIC_SMEM_LIMIT, check_lau
 # (m-tiles per warp, BQ choices, BK choices): one warp per 16 rows with Q in registers, or per 32 rows
 # with Q in shared memory (FlashAttention-2's layout for head dim 128).
 TILES = ((1, (64, 128), (32, 64)), (2, (64, 128), (32, 64)))
+# Tiles beyond the 48 KB of static shared memory, in dynamic shared memory (``mx.fast.cuda_kernel(shared_memory=)``;
+# MLX raises the kernel's limit above 48 KB): FlashAttention-2's own head-dim-128 forward tile (BQ 128, BK 64, 4 warps
+# of 32 rows: 64 KB) and 64-key-deeper chunks (BK 128: half the chunk overheads -- barriers, O rescales -- per key).
+DYNAMIC_TILES = ((1, (64, 128), (128,)), (2, (128,), (64,)))
+# The opt-in limit of the smallest sm_80+ part (sm_86/sm_89: 99 KB; sm_80 163 KB, sm_90 227 KB)
+DYNAMIC_SMEM_LIMIT = 99 * 1024
 
 HEADER = """
 #include <cuda_fp16.h>
@@ -99,7 +105,7 @@ SOURCE = """
     constexpr int Q_ELEMS = BQ * D;
     constexpr int SMEM_BYTES = Q_IN_REGS ? (2 * KV_ELEMS > Q_ELEMS ? 2 * KV_ELEMS : Q_ELEMS) * 2
                                          : (2 * KV_ELEMS + Q_ELEMS) * 2;
-    __shared__ __align__(128) unsigned char smem[SMEM_BYTES];
+    SMEM_DECLARATION
     T* k_s = reinterpret_cast<T*>(smem);
     T* v_s = k_s + KV_ELEMS;
     T* q_s = Q_IN_REGS ? k_s : v_s + KV_ELEMS;  // in registers: staged once, in the K/V space
@@ -290,12 +296,25 @@ def smem_bytes(BQ: int, BK: int, D: int, WM: int = 1) -> int:
     return max(kv, q_tile) if WM == 1 else kv + q_tile
 
 
+STATIC_SMEM = "__shared__ __align__(128) unsigned char smem[SMEM_BYTES];"
+DYNAMIC_SMEM = "extern __shared__ __align__(128) unsigned char smem[];  // SMEM_BYTES, requested at launch"
+
+
 @functools.cache
-def _kernel():
+def _kernel(dynamic_bytes: int = 0):
+    """The static-smem kernel (0), or the kernel that takes ``dynamic_bytes`` of dynamic shared memory (its own
+    module: the request is a property of the kernel object)."""
     import mlx.core as mx
 
-    return mx.fast.cuda_kernel(name="flash_prefill_mma", input_names=["q", "k", "v", "dims", "scale"],
-                               output_names=["out"], source=SOURCE, header=HEADER, ensure_row_contiguous=True)
+    name, declaration = ("flash_prefill_mma", STATIC_SMEM) if not dynamic_bytes else (
+        f"flash_prefill_mma_dyn{dynamic_bytes}", DYNAMIC_SMEM)
+    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "dims", "scale"], output_names=["out"],
+                               source=SOURCE.replace("SMEM_DECLARATION", declaration), header=HEADER,
+                               ensure_row_contiguous=True, shared_memory=dynamic_bytes)
+
+
+def needs_dynamic(BQ: int, BK: int, D: int, WM: int) -> bool:
+    return smem_bytes(BQ, BK, D, WM) > STATIC_SMEM_LIMIT
 
 
 def flash_attention_mma(q, k, v, scale: float, BQ: int, BK: int, WM: int = 1):
@@ -309,10 +328,11 @@ def flash_attention_mma(q, k, v, scale: float, BQ: int, BK: int, WM: int = 1):
     S_kv = k.shape[2]
     if BQ % (16 * WM) or BK % 16:
         raise ValueError(f"flash_attention_mma: BQ={BQ} must be a multiple of {16 * WM} and BK={BK} of 16")
-    check_launch("flash_attention_mma", S_q, S_kv, D, smem_bytes(BQ, BK, D, WM), f"BQ={BQ} BK={BK} WM={WM}")
+    smem = smem_bytes(BQ, BK, D, WM)
+    check_launch("flash_attention_mma", S_q, S_kv, D, smem, f"BQ={BQ} BK={BK} WM={WM}", limit=DYNAMIC_SMEM_LIMIT)
     dims = mx.array([S_q, S_kv], dtype=mx.int32)
     threads = BQ // (16 * WM) * 32
-    (out,) = _kernel()(
+    (out,) = _kernel(smem if needs_dynamic(BQ, BK, D, WM) else 0)(
         inputs=[q, k, v, dims, mx.array([scale], dtype=mx.float32)],
         template=[("T", q.dtype), ("BQ", BQ), ("BK", BK), ("D", D), ("WM", WM)],
         grid=(-(-S_q // BQ) * threads, B * H, 1),  # one warp per 16 * WM rows
@@ -338,4 +358,10 @@ def mma_variants() -> list[Variant]:
             if smem_bytes(bq, bk, max(HEAD_DIMS), wm) <= STATIC_SMEM_LIMIT]
 
 
-register_variants(mma_variants())
+def mma_dynamic_variants() -> list[Variant]:
+    """The larger tiles (``DYNAMIC_TILES``), in dynamic shared memory up to ``DYNAMIC_SMEM_LIMIT``."""
+    return [make_mma_variant(bq, bk, wm) for wm, bqs, bks in DYNAMIC_TILES for bq in bqs for bk in bks
+            if smem_bytes(bq, bk, max(HEAD_DIMS), wm) <= DYNAMIC_SMEM_LIMIT]
+
+
+register_variants(mma_variants() + mma_dynamic_variants())

@@ -33,8 +33,28 @@ def test_every_variant_is_registered_and_fits_static_shared_memory(family):
         assert variant.backend == "cuda" and variant.dtypes == ("float16", "bfloat16")
 
 
+def test_the_larger_mma_tiles_take_dynamic_shared_memory_within_the_smallest_opt_in_limit():
+    dynamic = flash_cuda_mma.mma_dynamic_variants()
+    names = {v.name for v in dynamic}
+    assert {"cuda_mma_bq128_bk64_r32", "cuda_mma_bq64_bk128"} <= names  # FlashAttention-2's D=128 tile; deep chunks
+    assert names <= set(KERNEL.variants) and not names & {v.name for v in flash_cuda_mma.mma_variants()}
+    for variant in dynamic:
+        BQ, BK, WM = variant.params["BQ"], variant.params["BK"], variant.params["WM"]
+        smem = flash_cuda_mma.smem_bytes(BQ, BK, 128, WM)
+        assert flash_cuda.STATIC_SMEM_LIMIT < smem <= flash_cuda_mma.DYNAMIC_SMEM_LIMIT, variant.name
+        assert flash_cuda_mma.needs_dynamic(BQ, BK, 128, WM)
+    # The kernel source declares its tile buffer either way, and the dynamic one as extern (sized at launch)
+    assert flash_cuda_mma.SOURCE.count("SMEM_DECLARATION") == 1 and "extern __shared__" in flash_cuda_mma.DYNAMIC_SMEM
+
+
+def test_a_tile_beyond_the_dynamic_limit_is_refused_before_launch():
+    q = mx.zeros((1, 1, 64, 128), dtype=mx.float16)
+    with pytest.raises(ValueError, match="dynamic limit"):
+        flash_cuda_mma.flash_attention_mma(q, q, q, 1.0, BQ=256, BK=256, WM=2)
+
+
 def test_mma_tiles_are_whole_warps_and_mma_steps():
-    for variant in flash_cuda_mma.mma_variants():
+    for variant in flash_cuda_mma.mma_variants() + flash_cuda_mma.mma_dynamic_variants():
         BQ, BK, WM = variant.params["BQ"], variant.params["BK"], variant.params["WM"]
         assert BQ % (16 * WM) == 0 and BK % 16 == 0  # one warp per 16*WM rows; P V takes keys 16 at a time
         assert variant.name.endswith("" if WM == 1 else f"_r{16 * WM}")
