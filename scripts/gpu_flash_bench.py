@@ -6,6 +6,7 @@ and its time as a ratio to SDPA's (SDPA time / variant time: 1.0 = as fast as SD
 spot-check of every CUDA variant and the cost of starting one job process.
 
 Usage: python scripts/gpu_flash_bench.py [--out results.json] [--seq 2048 8192] [--dims 64 128] [--only cuda_mma]
+       [--candidates]
 """
 
 from __future__ import annotations
@@ -94,7 +95,14 @@ def main() -> None:
     parser.add_argument("--skip-mlx", action="store_true", help="time only SDPA and the CUDA source variants")
     parser.add_argument("--only", nargs="*", default=[], metavar="PREFIX",
                         help="check and time only the variants whose name starts with a prefix (and SDPA)")
+    parser.add_argument("--candidates", action="store_true",
+                        help="also register the candidate mma tiles in dynamic shared memory "
+                             "(kernels.flash_cuda_mma.mma_dynamic_variants), not yet part of the kernel")
     args = parser.parse_args()
+    if args.candidates:
+        from kernels import flash_cuda, flash_cuda_mma
+
+        flash_cuda.register_variants(flash_cuda_mma.mma_dynamic_variants())
 
     import mlx.core as mx
 
