@@ -7,7 +7,6 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from harness.core import trials
 from harness.core.job import FunctionJob, InstallJob, Job, KernelJob, PytestJob
 from harness.spec.suite import BenchmarkSpec, CorrectnessSpec, Suite, TimingSpec
 
@@ -60,6 +59,8 @@ def _enough_trials_alone(jobs: list[Job]) -> list[Job]:
     each series is judged on its own trials, and a change must also show by rank, which takes
     ``trials.min_trials_alone()`` (4) trials a side. So such a suite measures at least that many (a suite asking for
     a single trial, no spread at all, keeps it)."""
+    from harness.core import trials  # scipy: only when a suite is planned (the CLI starts without it)
+
     least = trials.min_trials_alone()
     if not 0 < sum(job.kind == "benchmark" for job in jobs) < trials.MIN_SERIES_TO_MODERATE:
         return jobs

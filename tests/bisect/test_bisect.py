@@ -609,10 +609,11 @@ def test_perf_bisect_names_the_slowdown_and_skips_the_uninstallable_commit(bisec
     assert report["rounds"] == len({line["round"] for line in probes}) >= 3
     assert report["probes"] == len(probes) == len({line["sha"] for line in report["history"]})
     assert report["probes_per_round"] == 1 and report["reused_runs"] == 0
-    # Every probe's evidence: its runs, trials (3 processes a run) and both comparisons.
+    # Every probe's evidence: its runs, trials (4 processes a run: one series, so the plan raises the suite's 3)
+    # and both comparisons.
     for line in report["history"]:
         if line["state"] != "skip":
-            assert line["trials"] == 3 * len(line["run_ids"]) and line["vs_good"]["trials_head"] == line["trials"]
+            assert line["trials"] == 4 * len(line["run_ids"]) and line["vs_good"]["trials_head"] == line["trials"]
             assert line["vs_good"]["verdict"] in ("regressed", "unchanged", "improved")
             assert line["vs_bad"]["ci_low"] is not None and line["n"] == 10 * line["trials"]
     # The endpoints on two and four runs, and the culprit and the commit before it re-checked: the culprit on four.

@@ -29,8 +29,9 @@ def test_run_stores_every_result_and_renders_the_report(repo: Path):
                      "count(distinct s.trial), j.timing_mode from job j "
                      "join sample s on s.job_id = j.id where j.kind = 'benchmark' group by j.id")
     assert {b[0] for b in bench} == {"sdpa", "flash_bq16_bk32"}
-    # 5 samples in each of 3 trials (fresh job processes), every trial timed in the mode the first one chose
-    assert all(n == 15 and count == 15 and median > 0 and pct > 0 and trials == distinct == 3
+    # 5 samples in each of 4 trials (fresh job processes; two series, so the plan raises the suite's 3 to 4),
+    # every trial timed in the mode the first one chose
+    assert all(n == 20 and count == 20 and median > 0 and pct > 0 and trials == distinct == 4
                and mode in ("pipelined", "per-call") for _, n, median, pct, count, trials, distinct, mode in bench)
     chip_pages = list(report.parent.glob("chip-*.html"))
     assert len(chip_pages) == 1

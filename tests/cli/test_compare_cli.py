@@ -186,15 +186,16 @@ def test_two_runs_of_one_commit_compare_as_a_null_pair_on_real_noise(tmp_path: P
     pooled = json.loads(out)  # a commit with itself pools both runs on both sides: trivially identical
     assert code == 0 and pooled["counts"]["unchanged"] == 2 and {r["ratio"] for r in pooled["rows"]} == {1.0}
     assert pooled["base"]["runs"] == pooled["head"]["runs"]
-    assert all(r["n_base"] == 60 and r["trials_base"] == 6 for r in pooled["rows"])  # 2 runs x 3 trials x 10
+    # 2 runs x 4 trials x 10 samples (two series: the plan raises the suite's 3 trials to 4, harness.spec.plan)
+    assert all(r["n_base"] == 80 and r["trials_base"] == 8 for r in pooled["rows"])
 
     code, out, _ = cli(capsys, "compare", first, second, "--db", db, "--format", "json")
     report = json.loads(out)
     rows = report["rows"]
     assert [r["key"]["variant"] for r in sorted(rows, key=lambda r: r["key"]["variant"])] == [
         "flash_bq16_bk32", "sdpa"]
-    for row in rows:  # run 1 against run 2, each with its own 3 trials of 10 samples
-        assert row["n_base"] == row["n_head"] == 30 and row["trials_base"] == row["trials_head"] == 3
+    for row in rows:  # run 1 against run 2, each with its own 4 trials of 10 samples
+        assert row["n_base"] == row["n_head"] == 40 and row["trials_base"] == row["trials_head"] == 4
         assert row["base_median"] == pytest.approx(stored[(first, row["key"]["variant"])])
         assert row["head_median"] == pytest.approx(stored[(second, row["key"]["variant"])])
     evidence = [(r["key"]["variant"], r["verdict"], round(r["ratio"], 3), r["ci_low"], r["ci_high"],
