@@ -34,6 +34,10 @@ def report(
     repo: Annotated[str | None, typer.Option(
         help="The git repository whose origin remote names the commits' web pages (default: each commit's recorded "
              "remote, else the current folder's repository when it is one; no links without a known host).")] = None,
+    cache: Annotated[bool, typer.Option(
+        "--cache/--no-cache",
+        help="Reuse the analysis stored in the database for what no new run changed, and store what was computed "
+             "(--no-cache: compute everything from the samples and store nothing; the pages are the same).")] = True,
 ) -> None:
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions, a
     compare page per chip (its run against the previous run) and per regression, the samples behind them."""
@@ -44,7 +48,7 @@ def report(
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         index = build_report(store, out, change_points=change_points, last=last, commit=commit,
-                             commit_url=commit_url, repo=repo)
+                             commit_url=commit_url, repo=repo, cache=cache)
     finally:
         store.close()
     console.print(f"report: {index.resolve()}")

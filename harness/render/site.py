@@ -176,16 +176,16 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR) -> Path:
 
 def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, change_points: bool = True,
                  last: int | None = None, commit: str | None = None, commit_url: str | None = None,
-                 repo: str | None = None) -> Path:
+                 repo: str | None = None, cache: bool = True) -> Path:
     """Load, analyse and render the whole site into ``out_dir``; returns the index path.
 
     ``commit_url`` (a template with ``{sha}``) and ``repo`` (a git repository whose remote names the web pages)
-    say where commits link to (``commit_urls``)."""
+    say where commits link to (``commit_urls``); ``cache``: as ``load_site``'s."""
     if commit_url:
         weburl.check_template(commit_url)  # a bad template or repository fails before the slow part
     elif repo is not None and not git.is_repo(repo):
         raise HarnessError(f"--repo {repo}: not a git repository")
-    data = load_site(store, change_points=change_points, last=last, commit=commit)
+    data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache)
     start = time.perf_counter()
     data.evidence = load_evidence(store, data.latest, data.regressions, commit_url=commit_url, repo=repo)
     data.timings["evidence"] = time.perf_counter() - start

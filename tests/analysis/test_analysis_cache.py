@@ -295,3 +295,19 @@ def test_the_migration_adds_and_drops_the_table(sqlite_url):
             session.execute(update(AnalysisCache).values(key="x"))  # the table is usable
     finally:
         db.close()
+
+
+def test_report_no_cache_stores_nothing_and_renders_the_same_pages(db, tmp_path):
+    build(db, commits=6)
+    report = [sys.executable, "-m", "harness", "report", "--db", db.url]
+    done = subprocess.run([*report, "--no-cache", "--out", str(tmp_path / "plain")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    with db.session() as session:
+        assert session.scalar(select(AnalysisCache.id).limit(1)) is None  # computed from the samples, kept nowhere
+    done = subprocess.run([*report, "--out", str(tmp_path / "cached")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    with db.session() as session:
+        assert session.scalar(select(AnalysisCache.id).limit(1)) is not None
+    assert _pages(tmp_path / "plain") == _pages(tmp_path / "cached")
