@@ -127,12 +127,36 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
                                         last=last, use_cache=cache, timings=timings)
     start = time.perf_counter()
-    noise: dict[str, dict[tuple[str, str, str, str], NoiseRow]] = {}
-    for row in noise_report(store, commit).rows:  # the runs the chip pages show
-        noise.setdefault(row.key.chip, {})[(row.key.kernel, row.key.variant, row.key.dtype, row.key.shape_key)] = row
+    noise = _shown_noise(store, latest, commit)
     timings["noise"] = time.perf_counter() - start
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
                     mask_url(store.url), noise, last, timings)
+
+
+NoiseKey = tuple[str, str, str, str]  # (kernel, variant, dtype, shape_key)
+
+
+def _shown_noise(store: Store, latest: dict[str, query.RunView | None], commit: str | None
+                 ) -> dict[str, dict[NoiseKey, NoiseRow]]:
+    """Per chip: the noise meter of each benchmark series the chip page shows, from the run it is shown from (the
+    newest runs, or ``commit``'s, pooled; a series an older run supplies, from that run)."""
+    def key_of(row: NoiseRow) -> NoiseKey:
+        return (row.key.kernel, row.key.variant, row.key.dtype, row.key.shape_key)
+
+    noise: dict[str, dict[NoiseKey, NoiseRow]] = {}
+    for row in noise_report(store, commit).rows:
+        noise.setdefault(row.key.chip, {})[key_of(row)] = row
+    for chip, view in latest.items():
+        older: dict[str, set[NoiseKey]] = {}
+        for job in view.jobs if view is not None else []:
+            if job["kind"] == "benchmark" and job.get("from_run"):
+                older.setdefault(job["run_id"], set()).add(
+                    (job["kernel"], job["variant"], job["dtype"], job["shape_key"]))
+        for run_id, keys in older.items():
+            for row in noise_report(store, run_id, chip).rows:
+                if key_of(row) in keys:
+                    noise.setdefault(chip, {})[key_of(row)] = row
+    return noise
 
 
 def _failing_before(store: Store, run: query.RunView | None) -> set[str]:

@@ -154,6 +154,8 @@ def test_a_newer_partial_run_hides_no_kernel_of_the_chip_page(site):
     assert swiglu_rows and all(f"from {sha_of(1)[:8]}" in row for row in swiglu_rows)
     flash_rows = [row for row in benchmarks.split("<tr>") if row.startswith(f"<td>{FLASH}</td>")]
     assert any("from " not in row for row in flash_rows)  # the shared shape: from the newest run itself
+    # every row's noise meter, the older run's rows included (measured in that run: its trials' spread)
+    assert all(re.search(r'class="num noise">\d+\.\d%', row) for row in swiglu_rows + flash_rows)
     older = section(html, 'id="older-runs"', "</tr>")
     assert site["runs"]["a1"][:12] in older and sha_of(1)[:12] in older and "swiglu" in older
     assert sha_of(2) in section(html, 'id="run"')  # the newest run is the page's run
