@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import re
 import sqlite3
@@ -62,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.core import stats, trials  # noqa: E402
 from testkit.e2e import copy_checkout, git  # noqa: E402
+from testkit.load import random_load  # noqa: E402
 from testkit.suites import benchmark_sections  # noqa: E402
 
 Array = npt.NDArray[np.float64]
@@ -399,17 +399,6 @@ def _harness(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def _burn(stop: float, seed: int) -> None:
-    """Background load that switches on and off at random (0.2-2 s phases), as on a shared CI runner."""
-    rng = np.random.default_rng(seed)
-    while time.time() < stop:
-        phase_end = time.time() + rng.uniform(0.2, 2.0)
-        busy = rng.random() < 0.5
-        while time.time() < phase_end:
-            if not busy:
-                time.sleep(0.05)
-
-
 def _cpu_grid(db_url: str, base_run: str, head_run: str) -> tuple[Grid, Context]:
     from harness.record import query  # the store layer loads only for this section
     from harness.record.store import open_database
@@ -440,15 +429,8 @@ def section_c(args: argparse.Namespace) -> None:
         suite = folder / "benchmarks.toml"
         suite.write_text(benchmark_sections((ROOT / "jobs" / "builtin.toml").read_text()))
         db_url = f"sqlite:///{folder / 'cpu.db'}"
-        burners = []
-        if args.cpu_load:
-            stop = time.time() + 3600
-            burners = [multiprocessing.Process(target=_burn, args=(stop, seed), daemon=True)
-                       for seed in range(args.cpu_load)]
-            for burner in burners:
-                burner.start()
         started = time.perf_counter()
-        try:
+        with random_load(args.cpu_load):
             runs = []
             for sha in (base, head):
                 done = _harness(folder, "run", "--repo", str(repo), "--commit", sha, "--suite", str(suite), "--db",
@@ -457,9 +439,6 @@ def section_c(args: argparse.Namespace) -> None:
                     print(f"(c) harness run at {sha[:12]} failed ({done.returncode}): {done.stderr[-500:]}")
                     return
                 runs.append(re.search(r"run ([0-9a-f]{32})", done.stderr).group(1))
-        finally:
-            for burner in burners:
-                burner.terminate()
         elapsed = time.perf_counter() - started
         compared = _harness(folder, "compare", *runs, "--db", db_url, "--format", "json")
         report = json.loads(compared.stdout)

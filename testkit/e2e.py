@@ -92,3 +92,48 @@ def write_suite(repo: Path, variants: str, plugins: str = "[]") -> Path:
 def rows(db: Path, sql: str) -> list[tuple]:
     with sqlite3.connect(db) as conn:
         return conn.execute(sql).fetchall()
+
+
+# A repository of one numpy benchmark (a "function" target): what `harness compare --ab` measures in tests and in
+# scripts/ab_null_under_load.py. ``sort_repeats`` sets how much work a commit does.
+AB_PACKAGE = """import numpy as np
+
+
+def work(x):
+    for _ in range({repeats}):
+        np.sort(x)
+"""
+AB_BENCH = """import numpy as np
+
+import abkern
+
+
+def bench_work(N):
+    x = np.random.default_rng(0).random(N)
+    return lambda: abkern.work(x)
+"""
+AB_SUITE = """[suite]
+name = "abkern"
+
+[timing]
+warmup_s = 0.02
+warmup_calls = 2
+min_sample_s = 0.005
+samples = 5
+trials = 3
+
+[[function]]
+name = "work"
+target = "abkern.bench:bench_work"
+grid.cpu = {{ N = [20000] }}
+grid.gpu = {{ N = [20000] }}
+"""
+
+
+def ab_repo(path: Path) -> list[str]:
+    """``path`` as a repository of three commits: c0; c1 changes only the README; c2 sorts 8x as often
+    (unmistakably slower even on a loaded machine). Their shas."""
+    return [new_repo(path, {"abkern/__init__.py": AB_PACKAGE.format(repeats=1), "abkern/bench.py": AB_BENCH,
+                            "harness.toml": AB_SUITE.format(), "README": "0\n"}, "c0"),
+            commit(path, {"README": "1\n"}, "c1 docs"),
+            commit(path, {"abkern/__init__.py": AB_PACKAGE.format(repeats=8)}, "c2 sort 8x as often")]

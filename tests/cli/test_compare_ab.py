@@ -12,58 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from testkit.e2e import commit, git
+from testkit import e2e
 from testkit.paths import ROOT
-
-PACKAGE = '''import numpy as np
-
-
-def work(x):
-    for _ in range({repeats}):
-        np.sort(x)
-'''
-
-BENCH = '''import numpy as np
-
-import abkern
-
-
-def bench_work(N):
-    x = np.random.default_rng(0).random(N)
-    return lambda: abkern.work(x)
-'''
-
-SUITE = '''[suite]
-name = "abkern"
-
-[timing]
-warmup_s = 0.02
-warmup_calls = 2
-min_sample_s = 0.005
-samples = 5
-trials = 3
-
-[[function]]
-name = "work"
-target = "abkern.bench:bench_work"
-grid.cpu = { N = [20000] }
-grid.gpu = { N = [20000] }
-'''
 
 
 @pytest.fixture(scope="module")
 def ab_repo(tmp_path_factory) -> tuple[Path, list[str]]:
-    """c0; c1 changes only the README; c2 sorts 8x as often (unmistakably slower even on a loaded machine)."""
+    """c0; c1 changes only the README; c2 sorts 8x as often (testkit.e2e.ab_repo)."""
     repo = tmp_path_factory.mktemp("ab") / "abkern"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "T")
-    shas = [commit(repo, {"abkern/__init__.py": PACKAGE.format(repeats=1), "abkern/bench.py": BENCH,
-                          "harness.toml": SUITE, "README": "0\n"}, "c0"),
-            commit(repo, {"README": "1\n"}, "c1 docs"),
-            commit(repo, {"abkern/__init__.py": PACKAGE.format(repeats=8)}, "c2 sort 8x as often")]
-    return repo, shas
+    return repo, e2e.ab_repo(repo)
 
 
 def run(root: Path, *args: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,38 @@
+"""Background CPU load that switches on and off at random, as on a shared CI runner (for scripts that measure how
+verdicts hold up under load: scripts/validate_stats.py --cpu-load, scripts/ab_null_under_load.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+
+def burn_at_random(stop: float, seed: int) -> None:
+    """Until ``stop`` (epoch seconds): phases of 0.2-2 s, each busy (a spinning core) or idle with probability 1/2."""
+    rng = np.random.default_rng(seed)
+    while time.time() < stop:
+        phase_end = time.time() + rng.uniform(0.2, 2.0)
+        busy = rng.random() < 0.5
+        while time.time() < phase_end:
+            if not busy:
+                time.sleep(0.05)
+
+
+@contextmanager
+def random_load(burners: int, *, seed: int = 0, limit_s: float = 3600.0) -> Iterator[None]:
+    """``burners`` processes of ``burn_at_random`` while the block runs (none when 0); terminated on the way out."""
+    stop = time.time() + limit_s
+    processes = [multiprocessing.Process(target=burn_at_random, args=(stop, seed + i), daemon=True)
+                 for i in range(burners)]
+    for process in processes:
+        process.start()
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.terminate()
+            process.join(5)
