@@ -598,14 +598,14 @@ def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
     waiting: dict[str, int] = defaultdict(int)
     for series in series_list:
         previous = None
-        for point in series.points:
-            if point.sha not in first_seen:
-                first_seen[point.sha] = len(first_seen)
-                info[point.sha] = point
-            if previous is not None and previous != point.sha and point.sha not in after[previous]:
-                after[previous].add(point.sha)
-                waiting[point.sha] += 1
-            previous = point.sha
+        for index, sha in enumerate(series.points.shas):
+            if sha not in first_seen:
+                first_seen[sha] = len(first_seen)
+                info[sha] = series.points[index]
+            if previous is not None and previous != sha and sha not in after[previous]:
+                after[previous].add(sha)
+                waiting[sha] += 1
+            previous = sha
     ready = sorted((sha for sha in first_seen if not waiting[sha]), key=first_seen.__getitem__)
     order: list[str] = []
     while ready:
@@ -654,7 +654,7 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], reg_index: Mappin
     for chip_index, (chip_key, series_list) in enumerate(chips.items()):
         regs = reg_index.get((chip_key, kernel), [])
         n_regressions += sum(1 for _, r in regs if r.kind == "performance")
-        for sha in {p.sha for s in series_list for p in s.points}:
+        for sha in {sha for s in series_list for sha in s.points.shas}:
             axis.commits[axis.x_of[sha]].chips.append(chip_key)
         by_case: dict[tuple[str, str], list[Any]] = defaultdict(list)
         for series in series_list:
@@ -699,8 +699,9 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
     for series in drawn:
         variant, points = series.key.variant, series.points
         color, dash = styles[variant]
-        xs = [axis.x_of[p.sha] for p in points]
-        y_at = {p.sha: p.median for p in points}
+        shas, medians = points.shas, points.median.tolist()
+        xs = [axis.x_of[sha] for sha in shas]
+        y_at = dict(zip(shas, medians, strict=True))
         commits_with_points.update(y_at)
         series_markers = []
         for cp in series.change_points:
@@ -748,8 +749,8 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
         lines.append(VariantLine(variant, color, dash, is_default, last.median, len(points)))
         legend_title = (f"{variant}{' (the default variant)' if is_default else ''}: latest {fmt_time(last.median)} "
                         f"at {last.sha[:10]}, {_plural(len(points), 'commit')}")
-        plot_series.append(svg.Series(variant, xs, [p.median for p in points], [p.ci_low for p in points],
-                                      [p.ci_high for p in points], point_title, point_href, bucket_title, color,
+        plot_series.append(svg.Series(variant, xs, medians, points.ci_low.tolist(),
+                                      points.ci_high.tolist(), point_title, point_href, bucket_title, color,
                                       dash, tuple(series_markers), legend_title, is_default))
     label = f"{kernel} {dtype} {shape_key} on {chip}: {_plural(len(drawn), 'variant')}"
     x_labels = [sha[:8] for sha in axis.shas]

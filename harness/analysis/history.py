@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numpy.typing as npt
 
-from harness.analysis.records import ChangeFlag, HistoryPoint, SeriesHistory
+from harness.analysis.records import ChangeFlag, HistoryPoints, SeriesHistory
 from harness.core import stats
 from harness.record import query
 from harness.record.store import Store
@@ -292,8 +292,6 @@ def series_histories(data: query.ChipHistory, level: npt.NDArray[np.float64], lo
     counts = data.counts.ravel()[flat]
     bounds = np.searchsorted(present_series, np.arange(n_series + 1))
     points_of_commit = [(sha, message, branch, started) for _, sha, message, branch, started in data.commits]
-    all_points = [HistoryPoint(*points_of_commit[c], m, lo, hi, n) for c, m, lo, hi, n in zip(
-        present_commit.tolist(), median.tolist(), low.tolist(), high.tolist(), counts.tolist(), strict=True)]
     spans = [slice(int(bounds[s]), int(bounds[s + 1])) for s in range(n_series)]
     flags_of: list[Flags] = [[] for _ in spans]
     if change_points:
@@ -305,9 +303,11 @@ def series_histories(data: query.ChipHistory, level: npt.NDArray[np.float64], lo
         flags_of = (find or (lambda s: detect_lines(s, min_effect=min_effect, alpha=alpha)))(lines_of)
     out = []
     for key, span, flags in zip(data.series, spans, flags_of, strict=True):
-        points = tuple(all_points[span])
+        points = HistoryPoints(points_of_commit, present_commit[span], median[span], low[span], high[span],
+                               counts[span])
+        shas = points.shas if flags else []
         out.append(SeriesHistory(key, points, tuple(
-            ChangeFlag(kind, index, end, points[index].sha, points[end].sha, before, after, ratio)
+            ChangeFlag(kind, index, end, shas[index], shas[end], before, after, ratio)
             for kind, index, end, before, after, ratio in flags)))
     return sorted(out, key=lambda h: h.key)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -27,6 +27,7 @@ __all__ = [
     "CorrectnessFailure",
     "DivergentVariant",
     "HistoryPoint",
+    "HistoryPoints",
     "NoiseReport",
     "NoiseRow",
     "RegressionEvidence",
@@ -50,7 +51,7 @@ def json_safe(value: Any) -> Any:
         return {k: json_safe(v) for k, v in value._asdict().items()}
     if isinstance(value, Mapping):
         return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, list | tuple | HistoryPoints):
         return [json_safe(v) for v in value]
     if isinstance(value, datetime):
         return value.isoformat()
@@ -313,6 +314,71 @@ class HistoryPoint(_Plain):
     n: int
 
 
+CommitInfo = tuple[str, str, str, datetime | None]  # sha, message, branch, started_at of a history point's commit
+
+
+class HistoryPoints(Sequence[HistoryPoint]):
+    """A series' points in history order, kept as columns and made into ``HistoryPoint`` records on access.
+
+    A report holds millions of points (1,000 commits x 1,600 series) and reads nearly all of them only as numbers
+    (plots, the commit axis): ``shas``, ``median``, ``ci_low``, ``ci_high`` and ``n`` give the columns, indexing
+    and iteration the records. Equal when the records are.
+    """
+
+    __slots__ = ("_commits", "rows", "median", "ci_low", "ci_high", "n")
+
+    def __init__(self, commits: Sequence[CommitInfo], rows: Sequence[int], median: Sequence[float],
+                 ci_low: Sequence[float], ci_high: Sequence[float], n: Sequence[int]) -> None:
+        self._commits = commits  # shared by every series of a chip; ``rows`` index it
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.median, self.ci_low, self.ci_high = (np.asarray(v, dtype=np.float64) for v in (median, ci_low, ci_high))
+        self.n = np.asarray(n, dtype=np.int64)
+
+    @classmethod
+    def of(cls, points: Iterable[HistoryPoint]) -> HistoryPoints:
+        listed = list(points)
+        return cls([(p.sha, p.message, p.branch, p.started_at) for p in listed], range(len(listed)),
+                   [p.median for p in listed], [p.ci_low for p in listed], [p.ci_high for p in listed],
+                   [p.n for p in listed])
+
+    @property
+    def shas(self) -> list[str]:
+        commits = self._commits
+        return [commits[row][0] for row in self.rows.tolist()]
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    def _point(self, i: int) -> HistoryPoint:
+        return HistoryPoint(*self._commits[int(self.rows[i])], float(self.median[i]), float(self.ci_low[i]),
+                            float(self.ci_high[i]), int(self.n[i]))
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return HistoryPoints(self._commits, self.rows[index], self.median[index], self.ci_low[index],
+                                 self.ci_high[index], self.n[index])
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self._point(index % len(self) if index < 0 else index)
+
+    def __iter__(self) -> Iterator[HistoryPoint]:
+        commits = self._commits
+        for row, median, low, high, n in zip(self.rows.tolist(), self.median.tolist(), self.ci_low.tolist(),
+                                             self.ci_high.tolist(), self.n.tolist(), strict=True):
+            yield HistoryPoint(*commits[row], median, low, high, n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HistoryPoints | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"HistoryPoints({list(self)!r})"
+
+
 @dataclass(frozen=True)
 class ChangeFlag(_Plain):
     """A step or drift found in a history; indices refer to ``SeriesHistory.points``."""
@@ -330,8 +396,12 @@ class ChangeFlag(_Plain):
 @dataclass(frozen=True)
 class SeriesHistory(_Plain):
     key: SeriesKey
-    points: tuple[HistoryPoint, ...]
+    points: HistoryPoints  # records given as a sequence are kept as columns
     change_points: tuple[ChangeFlag, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.points, HistoryPoints):
+            object.__setattr__(self, "points", HistoryPoints.of(self.points))
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,12 @@ def test_a_history_page_orders_commits_as_the_series_do_not_by_start_time():
 
     from reports.render import _commit_axis
 
-    def point(sha: str, minute: int) -> NS:
-        return NS(sha=sha, started_at=datetime(2026, 1, 1, 0, minute), message="", branch="")
+    from harness.analysis.records import HistoryPoint, HistoryPoints
+
+    def point(sha: str, minute: int) -> HistoryPoint:
+        return HistoryPoint(sha, "", "", datetime(2026, 1, 1, 0, minute), 1.0, 0.9, 1.1, 10)
 
     # m8 was run last (a bisect probe) but sits between m7 and m9 on the branch; one series lacks m7.
-    series = [NS(points=(point("m0", 0), point("m7", 5), point("m8", 9), point("m9", 6))),
-              NS(points=(point("m0", 0), point("m8", 9), point("m9", 6), point("m11", 7)))]
+    series = [NS(points=HistoryPoints.of((point("m0", 0), point("m7", 5), point("m8", 9), point("m9", 6)))),
+              NS(points=HistoryPoints.of((point("m0", 0), point("m8", 9), point("m9", 6), point("m11", 7))))]
     assert _commit_axis(series)[0] == ["m0", "m7", "m8", "m9", "m11"]
