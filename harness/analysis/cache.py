@@ -23,6 +23,10 @@ What is kept, per chip (``analysis_cache.kind``):
   identities, the kernels broken at the head and the parameters.
 - ``correctness``: the chip's correctness job statuses and failures, keyed by all its runs' fingerprints (a
   correctness job is written once).
+- ``compare``, one row per (base, head) compare page the report shows (``ComparePages``): the ``harness compare``
+  report, keyed by the fingerprints of everything it reads -- both sides' runs and the runs the base side's history
+  floors come from (``analysis_cache.run_prints``: a run's fingerprint plus its highest sample id) -- and the
+  parameters.  Rows of pairs the report no longer shows are deleted.
 
 The history order, window, commit messages and correctness events are derived afresh every time (no samples read);
 histories are rebuilt from the cells.  The code version (``code_version``) hashes the analysis sources, numpy's and
@@ -41,7 +45,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -53,11 +57,19 @@ import numpy.typing as npt
 import scipy
 from sqlalchemy.exc import SQLAlchemyError
 
+from harness.analysis import compare as compare_module
 from harness.analysis import history as history_module
 from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis.history import Flags, by_series_key, detect_lines, series_histories, trial_levels
-from harness.analysis.records import RegressionEvidence, SeriesHistory
+from harness.analysis.records import (
+    CompareReport,
+    CompareRow,
+    CorrectnessFailure,
+    RegressionEvidence,
+    SeriesHistory,
+    Side,
+)
 from harness.analysis.regressions import (
     cell_summaries,
     correctness_regressions,
@@ -67,15 +79,15 @@ from harness.core import defaults, stats, trials
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
 
-__all__ = ["CacheStats", "analyse", "code_version"]
+__all__ = ["CacheStats", "ComparePages", "analyse", "code_version"]
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # of the payloads below
 _MAGIC = b"HARNESS-CELLS\n"
 # The code whose results are cached: any change to it (or to numpy / scipy) is a new version, every key changes.
-_SOURCES = (history_module, regressions_module, records_module, stats, trials, defaults, query, analysis_cache,
-            ancestry)
+_SOURCES = (history_module, regressions_module, records_module, compare_module, stats, trials, defaults, query,
+            analysis_cache, ancestry)
 
 
 @cache
@@ -625,3 +637,83 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
     performance = [e for events in per_chip for e in events if e.kind == "performance"]
     return histories, correctness + performance, stats_out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Compare pages
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A compare report as JSON values, floats exact (nan and inf kept: ``json`` writes them as NaN / Infinity)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):  # SeriesKey (a named tuple) too: a list of its fields
+        return [_plain(v) for v in value]
+    return value
+
+
+def _report_out(report: CompareReport) -> bytes:
+    return zlib.compress(json.dumps(_plain(report), allow_nan=True, separators=(",", ":")).encode())
+
+
+def _side_in(values: dict[str, Any]) -> Side:
+    return Side(**{**values, "runs": {chip: tuple(ids) for chip, ids in values["runs"].items()}})
+
+
+def _report_in(payload: bytes) -> CompareReport:
+    values = json.loads(zlib.decompress(payload))
+    return CompareReport(
+        _side_in(values["base"]), _side_in(values["head"]),
+        tuple(CompareRow(**{**row, "key": query.SeriesKey(*row["key"])}) for row in values["rows"]),
+        tuple(CorrectnessFailure(**failure) for failure in values["correctness_failures"]),
+        values["counts"], values["only_base"], values["only_head"], values["min_effect"], values["alpha"])
+
+
+class ComparePages:
+    """``compare.compare`` of the (base, head) pairs a report shows, each reused from the analysis cache while
+    nothing it reads changed (see the module docstring, ``compare``); ``flush`` stores what was computed and drops
+    the rows of pairs not shown this time. ``use_cache=False``: computed, nothing read or written."""
+
+    def __init__(self, store: Store, *, use_cache: bool = True, min_effect: float = stats.DEFAULT_MIN_EFFECT,
+                 alpha: float = stats.DEFAULT_ALPHA) -> None:
+        self.store, self.use_cache, self.min_effect, self.alpha = store, use_cache, min_effect, alpha
+        self.shown: dict[str, set[str]] = {}
+        self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
+        self.reused = 0
+
+    def compare(self, base: str, head: str, chip: str) -> CompareReport:
+        if not self.use_cache:
+            return compare_module.compare(self.store, base, head, chip=chip, min_effect=self.min_effect,
+                                          alpha=self.alpha)
+        base_side = compare_module.resolve_side(self.store, base, chip)
+        head_side = compare_module.resolve_side(self.store, head, chip)
+        runs = [*base_side.run_ids, *head_side.run_ids, *query.history_run_ids(self.store, base_side.run_ids)]
+        prints = analysis_cache.run_prints(self.store, runs)
+        key = _digest(code_version(), base_side, head_side, sorted(prints.values()), self.min_effect, self.alpha)
+        name = _digest(base, head)[:32]
+        self.shown.setdefault(chip, set()).add(name)
+        entry = analysis_cache.read_entries(self.store, chip, "compare", [name]).get(name)
+        if entry is not None and entry.key == key:
+            try:
+                report = _report_in(entry.payload)
+                self.reused += 1
+                return report
+            except (ValueError, TypeError, KeyError, zlib.error):  # unreadable: computed again below
+                log.warning("analysis cache: compare row of %s unreadable, recomputed", chip)
+        report = compare_module.compare(self.store, base, head, chip=chip, min_effect=self.min_effect,
+                                        alpha=self.alpha)
+        self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, _report_out(report))
+        return report
+
+    def flush(self) -> None:
+        if not self.use_cache:
+            return
+        for chip, names in self.shown.items():
+            try:
+                analysis_cache.write_entries(self.store, chip, "compare", self.computed.get(chip, {}), keep=names)
+            except SQLAlchemyError as exc:  # the next report computes them again
+                log.warning("analysis cache: could not store compare rows of %s: %s", chip,
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)

@@ -325,11 +325,12 @@ class HistoryPoints(Sequence[HistoryPoint]):
     and iteration the records. Equal when the records are.
     """
 
-    __slots__ = ("_commits", "rows", "median", "ci_low", "ci_high", "n")
+    __slots__ = ("_commits", "_shas", "rows", "median", "ci_low", "ci_high", "n")
 
     def __init__(self, commits: Sequence[CommitInfo], rows: Sequence[int], median: Sequence[float],
                  ci_low: Sequence[float], ci_high: Sequence[float], n: Sequence[int]) -> None:
         self._commits = commits  # shared by every series of a chip; ``rows`` index it
+        self._shas: list[str] | None = None
         self.rows = np.asarray(rows, dtype=np.int64)
         self.median, self.ci_low, self.ci_high = (np.asarray(v, dtype=np.float64) for v in (median, ci_low, ci_high))
         self.n = np.asarray(n, dtype=np.int64)
@@ -343,8 +344,11 @@ class HistoryPoints(Sequence[HistoryPoint]):
 
     @property
     def shas(self) -> list[str]:
-        commits = self._commits
-        return [commits[row][0] for row in self.rows.tolist()]
+        """Each point's commit sha (made once; do not modify the list)."""
+        if self._shas is None:
+            commits = self._commits
+            self._shas = [commits[row][0] for row in self.rows.tolist()]
+        return self._shas
 
     def __len__(self) -> int:
         return int(self.rows.size)

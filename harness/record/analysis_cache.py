@@ -26,7 +26,7 @@ from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, u
 from harness.record.store import Store
 
 __all__ = ["ChipState", "Entry", "arrangement", "chip_state", "clear", "commit_history", "correctness_rows",
-           "read_entries", "touched_since", "write_entries"]
+           "read_entries", "run_prints", "touched_since", "write_entries"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,26 @@ def chip_state(store: Store, chip: str, *, include_dirty: bool = False) -> ChipS
                  *(int(v or 0) for v in jobs.get(run_id, (0, 0, 0, 0)))))
     return ChipState(int(watermark), {c: tuple(sorted(rows)) for c, rows in per_commit.items()}, run_commit,
                      unfinished)
+
+
+def run_prints(store: Store, run_ids: Collection[str]) -> dict[str, tuple[Any, ...]]:
+    """Per given run: its fingerprint (``chip_state``'s: id, commit, dirty flag, start, finish, status, branch, the
+    count/min/max/sum of its job ids) and the highest id of its samples (a later trial adds samples, not jobs)."""
+    if not run_ids:
+        return {}
+    ids = sorted(set(run_ids))
+    with store.session() as session:
+        jobs = {run_id: row for run_id, *row in session.execute(
+            select(JobRecord.run_id, func.count(JobRecord.id), func.min(JobRecord.id), func.max(JobRecord.id),
+                   func.sum(JobRecord.id)).where(JobRecord.run_id.in_(ids)).group_by(JobRecord.run_id))}
+        newest = dict(session.execute(
+            select(JobRecord.run_id, func.max(Sample.id)).join(Sample, Sample.job_id == JobRecord.id)
+            .where(JobRecord.run_id.in_(ids)).group_by(JobRecord.run_id)).all())
+        return {run_id: (run_id, commit_id, bool(dirty), str(started), str(finished), status, branch,
+                         *(int(v or 0) for v in jobs.get(run_id, (0, 0, 0, 0))), int(newest.get(run_id) or 0))
+                for run_id, commit_id, dirty, started, finished, status, branch in session.execute(
+                    select(Run.id, Run.commit_id, Run.dirty, Run.started_at, Run.finished_at, Run.status,
+                           Run.branch).where(Run.id.in_(ids)))}
 
 
 def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -> dict[str, int]:

@@ -10,7 +10,7 @@ touching SQLAlchemy or the models.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
@@ -239,6 +239,23 @@ def _history_runs(session: Session, graph: ancestry.Graph, runs: Sequence[Run], 
     return [run_id for run_id, _, _ in sorted(rows, key=lambda row: order[row[1]])][:limit]
 
 
+def _history_groups(session: Session, run_ids: Sequence[str], limit: int) -> Iterator[tuple[str, list[str]]]:
+    """Per (repository, chip) of the given runs: the chip's key and its history runs (:func:`_history_runs`)."""
+    given = session.scalars(select(Run).where(Run.id.in_(list(run_ids)))).all()
+    graph = ancestry.load_graph(session, {run.commit.repo for run in given})
+    for (_, _, chip_key), runs in groupby(sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
+                                          key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
+        yield chip_key, _history_runs(session, graph, list(runs), limit)
+
+
+def history_run_ids(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS) -> list[str]:
+    """The runs :func:`history_medians` reads for the given runs (what their series' history floors come from)."""
+    if not run_ids:
+        return []
+    with store.session() as session:
+        return [run_id for _, chosen in _history_groups(session, run_ids, limit) for run_id in chosen]
+
+
 def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS
                     ) -> dict[SeriesKey, list[float]]:
     """Each series' medians over the newest ``limit`` finished, clean runs on the given runs' chips at their commits
@@ -249,11 +266,7 @@ def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.
         return {}
     medians: dict[SeriesKey, list[float]] = {}
     with store.session() as session:
-        given = session.scalars(select(Run).where(Run.id.in_(list(run_ids)))).all()
-        graph = ancestry.load_graph(session, {run.commit.repo for run in given})
-        for (_, _, chip_key), runs in groupby(sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
-                                              key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
-            chosen = _history_runs(session, graph, list(runs), limit)
+        for chip_key, chosen in _history_groups(session, run_ids, limit):
             rows = session.execute(
                 select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.median_s)
                 .where(JobRecord.run_id.in_(chosen), JobRecord.kind == "benchmark", JobRecord.median_s.is_not(None)))

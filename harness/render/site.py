@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.cache import analyse
-from harness.analysis.compare import HOURS_APART_S, compare, single_run_gap
+from harness.analysis.cache import ComparePages, analyse
+from harness.analysis.compare import HOURS_APART_S, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
     CompareReport,
@@ -211,7 +211,7 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
         raise HarnessError(f"--repo {repo}: not a git repository")
     data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache)
     start = time.perf_counter()
-    data.evidence = load_evidence(store, data.latest, data.regressions, commit_url=commit_url, repo=repo)
+    data.evidence = load_evidence(store, data.latest, data.regressions, commit_url=commit_url, repo=repo, cache=cache)
     data.timings["evidence"] = time.perf_counter() - start
     return render(data, out_dir)
 
@@ -298,10 +298,12 @@ def _positive_runs(jobs: list[query.JobSamples]) -> set[str]:
 
 
 def load_evidence(store: Store, latest: dict[str, query.RunView | None], regressions: list[RegressionEvidence], *,
-                  commit_url: str | None = None, repo: str | None = None) -> Evidence:
+                  commit_url: str | None = None, repo: str | None = None, cache: bool = True) -> Evidence:
     """Commit links and run ids for every run, a compare page per chip (the shown run against its previous run) and
     per regression pair (at most ``MAX_REGRESSION_COMPARES``), and the samples behind them: every series of a chip's
-    shown run (and its previous run), and the changed series of a regression pair."""
+    shown run (and its previous run), and the changed series of a regression pair. ``cache``: compare reports whose
+    inputs did not change are reused from the analysis cache (``ComparePages``)."""
+    pages = ComparePages(store, use_cache=cache)
     briefs = query.run_briefs(store)
     by_id = {b.id: b for b in briefs}
     runs_of: dict[tuple[str, str], list[str]] = {}
@@ -317,7 +319,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None], regress
         previous = query.previous_run_id(store, run.id)  # the run `harness run` compares its run with
         view = None
         if previous:
-            view = _compare_view(compare(store, previous, run.id), chip, True, by_id)
+            view = _compare_view(pages.compare(previous, run.id, chip), chip, True, by_id)
             evidence.compares.append(view)
         wanted.append((chip, (previous,) if previous else (), (run.id,), view))
         seen.add(((previous,) if previous else (), (run.id,)))
@@ -331,9 +333,10 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None], regress
     pairs.sort(key=lambda pair: max(_when(by_id[i]) for i in pair[4]), reverse=True)
     evidence.skipped_compares = max(0, len(pairs) - MAX_REGRESSION_COMPARES)
     for chip, base_sha, head_sha, base, head in pairs[:MAX_REGRESSION_COMPARES]:
-        view = _compare_view(compare(store, base_sha, head_sha, chip=chip), chip, False, by_id)
+        view = _compare_view(pages.compare(base_sha, head_sha, chip), chip, False, by_id)
         evidence.compares.append(view)
         wanted.append((chip, base, head, view))
+    pages.flush()
     # Samples: every series of the shown runs; of a regression pair, the kernels of its changed series only (the
     # runs behind each row of a side with one run are that run), unless a side pools several runs.
     full = {i for chip, base, head, view in wanted if view is None or view.shown or len(base) > 1 or len(head) > 1

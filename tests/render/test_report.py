@@ -53,9 +53,8 @@ def test_a_history_page_orders_commits_as_the_series_do_not_by_start_time():
     """A bisect runs old commits last: the page's commit axis follows the histories' (ancestry) order."""
     from types import SimpleNamespace as NS
 
-    from reports.render import _commit_axis
-
     from harness.analysis.records import HistoryPoint, HistoryPoints
+    from reports.render import _commit_axis
 
     def point(sha: str, minute: int) -> HistoryPoint:
         return HistoryPoint(sha, "", "", datetime(2026, 1, 1, 0, minute), 1.0, 0.9, 1.1, 10)

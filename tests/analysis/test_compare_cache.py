@@ -1,0 +1,84 @@
+"""The report's compare pages from the analysis cache (``harness.analysis.cache.ComparePages``): a pair's
+``harness compare`` report is reused while nothing it reads changed, and computed again when something did."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from harness.analysis import cache, compare
+from harness.core.job import JobResult
+from harness.record import outbox, store
+from harness.record.models import AnalysisCache
+from testkit.analysis import add_run, bench_job, grid_results, sha_of, timings
+
+
+@pytest.fixture
+def db(db_url):
+    handle = outbox.open_store(db_url)
+    rng = np.random.default_rng(3)
+    for i in range(6):  # a 30 % step of one series at commit 4
+        factors = {("flash_prefill", "sdpa", 0): 1.3} if i >= 4 else {}
+        add_run(handle, "chip-a", i, grid_results(rng, factors, trials=3), minutes=10 * i)
+    yield handle
+    handle.close()
+
+
+def text(report) -> str:
+    return json.dumps(report.to_dict(), sort_keys=True)  # nan == nan, every float as written
+
+
+def pairs() -> list[tuple[str, str]]:
+    return [(sha_of(3), sha_of(4)), (sha_of(1), sha_of(2))]
+
+
+def test_a_reused_report_is_the_computed_one_and_rows_of_pairs_not_shown_go(db):
+    first = cache.ComparePages(db)
+    computed = [first.compare(base, head, "chip-a") for base, head in pairs()]
+    first.flush()
+    assert first.reused == 0 and [text(r) for r in computed] == [
+        text(compare.compare(db, base, head, chip="chip-a")) for base, head in pairs()]
+    assert any(row.verdict == "regressed" for row in computed[0].rows)
+    again = cache.ComparePages(db)
+    assert [text(again.compare(base, head, "chip-a")) for base, head in pairs()] == [text(r) for r in computed]
+    assert again.reused == 2
+    again.flush()
+    only_one = cache.ComparePages(db)
+    only_one.compare(*pairs()[0], "chip-a")
+    only_one.flush()
+    with db.session() as session:
+        assert len(session.scalars(select(AnalysisCache).where(AnalysisCache.kind == "compare")).all()) == 1
+    plain = cache.ComparePages(db, use_cache=False)
+    assert text(plain.compare(*pairs()[0], "chip-a")) == text(computed[0]) and plain.reused == 0
+
+
+def test_a_new_run_of_a_later_commit_keeps_an_older_pair_and_a_later_trial_recomputes_it(db):
+    first = cache.ComparePages(db)
+    first.compare(*pairs()[1], "chip-a")
+    first.flush()
+    add_run(db, "chip-a", 6, grid_results(np.random.default_rng(9), trials=3), minutes=60)  # not in its history
+    later = cache.ComparePages(db)
+    later.compare(*pairs()[1], "chip-a")
+    later.flush()
+    assert later.reused == 1
+    job = bench_job("swiglu", "unfused", {"B": 1, "H": 1, "S": 64, "D": 32})
+    head_run = compare.resolve_side(db, sha_of(2), "chip-a").run_ids[0]
+    store.record_result(db, head_run, job, JobResult(job.key, "passed", samples=timings(
+        np.random.default_rng(1), 4e-3), inner=1, trial=5))  # a later trial: samples, no new job
+    after = cache.ComparePages(db)
+    report = after.compare(*pairs()[1], "chip-a")
+    assert after.reused == 0 and text(report) == text(compare.compare(db, *pairs()[1], chip="chip-a"))
+
+
+def test_an_unreadable_row_is_computed_again(db):
+    first = cache.ComparePages(db)
+    expected = text(first.compare(*pairs()[0], "chip-a"))
+    first.flush()
+    with db.session() as session:
+        for row in session.scalars(select(AnalysisCache).where(AnalysisCache.kind == "compare")):
+            row.payload = row.payload[:-5]
+    again = cache.ComparePages(db)
+    assert text(again.compare(*pairs()[0], "chip-a")) == expected and again.reused == 0
