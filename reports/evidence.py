@@ -240,14 +240,17 @@ def links(evidence: Any | None) -> Links:
         found.by_runs[(view.chip, base_ids, head_ids)] = page
         if view.shown:
             found.shown[view.chip] = page
+    row_index: dict[int, dict[Any, CompareRowLink]] = {}  # per compare page: its rows by series key
     for data in evidence.samples:
         compare = found.by_runs.get((data.key.chip, tuple(data.base_runs), tuple(data.head_runs)))
         page = _samples_page(data, compare)
         found.samples.append(page)
         if compare is not None:
-            for row in compare.rows:
-                if row.row.key == data.key:
-                    row.samples = page.name
+            rows = row_index.get(id(compare))
+            if rows is None:
+                rows = row_index[id(compare)] = {row.row.key: row for row in compare.rows}
+            if data.key in rows:
+                rows[data.key].samples = page.name
         if compare is None or compare.view.shown:  # what the chip page's benchmark rows link to
             for run_id in data.head_runs:
                 found.chip_samples.setdefault((data.key.chip, run_id), {})[
