@@ -573,10 +573,11 @@ class _Row:
 
 
 def _lacks_rank_support(row: _Row, settings: _Settings) -> bool:
-    """A flag decided on the series' own trials alone (no moderation prior, no floor) whose trials do not separate
-    beyond chance by rank. Four degrees of freedom of a t-test trust normal trial values; under load that switches on
-    and off at random they are a mixture, and 3 + 3 trials that happen to split by load look like a change: in CI, an
-    A/B of identical code came out "improved" x0.90, interval [0.85, 0.95]."""
+    """A flag decided on the series' own trials alone (no moderation prior; its trials' spread, not a history floor,
+    decided) whose trials do not separate beyond chance by rank. Four degrees of freedom of a t-test trust normal
+    trial values; under load that switches on and off at random they are a mixture, and 3 + 3 trials that happen to
+    split by load look like a change: in CI, an A/B of identical code came out "improved" x0.90, interval
+    [0.85, 0.95]."""
     return math.isfinite(row.rank_p) and not row.rank_p <= settings.alpha
 
 
