@@ -614,7 +614,9 @@ def test_perf_bisect_names_the_slowdown_and_skips_the_uninstallable_commit(bisec
     for line in report["history"]:
         if line["state"] != "skip":
             assert line["trials"] == 4 * len(line["run_ids"]) and line["vs_good"]["trials_head"] == line["trials"]
-            assert line["vs_good"]["verdict"] in ("regressed", "unchanged", "improved")
+            # inconclusive too: under load a probe's interval can exclude 1 and still straddle the band (then the
+            # round repeats the probe; in CI one did, and the bisection still named the culprit)
+            assert line["vs_good"]["verdict"] in ("regressed", "unchanged", "improved", "inconclusive")
             assert line["vs_bad"]["ci_low"] is not None and line["n"] == 10 * line["trials"]
     # The endpoints on two and four runs, and the culprit and the commit before it re-checked: the culprit on four.
     # (a run of an endpoint that the machine's load made slower than the others is set aside and listed, on this
