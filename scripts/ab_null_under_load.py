@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,18 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.core import trials  # noqa: E402
-from testkit.e2e import ab_repo  # noqa: E402
+from harness.record import query  # noqa: E402
+from harness.record.store import open_database  # noqa: E402
+from testkit.e2e import ab_repo, harness  # noqa: E402
 from testkit.load import random_load  # noqa: E402
 
 FLAGS = ("regressed", "improved")
 
 
 def compare_ab(folder: Path, base: str, head: str, repo: Path, db: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
-           "HARNESS_CACHE": str(folder / "cache")}
-    done = subprocess.run([sys.executable, "-m", "harness", "compare", "--ab", base, head, "--repo", str(repo),
-                           "--db", f"sqlite:///{db}", "--format", "json"], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = harness("compare", "--ab", base, head, "--repo", str(repo), "--db", f"sqlite:///{db}", "--format", "json",
+                   cwd=folder, env={"HARNESS_CACHE": str(folder / "cache")})
     if done.returncode not in (0, 1):
         raise SystemExit(f"harness compare --ab failed ({done.returncode}): {done.stderr[-800:]}")
     (row,) = json.loads(done.stdout)["rows"]
@@ -52,19 +50,18 @@ def compare_ab(folder: Path, base: str, head: str, repo: Path, db: Path) -> dict
 
 
 def session_trials(db: Path) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
-    """Per A/B session, oldest first: (base trials, head trials), each trial's samples in trial order."""
+    """Per A/B session, oldest first: (base trials, head trials) of its one series, in the order they ran."""
     with sqlite3.connect(db) as conn:
         runs = conn.execute("select id, options from run order by started_at").fetchall()
-        samples = conn.execute("select j.run_id, s.trial, s.seconds from sample s join job j on s.job_id = j.id "
-                               "where j.kind = 'benchmark' order by s.trial, s.id").fetchall()
-    by_run: dict[str, dict[int, list[float]]] = {}
-    for run_id, trial, seconds in samples:
-        by_run.setdefault(run_id, {}).setdefault(trial, []).append(seconds)
-    sessions: dict[str, dict[str, list[np.ndarray]]] = {}
-    for run_id, options in runs:
-        opts = json.loads(options)
-        side = [np.array(by_run[run_id][t]) for t in sorted(by_run.get(run_id, {}))]
-        sessions.setdefault(opts["ab_session"], {})[opts["ab_side"]] = side
+    store = open_database(f"sqlite:///{db}", must_exist=True)
+    try:
+        sessions: dict[str, dict[str, list[np.ndarray]]] = {}
+        for run_id, options in runs:
+            opts = json.loads(options)
+            (series,) = query.series_trials(store, [run_id]).values()
+            sessions.setdefault(opts["ab_session"], {})[opts["ab_side"]] = series.trials
+    finally:
+        store.close()
     return [(pair["base"], pair["head"]) for pair in sessions.values() if {"base", "head"} <= pair.keys()]
 
 

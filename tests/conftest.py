@@ -46,3 +46,13 @@ def db_url(request, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'results.db'}"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def db(db_url):
+    """An open store on ``db_url`` (both backends), closed afterwards."""
+    from harness.record import outbox
+
+    handle = outbox.open_store(db_url)
+    yield handle
+    handle.close()

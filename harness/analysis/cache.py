@@ -704,7 +704,7 @@ class ComparePages:
             except (ValueError, TypeError, KeyError, zlib.error):  # unreadable: computed again below
                 log.warning("analysis cache: compare row of %s unreadable, recomputed", chip)
         report = compare_module.compare(self.store, base, head, chip=chip, min_effect=self.min_effect,
-                                        alpha=self.alpha)
+                                        alpha=self.alpha, sides=(base_side, head_side))
         self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, _report_out(report))
         return report
 

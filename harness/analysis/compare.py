@@ -39,6 +39,7 @@ def compare(
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
     same_session: bool = False,
+    sides: tuple[Side, Side] | None = None,
 ) -> CompareReport:
     """Every benchmark series present on both sides (per chip): pooled samples, BH across the whole grid, gated.
 
@@ -48,9 +49,10 @@ def compare(
     Correctness failures on the head side (kernel checks and repository tests, ``harness.core.status``) are listed,
     each marked new or already failing at base; any of them fails the gate. A kernel whose correctness check failed
     on the head side on a chip has every series of it on that chip ``broken``. Comparing a commit with itself pools
-    the same runs on both sides (trivially unchanged): compare two run ids to compare runs.
+    the same runs on both sides (trivially unchanged): compare two run ids to compare runs. ``sides``: ``base`` and
+    ``head`` already resolved (``resolve_side`` with ``chip``).
     """
-    base_side, head_side = resolve_side(store, base, chip), resolve_side(store, head, chip)
+    base_side, head_side = sides or (resolve_side(store, base, chip), resolve_side(store, head, chip))
     base_trials = query.series_trials(store, base_side.run_ids)
     head_trials = query.series_trials(store, head_side.run_ids)
     failing_at_base = {(row.chip, row.key) for row in query.correctness_failures(store, base_side.run_ids)}

@@ -315,8 +315,8 @@ def _batch_log_medians(sides: Sequence[Trials]) -> list[tuple[npt.NDArray[np.flo
     by_length: dict[int, list[int]] = {}
     for index, trial in enumerate(flat):
         by_length.setdefault(trial.size, []).append(index)
-    for length, indices in by_length.items():
-        medians[indices] = np.median(np.stack([flat[i] for i in indices]), axis=1) if length else math.nan
+    for indices in by_length.values():  # valid trials are never empty
+        medians[indices] = np.median(np.stack([flat[i] for i in indices]), axis=1)
     logs = np.log(medians)
     out, start = [], 0
     for side in kept:

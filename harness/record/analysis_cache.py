@@ -107,24 +107,37 @@ class ChipState:
     unfinished: set[int]  # commits with a run not finished (still writing, or abandoned unseen)
 
 
+_RUN_COLUMNS = (Run.id, Run.commit_id, Run.dirty, Run.started_at, Run.finished_at, Run.status, Run.branch)
+
+
+def _job_id_summaries(session: Any, runs: Any) -> dict[str, tuple[int, int, int, int]]:
+    """Per run of ``runs`` (a selection of run ids, or the ids): the count, min, max and sum of its job ids."""
+    return {run_id: tuple(int(v or 0) for v in row) for run_id, *row in session.execute(
+        select(JobRecord.run_id, func.count(JobRecord.id), func.min(JobRecord.id), func.max(JobRecord.id),
+               func.sum(JobRecord.id)).where(JobRecord.run_id.in_(runs)).group_by(JobRecord.run_id))}
+
+
+def _fingerprint(row: Any, jobs: Mapping[str, tuple[int, int, int, int]]) -> tuple[Any, ...]:
+    """A run's fingerprint from its ``_RUN_COLUMNS`` row and ``_job_id_summaries``."""
+    run_id, commit_id, dirty, started, finished, status, branch = row
+    return (run_id, commit_id, bool(dirty), str(started), str(finished), status, branch,
+            *jobs.get(run_id, (0, 0, 0, 0)))
+
+
 def chip_state(store: Store, chip: str, *, include_dirty: bool = False) -> ChipState:
     with store.session() as session:
         watermark = session.scalar(select(func.max(Sample.id))) or 0
         runs = query._run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
-        jobs = {run_id: row for run_id, *row in session.execute(
-            select(JobRecord.run_id, func.count(JobRecord.id), func.min(JobRecord.id), func.max(JobRecord.id),
-                   func.sum(JobRecord.id)).where(JobRecord.run_id.in_(runs)).group_by(JobRecord.run_id))}
+        jobs = _job_id_summaries(session, runs)
         per_commit: dict[int, list[tuple[Any, ...]]] = {}
         run_commit: dict[str, int] = {}
         unfinished: set[int] = set()
-        for run_id, commit_id, dirty, started, finished, status, branch in session.execute(runs.with_only_columns(
-                Run.id, Run.commit_id, Run.dirty, Run.started_at, Run.finished_at, Run.status, Run.branch)):
+        for row in session.execute(runs.with_only_columns(*_RUN_COLUMNS)):
+            run_id, commit_id, finished = row[0], row[1], row[4]
             run_commit[run_id] = commit_id
             if finished is None:
                 unfinished.add(commit_id)
-            per_commit.setdefault(commit_id, []).append(
-                (run_id, commit_id, bool(dirty), str(started), str(finished), status, branch,
-                 *(int(v or 0) for v in jobs.get(run_id, (0, 0, 0, 0)))))
+            per_commit.setdefault(commit_id, []).append(_fingerprint(row, jobs))
     return ChipState(int(watermark), {c: tuple(sorted(rows)) for c, rows in per_commit.items()}, run_commit,
                      unfinished)
 
@@ -136,17 +149,12 @@ def run_prints(store: Store, run_ids: Collection[str]) -> dict[str, tuple[Any, .
         return {}
     ids = sorted(set(run_ids))
     with store.session() as session:
-        jobs = {run_id: row for run_id, *row in session.execute(
-            select(JobRecord.run_id, func.count(JobRecord.id), func.min(JobRecord.id), func.max(JobRecord.id),
-                   func.sum(JobRecord.id)).where(JobRecord.run_id.in_(ids)).group_by(JobRecord.run_id))}
+        jobs = _job_id_summaries(session, ids)
         newest = dict(session.execute(
             select(JobRecord.run_id, func.max(Sample.id)).join(Sample, Sample.job_id == JobRecord.id)
             .where(JobRecord.run_id.in_(ids)).group_by(JobRecord.run_id)).all())
-        return {run_id: (run_id, commit_id, bool(dirty), str(started), str(finished), status, branch,
-                         *(int(v or 0) for v in jobs.get(run_id, (0, 0, 0, 0))), int(newest.get(run_id) or 0))
-                for run_id, commit_id, dirty, started, finished, status, branch in session.execute(
-                    select(Run.id, Run.commit_id, Run.dirty, Run.started_at, Run.finished_at, Run.status,
-                           Run.branch).where(Run.id.in_(ids)))}
+        return {row[0]: (*_fingerprint(row, jobs), int(newest.get(row[0]) or 0))
+                for row in session.execute(select(*_RUN_COLUMNS).where(Run.id.in_(ids)))}
 
 
 def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -> dict[str, int]:

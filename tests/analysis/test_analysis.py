@@ -26,13 +26,6 @@ SLOW_SERIES = ("swiglu", "fused_gateup", 1)
 SLOW_KEY = SeriesKey("swiglu", "fused_gateup", "float32", "B=1,D=32,H=1,S=128", "chip-a")
 
 
-@pytest.fixture
-def db(db_url):
-    handle = outbox.open_store(db_url)
-    yield handle
-    handle.close()
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def history_store(request, tmp_path_factory):
     """One history database per backend, shared (read-only) by the history and regression tests."""

@@ -31,13 +31,6 @@ STEP_AT = 7
 
 
 @pytest.fixture
-def db(db_url):
-    handle = outbox.open_store(db_url)
-    yield handle
-    handle.close()
-
-
-@pytest.fixture
 def sqlite_db(sqlite_url):
     handle = outbox.open_store(sqlite_url)
     yield handle

@@ -15,20 +15,12 @@ from sqlalchemy import update
 
 from harness.analysis.history import history
 from harness.analysis.regressions import regressions
-from harness.record import outbox
 from harness.record.models import Commit
 from harness.record.query import SeriesKey
 from testkit.lineage import BROKEN, STEP_SERIES, bisect_history
 
 STEPPED = SeriesKey(STEP_SERIES[0], STEP_SERIES[1], "float32", "B=1,D=32,H=1,S=128", "chip-a")
 BROKEN_BENCH = SeriesKey(BROKEN[0], BROKEN[1], "float32", "B=1,D=32,H=1,S=64", "chip-a")
-
-
-@pytest.fixture
-def db(db_url):
-    handle = outbox.open_store(db_url)
-    yield handle
-    handle.close()
 
 
 @pytest.fixture

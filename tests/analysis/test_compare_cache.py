@@ -11,20 +11,19 @@ from sqlalchemy import select
 
 from harness.analysis import cache, compare
 from harness.core.job import JobResult
-from harness.record import outbox, store
+from harness.record import store
 from harness.record.models import AnalysisCache
 from testkit.analysis import add_run, bench_job, grid_results, sha_of, timings
 
 
 @pytest.fixture
-def db(db_url):
-    handle = outbox.open_store(db_url)
+def db(db):
+    """The shared store with six runs of chip-a: a 30 % step of one series at commit 4."""
     rng = np.random.default_rng(3)
-    for i in range(6):  # a 30 % step of one series at commit 4
+    for i in range(6):
         factors = {("flash_prefill", "sdpa", 0): 1.3} if i >= 4 else {}
-        add_run(handle, "chip-a", i, grid_results(rng, factors, trials=3), minutes=10 * i)
-    yield handle
-    handle.close()
+        add_run(db, "chip-a", i, grid_results(rng, factors, trials=3), minutes=10 * i)
+    return db
 
 
 def text(report) -> str:

@@ -9,24 +9,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from harness.analysis.variants import variant_matrix
 from harness.core.job import JobResult
-from harness.record import outbox
 from testkit.analysis import add_run, bench_job, sha_of, timings
 
 SHARED = {"B": 1, "H": 1, "S": 64, "D": 32}
 ONLY_A = {"B": 1, "H": 1, "S": 128, "D": 32}
 ONLY_B = {"B": 1, "H": 1, "S": 256, "D": 32}
 FLASH = "flash_prefill"
-
-
-@pytest.fixture
-def db(db_url):
-    handle = outbox.open_store(db_url)
-    yield handle
-    handle.close()
 
 
 def bench(rng: np.random.Generator, kernel: str, variant: str, shape: dict[str, int], seconds: float,

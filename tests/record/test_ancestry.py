@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import numpy as np
-import pytest
 from sqlalchemy import select, update
 
 from harness.core.chip import ChipIdentity
@@ -17,13 +16,6 @@ from harness.spec import git as spec_git
 from harness.spec import target as spec_target
 from testkit.analysis import T0, grid_results
 from testkit.lineage import add_commit, bisect_history, git, insert_rows, migrate_to, new_repo, record_run
-
-
-@pytest.fixture
-def db(db_url):
-    handle = outbox.open_store(db_url)
-    yield handle
-    handle.close()
 
 
 def stored_commits(db) -> dict[str, tuple[list[str] | None, str, int]]:

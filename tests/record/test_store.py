@@ -24,13 +24,6 @@ def new_run(db: store.Store, sha: str = "abc123") -> str:
                             dirty=False, executor="local", planned_jobs=1)
 
 
-@pytest.fixture
-def db(db_url):
-    handle = outbox.open_store(db_url)
-    yield handle
-    handle.close()
-
-
 def count(db, model) -> int:
     with db.session() as session:
         return session.scalar(select(func.count()).select_from(model))
