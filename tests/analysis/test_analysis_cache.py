@@ -24,6 +24,7 @@ from harness.record import analysis_cache, bundle, outbox, query, store
 from harness.record.models import AnalysisCache, Chip, Commit, Run
 from harness.render import site
 from testkit.analysis import add_run, bench_job, checks, grid_results, sha_of, timings
+from testkit.migrations import downgraded
 from testkit.paths import ROOT
 
 CHIPS = ("chip-a", "chip-b")
@@ -268,19 +269,11 @@ def test_a_cache_written_by_another_process_renders_the_same_pages(db, tmp_path)
 
 
 def test_the_migration_adds_and_drops_the_table(sqlite_url):
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import create_engine, inspect
+    from sqlalchemy import inspect
 
     outbox.open_store(sqlite_url).close()
-    engine = create_engine(sqlite_url)
-    config = Config()
-    config.set_main_option("script_location", str(store.MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0003")
-    assert "analysis_cache" not in inspect(engine).get_table_names()
-    engine.dispose()
+    with downgraded(sqlite_url, "0003") as engine:
+        assert "analysis_cache" not in inspect(engine).get_table_names()
     db = outbox.open_store(sqlite_url)
     try:
         assert "analysis_cache" in inspect(db.engine).get_table_names()

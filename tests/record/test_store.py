@@ -10,6 +10,7 @@ from harness.core.errors import HarnessError
 from harness.core.job import FunctionJob, InstallJob, JobResult, KernelJob, PytestJob
 from harness.record import outbox, query, store
 from harness.record.models import JobRecord, Run, Sample
+from testkit.migrations import downgraded
 
 CHIP = ChipIdentity(key="test-chip", backend="cpu", device_name="Test", architecture="x86_64", memory_bytes=141 << 30)
 FACTS = {"hostname": "host-a"}
@@ -117,23 +118,15 @@ def test_bad_urls_are_one_line_errors_without_the_password(tmp_path):
 def test_a_database_from_before_trials_reads_as_one_trial_per_job(db_url):
     """Migration 0003 on rows written before it (written now, then the schema taken down to 0002, which drops the
     trial columns): every sample reads as trial 0 and every job as one trial, its timing mode unknown."""
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import create_engine, inspect
+    from sqlalchemy import inspect
 
     db = outbox.open_store(db_url)
     run_id = new_run(db)
     job = bench_job()
     store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=[1.0, 2.0, 3.0], mode="pipelined"))
     db.close()
-    engine = create_engine(db_url)
-    config = Config()
-    config.set_main_option("script_location", str(store.MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0002")
-    assert "trial" not in {c["name"] for c in inspect(engine).get_columns("sample")}
-    engine.dispose()
+    with downgraded(db_url, "0002") as engine:
+        assert "trial" not in {c["name"] for c in inspect(engine).get_columns("sample")}
     db = outbox.open_store(db_url)  # migrates to the newest revision again
     try:
         with db.session() as session:
