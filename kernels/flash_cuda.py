@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 
 from kernels.base import Variant
+from kernels.cuda_compile import cuda_kernel
 
 BQ_CHOICES = (16, 32, 64, 128)
 BK_CHOICES = (32, 64)
@@ -222,10 +223,9 @@ def cuda_unavailable() -> str | None:
 
 @functools.cache
 def _kernel():
-    import mlx.core as mx
 
-    return mx.fast.cuda_kernel(name="flash_prefill_wmma", input_names=["q", "k", "v", "dims", "scale"],
-                               output_names=["out"], source=SOURCE, header=HEADER, ensure_row_contiguous=True)
+    return cuda_kernel(name="flash_prefill_wmma", input_names=["q", "k", "v", "dims", "scale"],
+                       output_names=["out"], source=SOURCE, header=HEADER, ensure_row_contiguous=True)
 
 
 def flash_attention_cuda(q, k, v, scale: float, BQ: int, BK: int):

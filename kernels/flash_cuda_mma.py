@@ -25,13 +25,14 @@ from __future__ import annotations
 import functools
 
 from kernels.base import Variant
+from kernels.cuda_compile import cuda_kernel
 from kernels.flash_cuda import HEAD_DIMS, PROLOGUE, STATIC_SMEM_LIMIT, check_launch, cuda_unavailable, register_variants
 
 # (m-tiles per warp, BQ choices, BK choices): one warp per 16 rows with Q in registers, or per 32 rows
 # with Q in shared memory (FlashAttention-2's layout for head dim 128).
 TILES = ((1, (64, 128), (32, 64)), (2, (64, 128), (32, 64)))
 # Candidate tiles beyond the 48 KB of static shared memory, in dynamic shared memory
-# (``mx.fast.cuda_kernel(shared_memory=)``; MLX raises the kernel's limit above 48 KB): FlashAttention-2's own
+# (``cuda_kernel(shared_memory=)``; MLX raises the kernel's limit above 48 KB): FlashAttention-2's own
 # head-dim-128 forward tile (BQ 128, BK 64, 4 warps of 32 rows: 64 KB) and 64-key-deeper chunks (BK 128: half the
 # chunk overheads -- barriers, O rescales -- per key). Not yet measured on a GPU, so not registered with the kernel
 # (a suite's "all" would run them): ``scripts/gpu_flash_bench.py --candidates`` registers and measures them.
@@ -306,13 +307,12 @@ DYNAMIC_SMEM = "extern __shared__ __align__(128) unsigned char smem[];  // SMEM_
 def _kernel(dynamic_bytes: int = 0):
     """The static-smem kernel (0), or the kernel that takes ``dynamic_bytes`` of dynamic shared memory (its own
     module: the request is a property of the kernel object)."""
-    import mlx.core as mx
 
     name, declaration = ("flash_prefill_mma", STATIC_SMEM) if not dynamic_bytes else (
         f"flash_prefill_mma_dyn{dynamic_bytes}", DYNAMIC_SMEM)
-    return mx.fast.cuda_kernel(name=name, input_names=["q", "k", "v", "dims", "scale"], output_names=["out"],
-                               source=SOURCE.replace("SMEM_DECLARATION", declaration), header=HEADER,
-                               ensure_row_contiguous=True, shared_memory=dynamic_bytes)
+    return cuda_kernel(name=name, input_names=["q", "k", "v", "dims", "scale"], output_names=["out"],
+                       source=SOURCE.replace("SMEM_DECLARATION", declaration), header=HEADER,
+                       ensure_row_contiguous=True, shared_memory=dynamic_bytes)
 
 
 def needs_dynamic(BQ: int, BK: int, D: int, WM: int) -> bool:

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 from kernels.base import Variant
+from kernels.cuda_compile import cuda_kernel
 from kernels.flash_cuda import STATIC_SMEM_LIMIT, cuda_unavailable
 
 THREADS = 128
@@ -281,12 +282,11 @@ PARTIAL_INPUTS = ("q", "k_codes", "k_scale", "k_zero", "v_codes", "v_scale", "v_
 
 @functools.cache
 def _kernels():
-    import mlx.core as mx
 
-    partial = mx.fast.cuda_kernel(
+    partial = cuda_kernel(
         name="quant_decode_partial", input_names=list(PARTIAL_INPUTS), output_names=["o_part", "ml_part"],
         source=PARTIAL_SOURCE, header=HEADER, ensure_row_contiguous=True)
-    combine = mx.fast.cuda_kernel(
+    combine = cuda_kernel(
         name="quant_decode_combine", input_names=["o_part", "ml_part", "dims"], output_names=["out"],
         source=COMBINE_SOURCE, header=HEADER, ensure_row_contiguous=True)
     return partial, combine
