@@ -31,12 +31,15 @@ from kernels.flash_cuda import HEAD_DIMS, PROLOGUE, STATIC_SMEM_LIMIT, check_lau
 # (m-tiles per warp, BQ choices, BK choices): one warp per 16 rows with Q in registers, or per 32 rows
 # with Q in shared memory (FlashAttention-2's layout for head dim 128).
 TILES = ((1, (64, 128), (32, 64)), (2, (64, 128), (32, 64)))
-# Candidate tiles beyond the 48 KB of static shared memory, in dynamic shared memory
-# (``cuda_kernel(shared_memory=)``; MLX raises the kernel's limit above 48 KB): FlashAttention-2's own
-# head-dim-128 forward tile (BQ 128, BK 64, 4 warps of 32 rows: 64 KB) and 64-key-deeper chunks (BK 128: half the
-# chunk overheads -- barriers, O rescales -- per key). Not yet measured on a GPU, so not registered with the kernel
-# (a suite's "all" would run them): ``scripts/gpu_flash_bench.py --candidates`` registers and measures them.
+# Tiles beyond the 48 KB of static shared memory, in dynamic shared memory (``shared_memory=``; the kernel's limit
+# is raised above 48 KB at launch): FlashAttention-2's own head-dim-128 forward tile (BQ 128, BK 64, 4 warps of 32
+# rows: 64 KB) and 64-key-deeper chunks (BK 128: half the chunk overheads -- barriers, O rescales -- per key).
 DYNAMIC_TILES = ((1, (64, 128), (128,)), (2, (128,), (64,)))
+# Measured on the H200 (reports/examples/h200-flash-candidates.json, scripts/gpu_flash_bench.py --candidates):
+# FlashAttention-2's tile is the fastest variant at S=8192, D=128 (0.454x SDPA against 0.446x for
+# cuda_mma_bq64_bk64) and slower at S=2048 (0.39x against 0.45x): a variant whose win depends on the shape, so it is
+# registered. The 128-key chunks lose at both (0.36-0.39x) and stay candidates (``--candidates`` registers them).
+REGISTERED_DYNAMIC = ("cuda_mma_bq128_bk64_r32",)
 # The opt-in limit of the smallest sm_80+ part (sm_86/sm_89: 99 KB; sm_80 163 KB, sm_90 227 KB)
 DYNAMIC_SMEM_LIMIT = 99 * 1024
 
@@ -366,4 +369,4 @@ def mma_dynamic_variants() -> list[Variant]:
             if smem_bytes(bq, bk, max(HEAD_DIMS), wm) <= DYNAMIC_SMEM_LIMIT]
 
 
-register_variants(mma_variants())
+register_variants(mma_variants() + [v for v in mma_dynamic_variants() if v.name in REGISTERED_DYNAMIC])

@@ -96,8 +96,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[], metavar="PREFIX",
                         help="check and time only the variants whose name starts with a prefix (and SDPA)")
     parser.add_argument("--candidates", action="store_true",
-                        help="also register the candidate mma tiles in dynamic shared memory "
-                             "(kernels.flash_cuda_mma.mma_dynamic_variants), not yet part of the kernel")
+                        help="also register the candidate mma tiles in dynamic shared memory that are not yet "
+                             "part of the kernel (kernels.flash_cuda_mma.mma_dynamic_variants)")
     args = parser.parse_args()
     if args.candidates:
         from kernels import flash_cuda, flash_cuda_mma
