@@ -1,19 +1,23 @@
 """CUDA source kernels compiled once per machine instead of once per process.
 
 ``mx.fast.cuda_kernel`` compiles its source with NVRTC the first time each process calls it (about 1.4 s per
-(kernel, template) on the H200) and MLX 0.32 keeps no disk cache for such kernels. The harness measures every
+(kernel, template) on the H200) and MLX 0.32 writes no disk cache for such kernels. The harness measures every
 benchmark in several fresh processes (trials), so a run paid that compile once per trial.
 
-:func:`cuda_kernel` takes the same arguments and returns a callable with the same call signature. It builds the
-same kernel as MLX does (the header, then a ``__global__`` function whose parameters are the inputs and outputs
-and whose body starts with the template arguments as constants), compiles it with NVRTC for this device's
-architecture (the options MLX passes), stores the cubin in a cache directory keyed by a hash of the full source,
-the architecture and the NVRTC version, and launches it with ``mx.fast.precompiled_cuda_kernel``. Another process
-finds the cubin and only loads it.
+MLX does *read* its compiled-kernel folder (``$MLX_PTX_CACHE_DIR``, else ``<tmp>/mlx/<version>/ptx``) before it
+compiles any kernel, custom ones included: ``<module>.ptx`` (PTX or a cubin) and ``<module>.txt`` (kernel name, tab,
+symbol), where a custom kernel's module is ``custom_kernel_<name><template suffix>``. :func:`cuda_kernel` takes the
+same arguments as ``mx.fast.cuda_kernel`` and returns a callable with the same call signature that launches through
+MLX's own kernel, so nothing changes per launch. Before the first launch of a (kernel, template) in a process it
+makes sure that folder holds the module: it builds the same kernel MLX would (the header, then a ``__global__``
+function whose parameters are the inputs and outputs and whose body starts with the template arguments as
+constants), compiles it with NVRTC for this device's architecture (the options MLX passes) and writes the cubin
+there. Later processes find it and only load it.
 
-The cache directory is ``$HARNESS_CUDA_CACHE`` (``off`` disables it: MLX compiles as before), else
-``~/.cache/mlx-kernel-harness/cuda``. Where NVRTC cannot be loaded or refuses the source, the call falls back to
-``mx.fast.cuda_kernel`` and :data:`FALLBACKS` says why (``scripts/cuda_jit_cost.py`` prints it).
+The kernel's name carries a digest of its source, header, dtypes and compile settings, so an edited kernel is
+another module and a stale cubin is never loaded. ``HARNESS_CUDA_CACHE=off`` turns this off (MLX compiles in every
+process, as before). Where NVRTC cannot be loaded or refuses the source, MLX compiles it as before and
+:data:`FALLBACKS` says why (``scripts/cuda_jit_cost.py`` prints it).
 """
 
 from __future__ import annotations
@@ -29,13 +33,17 @@ from pathlib import Path
 from typing import Any
 
 CACHE_ENV = "HARNESS_CUDA_CACHE"
-DEFAULT_CACHE = Path.home() / ".cache" / "mlx-kernel-harness" / "cuda"
 NAME_PLACEHOLDER = "HARNESS_KERNEL_NAME"
 
 # The C type of each MLX dtype in a kernel signature (MLX's dtype_to_cuda_type).
 CUDA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "int32": "int32_t",
               "uint32": "uint32_t", "int16": "int16_t", "uint16": "uint16_t", "int8": "int8_t",
               "uint8": "uint8_t", "bool": "bool"}
+
+# MLX's get_type_string: how a dtype template argument reads in a module name.
+MLX_TYPE_STRINGS = {"float32": "float", "float16": "float16_t", "bfloat16": "bfloat16_t", "bool": "bool",
+                    "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
+                    "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
 
 # What MLX's default header gives a kernel that ours use: the half types and the fixed-width integers (NVRTC has
 # no <cstdint>; a typedef that repeats one from a CUDA header names the same type, which C++ allows).
@@ -49,10 +57,10 @@ typedef int int32_t;
 typedef unsigned int uint32_t;
 """
 
-# kernel name -> why it runs through mx.fast.cuda_kernel instead of a cached cubin
+# kernel name -> why MLX compiles it in this process instead of loading a cubin compiled here
 FALLBACKS: dict[str, str] = {}
 # Options added to NVRTC's (part of the cache key). Empty, as MLX compiles; a probe may add e.g.
-# "--ptxas-options=-v" (ptxas's register and spill report lands in the cubin's .log file) or "--maxrregcount=N".
+# "--ptxas-options=-v" (ptxas's register and spill report lands in the module's .log file) or "--maxrregcount=N".
 EXTRA_OPTIONS: tuple[str, ...] = ()
 
 
@@ -160,12 +168,30 @@ def nvrtc() -> Nvrtc:
     raise CompileError("NVRTC not found (libnvrtc.so)")
 
 
-def cache_dir() -> Path | None:
-    """The cubin cache, or None when ``$HARNESS_CUDA_CACHE`` is ``off``."""
-    value = os.environ.get(CACHE_ENV, "")
-    if value.lower() == "off":
-        return None
-    return Path(value) if value else DEFAULT_CACHE
+def enabled() -> bool:
+    """False when ``$HARNESS_CUDA_CACHE`` is ``off``."""
+    return os.environ.get(CACHE_ENV, "").lower() != "off"
+
+
+def mlx_cache_dir() -> Path:
+    """The folder MLX reads compiled kernels from before it compiles one (what MLX's ``ptx_cache_dir`` returns)."""
+    import mlx.core as mx
+
+    value = os.environ.get("MLX_PTX_CACHE_DIR")
+    return Path(value) if value else Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx"
+
+
+def template_suffix(template: Sequence[tuple[str, Any]]) -> str:
+    """MLX's ``template_arguments_hash``: the end of a custom kernel's module name."""
+    parts = []
+    for _, value in template:
+        if isinstance(value, bool):
+            parts.append("_t" if value else "_f")
+        elif isinstance(value, int):
+            parts.append(f"_{value}")
+        else:
+            parts.append("_" + MLX_TYPE_STRINGS[dtype_name(value)])
+    return "".join(parts)
 
 
 @functools.cache
@@ -178,75 +204,76 @@ def device_arch() -> str:
     return arch
 
 
-def cached_cubin(source: str, directory: Path) -> tuple[str, bytes]:
-    """(function name, cubin) for a source with :data:`NAME_PLACEHOLDER`, compiled once per machine."""
+def write_atomically(path: Path, data: bytes) -> None:
+    """Another process reading ``path`` sees all of it or nothing (one compiling the same kernel writes the same)."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        tmp.write(data)
+    os.replace(tmp.name, path)
+
+
+def prefill(directory: Path, module: str, source: str) -> None:
+    """Compile ``source`` (with :data:`NAME_PLACEHOLDER`) into ``<directory>/<module>.ptx`` with the index MLX reads,
+    unless it is there. The index goes first: MLX takes the module as present once its ``.ptx`` exists."""
+    ptx = directory / f"{module}.ptx"
+    if ptx.is_file():
+        return
     compiler, arch = nvrtc(), device_arch()
-    key = hashlib.sha256(f"{arch}\n{compiler.version}\n{EXTRA_OPTIONS}\n{source}".encode()).hexdigest()[:20]
-    name = f"harness_kernel_{key}"
-    path = directory / f"{name}.cubin"
-    if path.is_file():
-        return name, path.read_bytes()
+    symbol = "harness_" + hashlib.sha256(f"{module}\n{source}".encode()).hexdigest()[:20]
     home = cuda_home()
-    cubin, log = compiler.compile(source.replace(NAME_PLACEHOLDER, name), arch, f"{home}/include" if home else None)
+    cubin, log = compiler.compile(source.replace(NAME_PLACEHOLDER, symbol), arch, f"{home}/include" if home else None)
     directory.mkdir(parents=True, exist_ok=True)
     if log.strip():
-        (directory / f"{name}.log").write_text(log)
-    with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".tmp") as tmp:
-        tmp.write(cubin)
-    os.replace(tmp.name, path)  # atomic: a process that compiles the same kernel at the same time writes the same
-    return name, cubin
+        (directory / f"{module}.log").write_text(log)
+    write_atomically(directory / f"{module}.txt", f"mlx::core::cu::{module}\t{symbol}\n".encode())
+    write_atomically(ptx, cubin)
 
 
 class CudaKernel:
-    """``mx.fast.cuda_kernel``'s callable, served from the cubin cache."""
+    """``mx.fast.cuda_kernel``'s callable, whose compiled modules MLX finds on disk (see the module docstring).
+
+    ``min_blocks``: ``__launch_bounds__(threads, min_blocks)`` in the compiled kernel (only where this module
+    compiles it; MLX's own compile has no launch bounds)."""
 
     def __init__(self, name: str, input_names: Sequence[str], output_names: Sequence[str], source: str,
                  header: str = "", ensure_row_contiguous: bool = True, shared_memory: int = 0,
                  min_blocks: int | None = None) -> None:
         self.name, self.input_names, self.output_names = name, list(input_names), list(output_names)
-        self.min_blocks = min_blocks
-        self.source, self.header = source, header
+        self.source, self.header, self.min_blocks = source, header, min_blocks
         self.ensure_row_contiguous, self.shared_memory = ensure_row_contiguous, shared_memory
+        self._prefilled: set[str] = set()
 
-    @functools.cached_property
-    def _mlx_kernel(self):
+    @functools.cache  # noqa: B019 -- one MLX kernel per dtype signature, for the life of the process
+    def _mlx_kernel(self, dtypes: tuple[tuple[str, ...], tuple[str, ...]]):
         import mlx.core as mx
 
-        return mx.fast.cuda_kernel(name=self.name, input_names=self.input_names, output_names=self.output_names,
-                                   source=self.source, header=self.header,
-                                   ensure_row_contiguous=self.ensure_row_contiguous,
-                                   shared_memory=self.shared_memory)
+        settings = f"{self.source}\n{self.header}\n{dtypes}\n{self.min_blocks}\n{EXTRA_OPTIONS}\n{mx.__version__}"
+        name = f"{self.name}_{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
+        return name, mx.fast.cuda_kernel(name=name, input_names=self.input_names, output_names=self.output_names,
+                                         source=self.source, header=self.header,
+                                         ensure_row_contiguous=self.ensure_row_contiguous,
+                                         shared_memory=self.shared_memory)
 
-    @functools.cache  # noqa: B019 -- one entry per (dtypes, template): the kernels live as long as the process
-    def _compiled(self, input_dtypes: tuple[str, ...], output_dtypes: tuple[str, ...],
-                  template: tuple[tuple[str, Any], ...], threads: int, directory: Path) -> tuple[str, bytes]:
+    def _prefill(self, module: str, dtypes: tuple[tuple[str, ...], tuple[str, ...]],
+                 template: Sequence[tuple[str, Any]], threads: int) -> None:
         bounds = (threads, self.min_blocks) if self.min_blocks else None
-        source = kernel_source(self.header, self.source, list(zip(self.input_names, input_dtypes, strict=True)),
-                               list(zip(self.output_names, output_dtypes, strict=True)), template, bounds)
-        return cached_cubin(source, directory)
+        source = kernel_source(self.header, self.source, list(zip(self.input_names, dtypes[0], strict=True)),
+                               list(zip(self.output_names, dtypes[1], strict=True)), template, bounds)
+        prefill(mlx_cache_dir(), module, source)
 
     def __call__(self, *, inputs: Sequence[Any], output_shapes: Sequence[Sequence[int]],
                  output_dtypes: Sequence[Any], grid: tuple[int, int, int], threadgroup: tuple[int, int, int],
                  template: Sequence[tuple[str, Any]] = ()) -> list[Any]:
-        import mlx.core as mx
-
-        directory = cache_dir()
-        if directory is not None and self.name not in FALLBACKS:
+        dtypes = (tuple(dtype_name(x.dtype) for x in inputs), tuple(dtype_name(d) for d in output_dtypes))
+        name, kernel = self._mlx_kernel(dtypes)
+        module = f"custom_kernel_{name}{template_suffix(template)}"
+        if module not in self._prefilled and enabled() and self.name not in FALLBACKS:
             try:
-                name, cubin = self._compiled(tuple(dtype_name(x.dtype) for x in inputs),
-                                             tuple(dtype_name(d) for d in output_dtypes),
-                                             tuple((n, v if isinstance(v, (bool, int)) else dtype_name(v))
-                                                   for n, v in template),
-                                             threadgroup[0] * threadgroup[1] * threadgroup[2], directory)
-            except (CompileError, OSError) as error:
+                self._prefill(module, dtypes, template, threadgroup[0] * threadgroup[1] * threadgroup[2])
+            except (CompileError, OSError, KeyError) as error:
                 FALLBACKS[self.name] = str(error)
-            else:
-                return mx.fast.precompiled_cuda_kernel(
-                    name=name, compiled_source=cubin, inputs=list(inputs), output_shapes=list(output_shapes),
-                    output_dtypes=list(output_dtypes), scalars=[], grid=grid, threadgroup=threadgroup,
-                    shared_memory=self.shared_memory, ensure_row_contiguous=self.ensure_row_contiguous)
-        return self._mlx_kernel(inputs=list(inputs), template=list(template), grid=grid, threadgroup=threadgroup,
-                                output_shapes=list(output_shapes), output_dtypes=list(output_dtypes))
+            self._prefilled.add(module)
+        return kernel(inputs=list(inputs), template=list(template), grid=grid, threadgroup=threadgroup,
+                      output_shapes=list(output_shapes), output_dtypes=list(output_dtypes))
 
 
 def cuda_kernel(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = "",

@@ -1,14 +1,16 @@
-"""Where does a CUDA source variant's per-process start go? Time its first call in fresh processes.
+"""What does a CUDA source variant cost to start in a fresh process, and does the compiled-kernel prefill work?
 
-Each child process imports MLX and the kernels, builds one benchmark's inputs, then times the variant's first call
-(JIT compile or cache load, plus the launch) and its second call, and counts the files in MLX's PTX cache
-directory (``$MLX_PTX_CACHE_DIR``, default ``<tmp>/mlx/<version>/ptx``) before and after. Run N children one after
-another: if the first call stays slow in every child although the cache holds the kernel, the cost is not NVRTC.
+Each child process imports MLX and the kernels, builds one benchmark's inputs per case, then times the variant's
+first call (compile or load, plus the launch), its next calls, and the host cost of a launch (200 calls enqueued
+back to back, one synchronize: microseconds per call). Children run one after another, first with
+``HARNESS_CUDA_CACHE=off`` (MLX compiles in every process), then with a fresh ``MLX_PTX_CACHE_DIR`` that
+kernels/cuda_compile.py prefills (the first child compiles, the others should only load).
 
-The children run once with the harness's cubin cache off (``HARNESS_CUDA_CACHE=off``: MLX compiles in every
-process) and once with a fresh cache directory (the first child compiles, the others load;
-``kernels/cuda_compile.py``). ``--identical`` also checks, in one process, that every CUDA source variant gives
-bit-identical output through both paths.
+Two checks, each in its own pair of processes (MLX keeps a module per name for the life of a process):
+
+- ``proof``: a module prefilled with a kernel that adds 2 where MLX's source adds 1: MLX's output shows which one
+  it ran, so whether MLX loads the prefilled module at all;
+- ``--identical``: every CUDA source variant's output with the prefill off and on, bit for bit.
 
 Usage: python scripts/cuda_jit_cost.py [--children 3] [--identical] [--out jit.json]
 """
@@ -28,72 +30,141 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = [("flash_prefill", "cuda_mma_bq64_bk64", {"B": 1, "H": 8, "S_q": 256, "S_kv": 256, "D": 64}),
          ("quant_decode", "cuda_splitk", {"B": 1, "H_q": 32, "H_kv": 8, "S_kv": 1024, "D": 128}),
          ("flash_prefill", "sdpa", {"B": 1, "H": 8, "S_q": 256, "S_kv": 256, "D": 64})]
+IDENTICAL_SHAPES = {"flash_prefill": {"B": 1, "H": 4, "S_q": 200, "S_kv": 328, "D": 128},
+                    "quant_decode": {"B": 2, "H_q": 32, "H_kv": 8, "S_kv": 1000, "D": 128},
+                    "quant_decode_layers": {"NL": 3, "B": 2, "H_q": 32, "H_kv": 8, "S_kv": 600, "D": 128}}
 
 
-def child() -> None:
-    sys.path.insert(0, str(ROOT))
+def launch_us(fn, calls: int = 200) -> float:
+    import mlx.core as mx
+
+    start = time.perf_counter()
+    for _ in range(calls):
+        mx.async_eval(fn())
+    mx.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def timing_child() -> dict:
     t0 = time.perf_counter()
     import mlx.core as mx
 
-    from kernels import REGISTRY
+    from kernels import REGISTRY, cuda_compile
     from kernels.base import run_variant
 
-    cache = Path(os.environ.get("MLX_PTX_CACHE_DIR") or Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx")
-    from kernels import cuda_compile
-
-    out = {"import_s": time.perf_counter() - t0, "cache": str(cache), "cases": []}
+    out = {"import_s": time.perf_counter() - t0, "cache": str(cuda_compile.mlx_cache_dir()), "cases": []}
     for kernel_name, variant, shape in CASES:
         kernel = REGISTRY[kernel_name]
         inputs = kernel.make_inputs(kernel.normalize_shape(shape), "float16", 0)
-        before = len(list(cache.glob("*"))) if cache.exists() else 0
         calls = []
         for _ in range(3):
             start = time.perf_counter()
             mx.eval(run_variant(kernel.variants[variant], inputs))
             mx.synchronize()
             calls.append(time.perf_counter() - start)
-        after = len(list(cache.glob("*"))) if cache.exists() else 0
-        out["cases"].append({"variant": variant, "calls_s": calls, "cache_files_before": before,
-                             "cache_files_after": after})
+        fn = kernel.variants[variant].fn
+        out["cases"].append({"variant": variant, "calls_s": calls,
+                             "launch_us": launch_us(lambda fn=fn, inputs=inputs: fn(**inputs))})
     out["fallbacks"] = dict(cuda_compile.FALLBACKS)
-    print(json.dumps(out))
+    return out
 
 
-def identical() -> list[dict]:
-    """Every CUDA source variant of the registry through mx.fast.cuda_kernel and through the cubin cache."""
-    sys.path.insert(0, str(ROOT))
+def proof_child() -> dict:
+    """MLX's source adds 1; the prefilled module adds 2. Which did MLX run?"""
     import mlx.core as mx
+
+    from kernels import cuda_compile
+
+    body = "    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n    out[i] = x[i] + {};"
+    kernel = cuda_compile.CudaKernel("harness_prefill_proof", ["x"], ["out"], body.format("1.0f"))
+    x = mx.zeros((32,), dtype=mx.float32)
+    name, _ = kernel._mlx_kernel((("float32",), ("float32",)))
+    module = f"custom_kernel_{name}"
+    directory = cuda_compile.mlx_cache_dir()
+    for suffix in (".ptx", ".txt"):
+        (directory / f"{module}{suffix}").unlink(missing_ok=True)
+    source = cuda_compile.kernel_source("", body.format("2.0f"), [("x", "float32")], [("out", "float32")], [])
+    cuda_compile.prefill(directory, module, source)
+    kernel._prefilled.add(module)
+    (out,) = kernel(inputs=[x], output_shapes=[(32,)], output_dtypes=[mx.float32], grid=(32, 1, 1),
+                    threadgroup=(32, 1, 1))
+    value = float(out[0])
+    return {"value": value, "mlx_loaded_the_prefilled_module": value == 2.0}
+
+
+def outputs_child(path: str) -> dict:
+    """Every CUDA source variant's output (float32) into an .npz, for the parent to compare across processes."""
+    import mlx.core as mx
+    import numpy as np
 
     from kernels import REGISTRY, cuda_compile
     from kernels.base import run_variant
     from kernels.flash_cuda_mma import mma_dynamic_variants
 
-    shapes = {"flash_prefill": {"B": 1, "H": 4, "S_q": 200, "S_kv": 328, "D": 128},
-              "quant_decode": {"B": 2, "H_q": 32, "H_kv": 8, "S_kv": 1000, "D": 128},
-              "quant_decode_layers": {"NL": 3, "B": 2, "H_q": 32, "H_kv": 8, "S_kv": 600, "D": 128}}
-    rows = []
-    with tempfile.TemporaryDirectory() as cache:
-        for kernel_name, shape in shapes.items():
-            kernel = REGISTRY[kernel_name]
-            variants = [v for v in kernel.variants.values() if v.backend == "cuda"]
-            if kernel_name == "flash_prefill":
-                variants += mma_dynamic_variants()
-            for dtype in ("float16", "bfloat16"):
-                inputs = kernel.make_inputs(kernel.normalize_shape(shape), dtype, 0)
-                for variant in variants:
-                    outs = {}
-                    for mode in ("off", cache):
-                        os.environ[cuda_compile.CACHE_ENV] = mode
-                        out = run_variant(variant, inputs)
-                        mx.eval(out)
-                        outs[mode] = out
-                    diff = float(mx.max(mx.abs(outs["off"].astype(mx.float32) - outs[cache].astype(mx.float32))))
-                    rows.append({"kernel": kernel_name, "variant": variant.name, "dtype": dtype, "max_abs_diff": diff,
-                                 "fallback": cuda_compile.FALLBACKS.get(variant.name, "")})
-                    print(f"{kernel_name:20s} {variant.name:28s} {dtype:9s} max|cached - mlx| = {diff:.3g}", flush=True)
-    os.environ.pop(cuda_compile.CACHE_ENV, None)
-    print("fallbacks:", json.dumps(cuda_compile.FALLBACKS), flush=True)
-    return rows
+    arrays = {}
+    for kernel_name, shape in IDENTICAL_SHAPES.items():
+        kernel = REGISTRY[kernel_name]
+        variants = [v for v in kernel.variants.values() if v.backend == "cuda"]
+        if kernel_name == "flash_prefill":
+            variants += [v for v in mma_dynamic_variants() if v.name not in kernel.variants]
+        for dtype in ("float16", "bfloat16"):
+            inputs = kernel.make_inputs(kernel.normalize_shape(shape), dtype, 0)
+            for variant in variants:
+                out = run_variant(variant, inputs)
+                arrays[f"{kernel_name}|{variant.name}|{dtype}"] = np.array(out.astype(mx.float32))
+    np.savez(path, **arrays)
+    return {"outputs": len(arrays), "fallbacks": dict(cuda_compile.FALLBACKS)}
+
+
+def child(mode: str, arg: str) -> None:
+    sys.path.insert(0, str(ROOT))
+    result = {"timing": timing_child, "proof": proof_child}.get(mode)
+    print(json.dumps(result() if result else outputs_child(arg)))
+
+
+def spawn(mode: str, env: dict[str, str], arg: str = "") -> tuple[dict, float]:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--child", mode, arg], capture_output=True, text=True,
+                          check=False, env={**os.environ, **env})
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        return {"error": done.stderr[-1500:]}, wall
+    return json.loads(done.stdout.strip().splitlines()[-1]), wall
+
+
+def timing_children(count: int, env: dict[str, str], label: str) -> list[dict]:
+    results = []
+    for i in range(count):
+        row, wall = spawn("timing", env)
+        row["process_wall_s"] = wall
+        results.append(row)
+        for case in row.get("cases", []):
+            calls = ", ".join(f"{c * 1e3:.1f}" for c in case["calls_s"])
+            print(f"{label} child {i}: {case['variant']:20s} calls [{calls}] ms, launch {case['launch_us']:.1f} us",
+                  flush=True)
+        print(f"{label} child {i}: import {row.get('import_s', float('nan')):.2f} s, process {wall:.2f} s "
+              f"{row.get('error', '')} fallbacks {row.get('fallbacks')}", flush=True)
+    return results
+
+
+def identical(cache: str) -> list[dict]:
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as empty:
+        # The same module names either way: the run without the prefill gets a folder of its own, left empty
+        off, _ = spawn("outputs", {"HARNESS_CUDA_CACHE": "off", "MLX_PTX_CACHE_DIR": empty}, f"{folder}/off.npz")
+        on, _ = spawn("outputs", {"MLX_PTX_CACHE_DIR": cache}, f"{folder}/on.npz")
+        if "error" in off or "error" in on:
+            print("identical: a child failed", off.get("error", ""), on.get("error", ""), flush=True)
+            return [{"error": off.get("error", "") + on.get("error", "")}]
+        print("identical: fallbacks with the prefill on:", on["fallbacks"], flush=True)
+        a, b = np.load(f"{folder}/off.npz"), np.load(f"{folder}/on.npz")
+        rows = []
+        for key in a.files:
+            diff = float(np.max(np.abs(a[key] - b[key])))
+            rows.append({"case": key, "max_abs_diff": diff})
+            print(f"identical: {key:60s} max|prefilled - mlx| = {diff:.3g}", flush=True)
+        return rows
 
 
 def main() -> None:
@@ -101,39 +172,21 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("jit-cost.json"))
     parser.add_argument("--identical", action="store_true",
-                        help="also check every CUDA source variant's output through both paths, bit for bit")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+                        help="also check every CUDA source variant's output with the prefill off and on, bit for bit")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child()
+        child(*args.child)
         return
-    report = {"identical": identical() if args.identical else []}
-    with tempfile.TemporaryDirectory() as cache:
-        for mode in ("off", cache):
-            report["cache_off" if mode == "off" else "cache_on"] = children(args.children, mode)
+    report: dict = {}
+    with tempfile.TemporaryDirectory() as off_cache, tempfile.TemporaryDirectory() as on_cache:
+        report["proof"], _ = spawn("proof", {"MLX_PTX_CACHE_DIR": on_cache})
+        print("proof:", report["proof"], flush=True)
+        report["cache_off"] = timing_children(args.children, {"HARNESS_CUDA_CACHE": "off",
+                                                              "MLX_PTX_CACHE_DIR": off_cache}, "cache off")
+        report["cache_on"] = timing_children(args.children, {"MLX_PTX_CACHE_DIR": on_cache}, "cache on")
+        report["identical"] = identical(on_cache) if args.identical else []
     args.out.write_text(json.dumps(report, indent=1))
-
-
-def children(count: int, cache_mode: str) -> list[dict]:
-    results = []
-    env = {**os.environ, "HARNESS_CUDA_CACHE": cache_mode}
-    label = "cache off" if cache_mode == "off" else "cache on"
-    for i in range(count):
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, __file__, "--child"], capture_output=True, text=True, check=False,
-                              env=env)
-        wall = time.perf_counter() - start
-        ok = done.returncode == 0
-        row = json.loads(done.stdout.strip().splitlines()[-1]) if ok else {"error": done.stderr[-800:]}
-        row["process_wall_s"] = wall
-        results.append(row)
-        for case in row.get("cases", []):
-            calls = ", ".join(f"{c * 1e3:.1f}" for c in case["calls_s"])
-            print(f"{label} child {i}: {case['variant']:20s} calls [{calls}] ms, cache files "
-                  f"{case['cache_files_before']} -> {case['cache_files_after']}", flush=True)
-        print(f"{label} child {i}: import {row.get('import_s', float('nan')):.2f} s, process {wall:.2f} s "
-              f"{row.get('error', '')} fallbacks {row.get('fallbacks')}", flush=True)
-    return results
 
 
 if __name__ == "__main__":

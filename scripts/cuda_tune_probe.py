@@ -1,7 +1,7 @@
 """How do compile settings move the mma flash kernels? ptxas's register/spill report, then timings side by side.
 
-The kernels go through the harness's cubin cache (kernels/cuda_compile.py), which lets a probe add NVRTC options
-and ``__launch_bounds__`` that ``mx.fast.cuda_kernel`` cannot express. For each setting -- as MLX compiles,
+The kernels are compiled by kernels/cuda_compile.py (which MLX then loads), so a probe can add NVRTC options and
+``__launch_bounds__`` that ``mx.fast.cuda_kernel`` cannot express. For each setting -- as MLX compiles,
 ``__launch_bounds__(threads, 1|2)``, ``--maxrregcount`` -- each variant is timed at one shape next to SDPA in the
 same process (median of pipelined samples, the harness's timing protocol).
 
@@ -69,30 +69,32 @@ def main() -> None:
     flops = kernel.flops(shape)
     sdpa = kernel.variants["sdpa"].fn
     rows = []
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ[cuda_compile.CACHE_ENV] = cache
-        for setting in args.settings:
-            use_setting(*SETTINGS[setting])
-            for name in args.variants:
-                before = set(Path(cache).glob("*.log"))
-                fn = variants[name].fn
-                try:
-                    median, iqr = median_of(lambda fn=fn: fn(**inputs))
-                except Exception as error:  # noqa: BLE001 -- a setting the kernel cannot launch with is a result
-                    rows.append({"setting": setting, "variant": name, "error": str(error)[:300]})
-                    print(f"{setting:12s} {name:26s} error {str(error)[:200]}", flush=True)
-                    continue
-                sdpa_median, _ = median_of(lambda: sdpa(**inputs))
-                row = {"setting": setting, "variant": name, "median_ms": median * 1e3, "iqr_rel": iqr,
-                       "tflops": flops / median / 1e12, "speed_vs_sdpa": sdpa_median / median,
-                       "sdpa_ms": sdpa_median * 1e3, "ptxas": ptxas_report(Path(cache), before),
-                       "fallback": cuda_compile.FALLBACKS.get("flash_prefill_mma", "")}
-                rows.append(row)
-                print(f"{setting:12s} {name:26s} {row['median_ms']:.3f} ms ({iqr:.1%}) {row['tflops']:.0f} TFLOP/s "
-                      f"x{row['speed_vs_sdpa']:.3f} of SDPA ({row['sdpa_ms']:.3f} ms) | {' | '.join(row['ptxas'])}",
-                      flush=True)
+    cache = os.environ["MLX_PTX_CACHE_DIR"]  # set before MLX was imported (main's caller, below)
+    for setting in args.settings:
+        use_setting(*SETTINGS[setting])
+        for name in args.variants:
+            before = set(Path(cache).glob("*.log"))
+            fn = variants[name].fn
+            try:
+                median, iqr = median_of(lambda fn=fn: fn(**inputs))
+            except Exception as error:  # noqa: BLE001 -- a setting the kernel cannot launch with is a result
+                rows.append({"setting": setting, "variant": name, "error": str(error)[:300]})
+                print(f"{setting:12s} {name:26s} error {str(error)[:200]}", flush=True)
+                continue
+            sdpa_median, _ = median_of(lambda: sdpa(**inputs))
+            row = {"setting": setting, "variant": name, "median_ms": median * 1e3, "iqr_rel": iqr,
+                   "tflops": flops / median / 1e12, "speed_vs_sdpa": sdpa_median / median,
+                   "sdpa_ms": sdpa_median * 1e3, "ptxas": ptxas_report(Path(cache), before),
+                   "fallbacks": "; ".join(cuda_compile.FALLBACKS.values())}
+            rows.append(row)
+            print(f"{setting:12s} {name:26s} {row['median_ms']:.3f} ms ({iqr:.1%}) {row['tflops']:.0f} TFLOP/s "
+                  f"x{row['speed_vs_sdpa']:.3f} of SDPA ({row['sdpa_ms']:.3f} ms) | {' | '.join(row['ptxas'])}",
+                  flush=True)
     args.out.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
+    if "MLX_PTX_CACHE_DIR" not in os.environ:  # MLX reads it once: start over in a process that has it
+        os.environ["MLX_PTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="tune-probe-")
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     main()

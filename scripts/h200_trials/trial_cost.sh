@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What do trials cost? The built-in suite's benchmark sections (no correctness jobs), timed by `harness run` at one
 # commit with `[timing] trials = R`, each run in a fresh database with an empty cubin cache
-# (kernels/cuda_compile.py), so every run compiles its CUDA kernels once. One step per device call:
+# (MLX_PTX_CACHE_DIR, which kernels/cuda_compile.py prefills), so every run compiles its CUDA kernels once. One
+# step per device call:
 #   trial_cost.sh 1   -- trials = 1 (what one run cost before trials)
 #   trial_cost.sh 3   -- trials = 3 (the default)
 # Wall seconds go to $OUT/trial-cost.txt, the run as $OUT/trials-R.bundle. Needs MLX (source .whlB/setup.sh) and a
@@ -13,9 +14,9 @@ WORK=${WORK:-$HOME/trial-cost}
 OUT=${OUT:-$WORK/out}
 LIMIT=${LIMIT:-540}
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-export HARNESS_CACHE=$WORK/cache-$R HARNESS_CUDA_CACHE=$WORK/cubins-$R
+export HARNESS_CACHE=$WORK/cache-$R MLX_PTX_CACHE_DIR=$WORK/ptx-$R
 mkdir -p "$WORK" "$OUT"
-rm -rf "$WORK/r$R.db" "$HARNESS_CUDA_CACHE" "$HARNESS_CACHE"
+rm -rf "$WORK/r$R.db" "$MLX_PTX_CACHE_DIR" "$HARNESS_CACHE"
 python3 "$ROOT/scripts/benchmark_suite.py" --trials "$R" > "$WORK/bench-r$R.toml" || exit 1
 harness() { python3 -c "from harness.cli.main import main; main()" "$@"; }
 start=$(date +%s.%N)

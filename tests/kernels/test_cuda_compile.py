@@ -1,8 +1,8 @@
-"""The cubin cache of CUDA source kernels (kernels/cuda_compile.py), with a stand-in for NVRTC and for MLX's launch.
+"""Compiled CUDA kernels on disk for MLX to find (kernels/cuda_compile.py), with a stand-in for NVRTC and for MLX.
 
-The real compile and launch need a CUDA GPU: on the H200, scripts/cuda_jit_cost.py --identical checks every CUDA
-source variant bit for bit through both paths (reports/examples/h200-jit-cache.json). Here: the source it builds,
-the cache's keys and files, and the fallback to mx.fast.cuda_kernel.
+The real compile and launch need a CUDA GPU: on the H200, scripts/cuda_jit_cost.py checks that MLX loads the
+prefilled module, that outputs are bit-identical either way and what a first call and a launch cost. Here: the
+source it builds, MLX's module names, the files it writes, and what happens without NVRTC.
 """
 
 from __future__ import annotations
@@ -33,22 +33,29 @@ def fake_nvrtc(monkeypatch, tmp_path):
     monkeypatch.setattr(cuda_compile, "nvrtc", lambda: compiler)
     monkeypatch.setattr(cuda_compile, "device_arch", lambda: "sm_90")
     monkeypatch.setattr(cuda_compile, "FALLBACKS", {})
-    monkeypatch.setenv(cuda_compile.CACHE_ENV, str(tmp_path / "cubins"))
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "ptx"))
+    monkeypatch.delenv(cuda_compile.CACHE_ENV, raising=False)
     return compiler
 
 
 @pytest.fixture
 def launches(monkeypatch):
-    """mx.fast.precompiled_cuda_kernel replaced by a recorder that returns zero outputs of the asked shapes."""
+    """mx.fast.cuda_kernel replaced by a recorder of the kernels made and their calls (zero outputs)."""
     calls: list[dict] = []
 
-    def precompiled(**kwargs):
-        calls.append(kwargs)
-        return [mx.zeros(shape, dtype=dtype) for shape, dtype in zip(kwargs["output_shapes"], kwargs["output_dtypes"],
-                                                                      strict=True)]
+    def cuda_kernel(**made):
+        def call(**kwargs):
+            calls.append({**made, **kwargs})
+            return [mx.zeros(shape, dtype=dtype)
+                    for shape, dtype in zip(kwargs["output_shapes"], kwargs["output_dtypes"], strict=True)]
+        return call
 
-    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled)
+    monkeypatch.setattr(mx.fast, "cuda_kernel", cuda_kernel)
     return calls
+
+
+def module_files(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_bytes().decode(errors="replace") for p in sorted(folder.glob("*")) if p.suffix != ".tmp"}
 
 
 def test_the_source_declares_inputs_const_outputs_writable_and_the_template_as_constants():
@@ -71,85 +78,80 @@ def test_a_dtype_without_a_cuda_type_is_a_compile_error():
         kernel_source("", "", [("x", "complex64")], [("out", "float32")], [])
 
 
-def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(cuda_compile.CACHE_ENV, "off")
-    assert cuda_compile.cache_dir() is None
-    monkeypatch.setenv(cuda_compile.CACHE_ENV, str(tmp_path))
-    assert cuda_compile.cache_dir() == tmp_path
-    monkeypatch.delenv(cuda_compile.CACHE_ENV)
-    assert cuda_compile.cache_dir() == cuda_compile.DEFAULT_CACHE
+def test_module_names_end_as_mlx_hashes_the_template():
+    assert cuda_compile.template_suffix([("T", mx.float16), ("BQ", 64), ("C", True), ("U", mx.bfloat16),
+                                         ("F", False), ("X", mx.float32)]) == "_float16_t_64_t_bfloat16_t_f_float"
 
 
-def test_a_kernel_is_compiled_once_then_read_from_the_cache(fake_nvrtc, tmp_path):
+def test_mlx_reads_its_own_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
+    assert cuda_compile.mlx_cache_dir() == tmp_path
+    monkeypatch.delenv("MLX_PTX_CACHE_DIR")
+    assert cuda_compile.mlx_cache_dir().parts[-3:] == ("mlx", mx.__version__, "ptx")
+
+
+def test_a_module_is_compiled_once_with_the_index_mlx_reads(fake_nvrtc, tmp_path):
     source = kernel_source("", "    out[0] = 1;", [], [("out", "float32")], [])
-    name, cubin = cuda_compile.cached_cubin(source, tmp_path)
-    again = cuda_compile.cached_cubin(source, tmp_path)
-    assert again == (name, cubin)
-    assert len(fake_nvrtc.sources) == 1  # the second call (as in another process) only read the file
-    assert NAME_PLACEHOLDER not in fake_nvrtc.sources[0] and f"void {name}(" in fake_nvrtc.sources[0]
-    assert (tmp_path / f"{name}.cubin").read_bytes() == cubin
-    assert "Used 32 registers" in (tmp_path / f"{name}.log").read_text()
-    assert not list(tmp_path.glob("*.tmp"))
+    cuda_compile.prefill(tmp_path, "custom_kernel_k_0123_64", source)
+    cuda_compile.prefill(tmp_path, "custom_kernel_k_0123_64", source)  # as another process: the file is there
+    assert len(fake_nvrtc.sources) == 1
+    files = module_files(tmp_path)
+    assert set(files) == {"custom_kernel_k_0123_64.ptx", "custom_kernel_k_0123_64.txt", "custom_kernel_k_0123_64.log"}
+    kernel_name, symbol = files["custom_kernel_k_0123_64.txt"].rstrip("\n").split("\t")
+    assert kernel_name == "mlx::core::cu::custom_kernel_k_0123_64"  # what MLX's launch asks its module for
+    assert NAME_PLACEHOLDER not in fake_nvrtc.sources[0] and f"void {symbol}(" in fake_nvrtc.sources[0]
+    assert files["custom_kernel_k_0123_64.ptx"].startswith("cubin for sm_90")
+    assert "Used 32 registers" in files["custom_kernel_k_0123_64.log"]
 
 
-def test_another_source_arch_or_option_is_another_kernel(fake_nvrtc, tmp_path, monkeypatch):
-    first = kernel_source("", "    out[0] = 1;", [], [("out", "float32")], [])
-    second = kernel_source("", "    out[0] = 2;", [], [("out", "float32")], [])
-    names = {cuda_compile.cached_cubin(first, tmp_path)[0], cuda_compile.cached_cubin(second, tmp_path)[0]}
-    monkeypatch.setattr(cuda_compile, "device_arch", lambda: "sm_80")
-    names.add(cuda_compile.cached_cubin(first, tmp_path)[0])
-    monkeypatch.setattr(cuda_compile, "EXTRA_OPTIONS", ("--maxrregcount=128",))
-    names.add(cuda_compile.cached_cubin(first, tmp_path)[0])
-    assert len(names) == 4 and len(fake_nvrtc.sources) == 4
-
-
-def test_a_call_launches_the_cached_cubin_with_the_kernels_launch_settings(fake_nvrtc, launches):
+def test_a_call_prefills_the_module_mlx_will_look_for_and_launches_mlxs_kernel(fake_nvrtc, launches, tmp_path):
     kernel = CudaKernel("k", ["x"], ["out"], "    out[0] = x[0];", shared_memory=65536, min_blocks=1)
     x = mx.ones((4,), dtype=mx.float16)
-    (out,) = kernel(inputs=[x], output_shapes=[(4,)], output_dtypes=[mx.float16], grid=(256, 2, 1),
-                    threadgroup=(128, 1, 1), template=[("T", mx.float16), ("N", 4)])
-    assert out.shape == (4,)
-    (call,) = launches
-    assert call["name"].startswith("harness_kernel_") and call["compiled_source"].startswith(b"cubin for sm_90")
-    assert (call["grid"], call["threadgroup"], call["shared_memory"]) == ((256, 2, 1), (128, 1, 1), 65536)
-    assert call["ensure_row_contiguous"] is True and call["scalars"] == []
+    args = dict(inputs=[x], output_shapes=[(4,)], output_dtypes=[mx.float16], grid=(256, 2, 1),
+                threadgroup=(128, 1, 1), template=[("T", mx.float16), ("N", 4)])
+    (out,) = kernel(**args)
+    kernel(**args)
+    assert out.shape == (4,) and len(launches) == 2 and len(fake_nvrtc.sources) == 1
+    call = launches[0]
+    assert call["name"].startswith("k_") and call["shared_memory"] == 65536 and call["ensure_row_contiguous"]
+    assert (call["grid"], call["threadgroup"], call["template"]) == ((256, 2, 1), (128, 1, 1), args["template"])
+    module = f"custom_kernel_{call['name']}_float16_t_4"
+    assert {f"{module}.ptx", f"{module}.txt"} <= set(module_files(tmp_path / "ptx"))
     (source,) = fake_nvrtc.sources
     assert "__launch_bounds__(128, 1)" in source and "using T = __half;" in source and "constexpr int N = 4;" in source
-    kernel(inputs=[x], output_shapes=[(4,)], output_dtypes=[mx.float16], grid=(256, 2, 1), threadgroup=(128, 1, 1),
-           template=[("T", mx.float16), ("N", 4)])
-    assert len(fake_nvrtc.sources) == 1 and len(launches) == 2
 
 
-def test_without_nvrtc_the_kernel_runs_through_mx_fast_cuda_kernel_and_says_why(monkeypatch, tmp_path):
+def test_an_edited_kernel_or_other_dtypes_are_another_module(fake_nvrtc, launches):
+    x16, x32 = mx.ones((2,), dtype=mx.float16), mx.ones((2,), dtype=mx.float32)
+    for source, x in (("    out[0] = x[0];", x16), ("    out[0] = 2 * x[0];", x16), ("    out[0] = x[0];", x32)):
+        CudaKernel("k", ["x"], ["out"], source)(inputs=[x], output_shapes=[(2,)], output_dtypes=[x.dtype],
+                                                grid=(2, 1, 1), threadgroup=(2, 1, 1))
+    assert len({call["name"] for call in launches}) == 3 and len(fake_nvrtc.sources) == 3
+
+
+def test_without_nvrtc_mlx_compiles_as_before_and_the_reason_is_kept(monkeypatch, launches, tmp_path):
     def missing():
         raise CompileError("NVRTC not found (libnvrtc.so)")
 
     monkeypatch.setattr(cuda_compile, "nvrtc", missing)
-    monkeypatch.setattr(cuda_compile, "device_arch", lambda: "sm_90")
     monkeypatch.setattr(cuda_compile, "FALLBACKS", {})
-    monkeypatch.setenv(cuda_compile.CACHE_ENV, str(tmp_path))
-    kernel = CudaKernel("flash_like", ["x"], ["out"], "    out[0] = x[0];")
-    seen: list[dict] = []
-    kernel.__dict__["_mlx_kernel"] = lambda **kwargs: seen.append(kwargs) or ["mlx"]
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
     x = mx.ones((2,), dtype=mx.float32)
-    result = kernel(inputs=[x], output_shapes=[(2,)], output_dtypes=[mx.float32], grid=(2, 1, 1),
-                    threadgroup=(2, 1, 1), template=[("T", mx.float32)])
-    assert result == ["mlx"] and seen[0]["template"] == [("T", mx.float32)]
-    assert cuda_compile.FALLBACKS == {"flash_like": "NVRTC not found (libnvrtc.so)"}
+    CudaKernel("flash_like", ["x"], ["out"], "")(inputs=[x], output_shapes=[(2,)], output_dtypes=[mx.float32],
+                                                 grid=(2, 1, 1), threadgroup=(2, 1, 1))
+    assert len(launches) == 1 and cuda_compile.FALLBACKS == {"flash_like": "NVRTC not found (libnvrtc.so)"}
     assert not any(tmp_path.iterdir())
 
 
-def test_with_the_cache_off_mlx_compiles_as_before(monkeypatch, fake_nvrtc, launches):
+def test_with_the_cache_off_nothing_is_compiled_here(monkeypatch, fake_nvrtc, launches, tmp_path):
     monkeypatch.setenv(cuda_compile.CACHE_ENV, "off")
-    kernel = CudaKernel("k", ["x"], ["out"], "")
-    kernel.__dict__["_mlx_kernel"] = lambda **kwargs: ["mlx"]
     x = mx.ones((2,), dtype=mx.float32)
-    assert kernel(inputs=[x], output_shapes=[(2,)], output_dtypes=[mx.float32], grid=(2, 1, 1),
-                  threadgroup=(2, 1, 1)) == ["mlx"]
-    assert not fake_nvrtc.sources and not launches
+    CudaKernel("k", ["x"], ["out"], "")(inputs=[x], output_shapes=[(2,)], output_dtypes=[mx.float32],
+                                        grid=(2, 1, 1), threadgroup=(2, 1, 1))
+    assert len(launches) == 1 and not fake_nvrtc.sources and not (tmp_path / "ptx").exists()
 
 
-def test_the_flash_and_decode_kernels_go_through_the_cache(fake_nvrtc, launches):
+def test_the_flash_and_decode_kernels_go_through_the_cache(fake_nvrtc, launches, tmp_path):
     from kernels import REGISTRY
     from kernels.flash_cuda import flash_attention_cuda
     from kernels.flash_cuda_mma import flash_attention_mma
@@ -162,8 +164,7 @@ def test_the_flash_and_decode_kernels_go_through_the_cache(fake_nvrtc, launches)
     inputs = decode.make_inputs(decode.normalize_shape({"B": 1, "H_q": 4, "H_kv": 2, "S_kv": 256, "D": 64}),
                                 "bfloat16", 0)
     decode_attend_cuda(**{k: v for k, v in inputs.items() if k != "bits"}, bits=inputs["bits"], mode="splitk")
-    assert len(launches) == 4  # wmma, mma, decode partial + combine
+    assert len(launches) == 4 == len(fake_nvrtc.sources)  # wmma, mma, decode partial + combine
     assert launches[1]["shared_memory"] == 64 * 1024
-    assert all(f"void {call['name']}(" in source for call, source in zip(launches, fake_nvrtc.sources, strict=True))
     assert "constexpr int WM = 2;" in fake_nvrtc.sources[1] and "const uint8_t* k_codes" in fake_nvrtc.sources[2]
-    assert Path(cuda_compile.cache_dir()).is_dir()
+    assert len([name for name in module_files(tmp_path / "ptx") if name.endswith(".ptx")]) == 4
