@@ -211,13 +211,14 @@ def write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp.name, path)
 
 
-def prefill(directory: Path, module: str, source: str) -> None:
+def prefill(directory: Path, module: str, source: str, arch_suffix: str = "") -> None:
     """Compile ``source`` (with :data:`NAME_PLACEHOLDER`) into ``<directory>/<module>.ptx`` with the index MLX reads,
-    unless it is there. The index goes first: MLX takes the module as present once its ``.ptx`` exists."""
+    unless it is there. The index goes first: MLX takes the module as present once its ``.ptx`` exists.
+    ``arch_suffix``: "a" compiles for the architecture-specific target (``sm_90a``: wgmma, setmaxnreg)."""
     ptx = directory / f"{module}.ptx"
     if ptx.is_file():
         return
-    compiler, arch = nvrtc(), device_arch()
+    compiler, arch = nvrtc(), device_arch() + arch_suffix
     symbol = "harness_" + hashlib.sha256(f"{module}\n{source}".encode()).hexdigest()[:20]
     home = cuda_home()
     cubin, log = compiler.compile(source.replace(NAME_PLACEHOLDER, symbol), arch, f"{home}/include" if home else None)
@@ -231,14 +232,15 @@ def prefill(directory: Path, module: str, source: str) -> None:
 class CudaKernel:
     """``mx.fast.cuda_kernel``'s callable, whose compiled modules MLX finds on disk (see the module docstring).
 
-    ``min_blocks``: ``__launch_bounds__(threads, min_blocks)`` in the compiled kernel (only where this module
-    compiles it; MLX's own compile has no launch bounds)."""
+    ``min_blocks``: ``__launch_bounds__(threads, min_blocks)`` in the compiled kernel; ``arch_suffix``: "a" for
+    the architecture-specific target (``sm_90a``). Both only where this module compiles the kernel: MLX's own
+    compile has neither, so a kernel that needs ``sm_90a`` fails there."""
 
     def __init__(self, name: str, input_names: Sequence[str], output_names: Sequence[str], source: str,
                  header: str = "", ensure_row_contiguous: bool = True, shared_memory: int = 0,
-                 min_blocks: int | None = None) -> None:
+                 min_blocks: int | None = None, arch_suffix: str = "") -> None:
         self.name, self.input_names, self.output_names = name, list(input_names), list(output_names)
-        self.source, self.header, self.min_blocks = source, header, min_blocks
+        self.source, self.header, self.min_blocks, self.arch_suffix = source, header, min_blocks, arch_suffix
         self.ensure_row_contiguous, self.shared_memory = ensure_row_contiguous, shared_memory
         self._prefilled: set[str] = set()
 
@@ -246,7 +248,8 @@ class CudaKernel:
     def _mlx_kernel(self, dtypes: tuple[tuple[str, ...], tuple[str, ...]]):
         import mlx.core as mx
 
-        settings = f"{self.source}\n{self.header}\n{dtypes}\n{self.min_blocks}\n{EXTRA_OPTIONS}\n{mx.__version__}"
+        settings = (f"{self.source}\n{self.header}\n{dtypes}\n{self.min_blocks}\n{self.arch_suffix}\n"
+                    f"{EXTRA_OPTIONS}\n{mx.__version__}")
         name = f"{self.name}_{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
         return name, mx.fast.cuda_kernel(name=name, input_names=self.input_names, output_names=self.output_names,
                                          source=self.source, header=self.header,
@@ -258,7 +261,7 @@ class CudaKernel:
         bounds = (threads, self.min_blocks) if self.min_blocks else None
         source = kernel_source(self.header, self.source, list(zip(self.input_names, dtypes[0], strict=True)),
                                list(zip(self.output_names, dtypes[1], strict=True)), template, bounds)
-        prefill(mlx_cache_dir(), module, source)
+        prefill(mlx_cache_dir(), module, source, self.arch_suffix)
 
     def __call__(self, *, inputs: Sequence[Any], output_shapes: Sequence[Sequence[int]],
                  output_dtypes: Sequence[Any], grid: tuple[int, int, int], threadgroup: tuple[int, int, int],

@@ -21,9 +21,11 @@ class FakeNvrtc:
 
     def __init__(self) -> None:
         self.sources: list[str] = []
+        self.archs: list[str] = []
 
     def compile(self, source: str, arch: str, include: str | None) -> tuple[bytes, str]:
         self.sources.append(source)
+        self.archs.append(arch)
         return f"cubin for {arch}: {len(source)}".encode(), "ptxas info    : Used 32 registers"
 
 
@@ -168,3 +170,12 @@ def test_the_flash_and_decode_kernels_go_through_the_cache(fake_nvrtc, launches,
     assert launches[1]["shared_memory"] == 64 * 1024
     assert "constexpr int WM = 2;" in fake_nvrtc.sources[1] and "const uint8_t* k_codes" in fake_nvrtc.sources[2]
     assert len([name for name in module_files(tmp_path / "ptx") if name.endswith(".ptx")]) == 4
+
+
+def test_a_kernel_for_the_architecture_specific_target_is_compiled_for_it(fake_nvrtc, launches):
+    x = mx.ones((2,), dtype=mx.float32)
+    for suffix in ("", "a"):
+        CudaKernel("k", ["x"], ["out"], "", arch_suffix=suffix)(inputs=[x], output_shapes=[(2,)],
+                                                                output_dtypes=[mx.float32], grid=(2, 1, 1),
+                                                                threadgroup=(2, 1, 1))
+    assert fake_nvrtc.archs == ["sm_90", "sm_90a"] and launches[0]["name"] != launches[1]["name"]
