@@ -174,11 +174,14 @@ def enabled() -> bool:
 
 
 def mlx_cache_dir() -> Path:
-    """The folder MLX reads compiled kernels from before it compiles one (what MLX's ``ptx_cache_dir`` returns)."""
+    """The folder MLX reads compiled kernels from before it compiles one (what MLX's ``ptx_cache_dir`` returns:
+    ``$MLX_PTX_CACHE_DIR``, else ``<tmp>/mlx/<version>/ptx``). MLX reads the variable once, at its first compile;
+    setting it here when unset pins MLX to this same folder even if its own version string or temporary folder
+    were spelled differently."""
     import mlx.core as mx
 
-    value = os.environ.get("MLX_PTX_CACHE_DIR")
-    return Path(value) if value else Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx"
+    default = str(Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx")
+    return Path(os.environ.setdefault("MLX_PTX_CACHE_DIR", default))
 
 
 def template_suffix(template: Sequence[tuple[str, Any]]) -> str:

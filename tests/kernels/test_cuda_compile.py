@@ -7,6 +7,7 @@ source it builds, MLX's module names, the files it writes, and what happens with
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import mlx.core as mx
@@ -90,6 +91,7 @@ def test_mlx_reads_its_own_folder(monkeypatch, tmp_path):
     assert cuda_compile.mlx_cache_dir() == tmp_path
     monkeypatch.delenv("MLX_PTX_CACHE_DIR")
     assert cuda_compile.mlx_cache_dir().parts[-3:] == ("mlx", mx.__version__, "ptx")
+    assert os.environ["MLX_PTX_CACHE_DIR"] == str(cuda_compile.mlx_cache_dir())  # MLX will read the same folder
 
 
 def test_a_module_is_compiled_once_with_the_index_mlx_reads(fake_nvrtc, tmp_path):
