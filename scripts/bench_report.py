@@ -9,10 +9,12 @@ Measured in one go, each report in a fresh process (as the CLI runs: start-up, i
 printed side by side with the time of each phase:
 
 1. full rebuild: the analysis cache emptied first (``harness.record.analysis_cache.clear``), so every commit's cells,
-   every change point and every regression family is computed and stored;
-2. ``--uncached``: the report without the cache (``load_site(cache=False)``: the analysis from the samples alone);
-3. the report again, nothing new (warm cache);
-4. the report after one new run (one more commit on one chip: its 400 series; warm cache);
+   every change point and every regression family is computed and stored (and no site manifest: every page);
+2. ``--uncached``: the report without the cache (``load_site(cache=False)``: the analysis from the samples alone,
+   every page rendered, into a folder of its own);
+3. the report again, nothing new (warm cache; into the same folder, so only the pages whose inputs changed are
+   rendered, ``harness.render.pages``);
+4. the report after one new run (one more commit on one chip: its 400 series; warm cache, same folder);
 5. ``asv publish`` on the same data, when asv can run (``--asv PATH`` to its executable, default
    ``/tmp/asvenv/bin/asv`` if present; install it with ``python -m venv /tmp/asvenv && /tmp/asvenv/bin/pip install
    asv``): one asv benchmark per series, one machine per chip, one result file per (machine, commit) in asv's
@@ -242,8 +244,9 @@ def one_report(url: str, out: Path, *, cache: bool, change_points: bool, last: i
     notes: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: notes.append(record.getMessage())  # type: ignore[method-assign]
-    logging.getLogger("harness.analysis.cache").addHandler(handler)
-    logging.getLogger("harness.analysis.cache").setLevel(logging.INFO)
+    for name in ("harness.analysis.cache", "harness.render.pages"):  # what the caches reused, pages kept
+        logging.getLogger(name).addHandler(handler)
+        logging.getLogger(name).setLevel(logging.INFO)
     start = time.perf_counter()
     store = open_store(url, must_exist=True)
     try:
@@ -253,7 +256,7 @@ def one_report(url: str, out: Path, *, cache: bool, change_points: bool, last: i
             began = time.perf_counter()
             data.evidence = evidence(store, data.latest, data.regressions)
             data.timings["evidence"] = time.perf_counter() - began
-        site.render(data, out)
+        site.render(data, out, store=store, incremental=cache)  # as build_report: pages unchanged are kept
     finally:
         store.close()
     return {"timings": data.timings, "in_process_s": time.perf_counter() - start,
@@ -425,7 +428,8 @@ def main() -> None:
         rows: list[tuple[str, dict]] = []
         rows.append(("harness report, full rebuild (empty cache)", report_process(url, out, cache=True, args=args)))
         if args.uncached:
-            rows.append(("harness report without the cache", report_process(url, out, cache=False, args=args)))
+            rows.append(("harness report without the cache", report_process(url, out.with_name(out.name + "-uncached"),
+                                                                            cache=False, args=args)))
         rows.append(("harness report again, nothing new", report_process(url, out, cache=True, args=args)))
         run_id = add_run(url, n_samples=args.samples, n_trials=args.trials, between=args.between)
         rows.append((f"harness report after one new run ({run_id})", report_process(url, out, cache=True,

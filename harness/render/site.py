@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from harness.analysis.cache import ComparePages, analyse
 from harness.analysis.compare import HOURS_APART_S, single_run_gap
@@ -23,10 +28,10 @@ from harness.analysis.records import (
 )
 from harness.analysis.variants import default_variants, variant_matrix
 from harness.core.errors import HarnessError
-from harness.record import query
+from harness.record import analysis_cache, query
 from harness.record.store import Store, mask_url
+from harness.render.pages import SiteManifests, WriteStats, write_site
 from harness.spec import git, weburl
-from reports.render import render_site
 
 DEFAULT_REPORT_DIR = Path("harness-out") / "report"
 
@@ -47,6 +52,7 @@ class SiteData:
     last: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     evidence: Evidence | None = None  # commit links, run ids, compare and samples pages (``load_evidence``)
+    pages: WriteStats | None = None  # what ``render`` rendered, kept and deleted
 
 
 SHOWN_KINDS = ("correctness", "benchmark", "pytest")  # what a chip page takes from an older run; a selection's tests
@@ -186,14 +192,20 @@ def check_descriptions() -> dict[str, str]:
     return found
 
 
-def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR) -> Path:
+def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: Store | None = None,
+           incremental: bool = True) -> Path:
+    """Write the site into ``out_dir`` (``harness.render.pages.write_site``); returns the index path. With ``store``,
+    its analysis cache holds the folder's manifest: ``incremental``, only the pages whose inputs changed since the
+    last build there are rendered; else every page, and the manifest is removed. Without, every page, nothing
+    stored."""
     start = time.perf_counter()
-    index = render_site(out_dir, data.chips, data.latest, data.baselines, data.db_label, matrix=data.matrix,
-                        checks=check_descriptions(),
-                        failing_before=data.failing_before,
-                        histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
-                        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                        evidence=data.evidence)
+    data.pages = WriteStats()
+    index = write_site(out_dir, data.chips, data.latest, data.baselines, data.db_label, matrix=data.matrix,
+                       checks=check_descriptions(), failing_before=data.failing_before,
+                       histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
+                       generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), evidence=data.evidence,
+                       manifests=SiteManifests(store) if store is not None else None, incremental=incremental,
+                       stats=data.pages)
     data.timings["render"] = time.perf_counter() - start
     return index
 
@@ -204,7 +216,9 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
     """Load, analyse and render the whole site into ``out_dir``; returns the index path.
 
     ``commit_url`` (a template with ``{sha}``) and ``repo`` (a git repository whose remote names the web pages)
-    say where commits link to (``commit_urls``); ``cache``: as ``load_site``'s."""
+    say where commits link to (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not
+    change since the last build into ``out_dir`` are kept (``harness.render.pages``; False renders every page and
+    keeps no manifest)."""
     if commit_url:
         weburl.check_template(commit_url)  # a bad template or repository fails before the slow part
     elif repo is not None and not git.is_repo(repo):
@@ -213,7 +227,7 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
     start = time.perf_counter()
     data.evidence = load_evidence(store, data.latest, data.regressions, commit_url=commit_url, repo=repo, cache=cache)
     data.timings["evidence"] = time.perf_counter() - start
-    return render(data, out_dir)
+    return render(data, out_dir, store=store, incremental=cache)
 
 
 # --- the evidence path: commit links, run ids, compare pages, samples ----------------------------------------------
@@ -248,13 +262,48 @@ class CompareView:
 @dataclass(frozen=True)
 class SeriesSamples:
     """The raw samples of one series on one chip behind a comparison (or of the chip page's run alone, when it has
-    no previous run): each job's samples, base side first, runs in start order; ``row``: its compare row."""
+    no previous run): each job's samples (``jobs``, read on first use), base side first, runs in start order;
+    ``row``: its compare row; ``runs``: the briefs of both sides' runs and ``prints`` their fingerprints
+    (``analysis_cache.run_prints``, empty when not read): what the samples are a function of."""
 
     key: query.SeriesKey
     base_runs: tuple[str, ...]
     head_runs: tuple[str, ...]
-    jobs: tuple[tuple[str, query.RunBrief, query.JobSamples], ...]  # (side, run, samples)
+    source: _PairSamples = field(compare=False, repr=False)
     row: CompareRow | None
+    runs: tuple[query.RunBrief, ...] = ()
+    prints: tuple[Any, ...] = ()
+
+    @property
+    def jobs(self) -> tuple[tuple[str, query.RunBrief, query.JobSamples], ...]:  # (side, run, samples)
+        return self.source.jobs_of(self.key)
+
+
+class _PairSamples:
+    """The samples of one (base, head) pair's runs, read in one query when first asked for (a samples page kept
+    from the last build never asks): runs of ``full`` with every kernel, the others with ``kernels`` only."""
+
+    def __init__(self, store: Store, base: tuple[str, ...], head: tuple[str, ...], full: set[str],
+                 kernels: set[str], by_id: dict[str, query.RunBrief]) -> None:
+        self.store, self.base, self.head, self.by_id = store, base, head, by_id
+        self.full = sorted({*base, *head} & full)
+        self.partial = sorted({*base, *head} - full)
+        self.kernels = kernels
+        self._by_run_series: dict[tuple[str, query.SeriesKey], list[query.JobSamples]] | None = None
+
+    def by_run_series(self) -> dict[tuple[str, query.SeriesKey], list[query.JobSamples]]:
+        if self._by_run_series is None:
+            samples = query.job_samples(self.store, self.full) + query.job_samples(self.store, self.partial,
+                                                                                    kernels=self.kernels)
+            self._by_run_series = {}
+            for job in samples:
+                self._by_run_series.setdefault((job.run_id, job.series), []).append(job)
+        return self._by_run_series
+
+    def jobs_of(self, key: query.SeriesKey) -> tuple[tuple[str, query.RunBrief, query.JobSamples], ...]:
+        found = self.by_run_series()
+        return tuple((side, self.by_id[run_id], job) for side, ids in (("base", self.base), ("head", self.head))
+                     for run_id in ids for job in found.get((run_id, key), []))
 
 
 @dataclass
@@ -342,30 +391,106 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None], regress
     full = {i for chip, base, head, view in wanted if view is None or view.shown or len(base) > 1 or len(head) > 1
             for i in (*base, *head)}
     kernels = {row.key.kernel for _, _, _, view in wanted if view is not None for row in view.report.changed}
-    partial = {i for _, base, head, _ in wanted for i in (*base, *head)} - full
-    samples = query.job_samples(store, sorted(full)) + query.job_samples(store, sorted(partial), kernels=kernels)
-    by_run_series: dict[tuple[str, query.SeriesKey], list[query.JobSamples]] = {}
-    for job in samples:
-        by_run_series.setdefault((job.run_id, job.series), []).append(job)
+    prints = analysis_cache.run_prints(store, [i for _, base, head, _ in wanted for i in (*base, *head)]) \
+        if cache else {}
+    summaries = _SampleSummaries(store, prints) if cache else None
     for chip, base, head, view in wanted:
+        source = _PairSamples(store, base, head, full, kernels, by_id)
         rows = {row.key: row for row in view.report.rows} if view else {}
-
-        def jobs_of(key: query.SeriesKey, base=base, head=head) -> list[tuple[str, query.RunBrief, query.JobSamples]]:
-            return [(side, by_id[run_id], job) for side, ids in (("base", base), ("head", head)) for run_id in ids
-                    for job in by_run_series.get((run_id, key), [])]
-
-        for key in rows:
-            jobs = jobs_of(key)
-            view.runs[key] = ((len(_positive_runs([j for s, _, j in jobs if s == "base"])),
-                               len(_positive_runs([j for s, _, j in jobs if s == "head"])))
-                              if base[0] in full or key.kernel in kernels else (len(base), len(head)))
-        keys = ({key for run_id, key in by_run_series if run_id in head or run_id in base} if view is None or view.shown
-                else {key for key, row in rows.items() if row.verdict != "unchanged"})
-        for key in sorted(k for k in keys if k.chip == chip):
-            jobs = jobs_of(key)
-            if jobs:
-                evidence.samples.append(SeriesSamples(key, base, head, tuple(jobs), rows.get(key)))
+        every = view is None or view.shown
+        found = summaries.get(chip, source, rows, every) if summaries is not None else None
+        if found is None:
+            found = _sample_summary(source, rows, every, chip)
+            if summaries is not None:
+                summaries.put(chip, source, rows, every, found)
+        counts, keys = found
+        if view is not None:
+            view.runs.update(counts)
+        run_prints = tuple(prints.get(i) for i in (*base, *head)) if prints else ()
+        briefs = tuple(by_id[i] for i in (*base, *head))
+        evidence.samples += [SeriesSamples(key, base, head, source, rows.get(key), briefs, run_prints)
+                             for key in keys]
+    if summaries is not None:
+        summaries.flush()
     return evidence
+
+
+def _sample_summary(source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool, chip: str
+                    ) -> tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]]:
+    """From a pair's samples: per compare row, the runs with samples of its series per side (the sides' run counts
+    where the series' kernel was not read); the series that get a samples page (every series with samples when
+    ``every``, else the changed rows'), in key order."""
+    by_run_series = source.by_run_series()
+    base, head = source.base, source.head
+    counts = {}
+    for key in rows:
+        if (base[0] in source.full) or key.kernel in source.kernels:
+            jobs = source.jobs_of(key)
+            counts[key] = (len(_positive_runs([j for s, _, j in jobs if s == "base"])),
+                           len(_positive_runs([j for s, _, j in jobs if s == "head"])))
+        else:
+            counts[key] = (len(base), len(head))
+    candidates = ({key for run_id, key in by_run_series if run_id in head or run_id in base} if every
+                  else {key for key, row in rows.items() if row.verdict != "unchanged"})
+    keys = [key for key in sorted(k for k in candidates if k.chip == chip) if source.jobs_of(key)]
+    return counts, keys
+
+
+class _SampleSummaries:
+    """``_sample_summary`` of each pair kept in the analysis cache (chip, kind ``samples``), keyed by everything it
+    reads: the pair's runs with their fingerprints (``analysis_cache.run_prints``: a run's jobs and its highest
+    sample id), which of them were read whole, the kernels read of the others, its compare rows' series and
+    whether every series counts. Rows of pairs not shown are dropped by ``flush``."""
+
+    KIND = "samples"
+
+    def __init__(self, store: Store, prints: dict[str, tuple[Any, ...]]) -> None:
+        self.store, self.prints = store, prints
+        self.shown: dict[str, set[str]] = {}
+        self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
+
+    def _key(self, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool) -> tuple[str, str]:
+        name = hashlib.sha256(repr((source.base, source.head)).encode()).hexdigest()[:32]
+        key = hashlib.sha256(repr((_SUMMARY_FORMAT, source.base, source.head, source.full,
+                                   [self.prints.get(i) for i in (*source.base, *source.head)],
+                                   sorted(source.kernels) if source.partial else None,
+                                   sorted(rows), every)).encode()).hexdigest()
+        return name, key
+
+    def get(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool
+            ) -> tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]] | None:
+        name, key = self._key(source, rows, every)
+        self.shown.setdefault(chip, set()).add(name)
+        try:
+            entry = analysis_cache.read_entries(self.store, chip, self.KIND, [name]).get(name)
+        except SQLAlchemyError:
+            return None
+        if entry is None or entry.key != key:
+            return None
+        try:
+            data = json.loads(zlib.decompress(entry.payload))
+            return ({query.SeriesKey(*k): (int(b), int(h)) for *k, b, h in data["counts"]},
+                    [query.SeriesKey(*k) for k in data["keys"]])
+        except (ValueError, TypeError, KeyError, zlib.error):
+            return None
+
+    def put(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool,
+            found: tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]]) -> None:
+        name, key = self._key(source, rows, every)
+        counts, keys = found
+        payload = json.dumps({"counts": [[*k, b, h] for k, (b, h) in counts.items()], "keys": [list(k) for k in keys]},
+                             separators=(",", ":"))
+        self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, zlib.compress(payload.encode()))
+
+    def flush(self) -> None:
+        for chip, names in self.shown.items():
+            try:
+                analysis_cache.write_entries(self.store, chip, self.KIND, self.computed.get(chip, {}), keep=names)
+            except SQLAlchemyError:  # the next report reads the samples again
+                pass
+
+
+_SUMMARY_FORMAT = 1
 
 
 def _when(run: query.RunBrief) -> float:

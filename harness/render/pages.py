@@ -1,0 +1,582 @@
+"""The report site written page by page: a page whose inputs did not change since the last build into the same
+folder is not drawn or written again.
+
+``write_site`` makes the same files as ``reports.render.render_site`` from the same inputs, byte for byte (a test
+holds the two to that), but decides per page whether it must be rendered:
+
+- always rendered: ``index.html``, the chip pages, ``variants.html`` and ``regressions.html`` (a handful of pages,
+  each reading most of the site's data);
+- rendered when their fingerprint changed: the history pages (per kernel and chip, and per kernel on every chip),
+  the compare pages and the samples pages -- on a large history nearly all of the site's pages and of its drawing.
+  After one new run on one chip, the other chips' history, compare and samples pages keep their fingerprints; the
+  pages of every chip (``histories-<kernel>.html``) share the new commit's axis and are drawn again.
+
+A page's fingerprint is a SHA-256 of everything its template reads: its own records (a history page's series,
+bit for bit, with the commits of their points, its regressions with their places in the regression list, its
+variants' styles and links; a compare page's report, runs and row links; a samples page's samples, compare row and
+the names it links to), the web links of the commits it names, the site-wide values every page shows but the time
+stamp (the database label, ``last``, the history page names), and the renderer's version (``render_version``: the
+sources of ``reports`` and ``harness.render``, the templates, the CSS and script, jinja2's and markupsafe's
+versions). ``generated_at`` is left out: a page's footer says when that page was rendered, so a page kept from an
+earlier build keeps its own time; with the same stamp, an incremental build equals a full one byte for byte.
+
+The fingerprints are kept in the database's analysis cache, one manifest per output folder (``SiteManifests``:
+the folder holds pages only), with each file's size and modification time (ns): a page is skipped only when its
+fingerprint is the one recorded and its file is still the file written then (a page changed or removed by hand,
+or rewritten by a build that did not finish or by ``--no-cache``, is rendered again). The manifest is stored at the
+end of a build; a page the previous build wrote that this build does not make (the compare and samples pages of a
+chip's previous run, a history page of a kernel no longer measured) is deleted, so nothing stale lingers; files no
+manifest listed (a build from before manifests, anything else in the folder) are left alone, as
+``render_site`` leaves them. ``incremental=False`` (``harness report --no-cache``) renders every page, deletes the
+pages the manifest listed and not made again, and removes the manifest: nothing is stored, and the next build
+renders everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
+
+from harness.analysis.records import HistoryPoints
+from harness.core.status import is_code_failure
+from harness.record import analysis_cache
+from harness.record.store import Store
+from reports import evidence as evidence_pages
+from reports import render as site_render
+from reports import svg
+
+__all__ = ["Fingerprint", "HistorySummary", "Manifest", "SiteManifests", "WriteStats", "render_version", "write_site"]
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = 1
+
+
+# --- fingerprints ----------------------------------------------------------------------------------------------------
+
+
+@cache
+def render_version() -> str:
+    """A digest of everything that turns records into pages: the renderer's sources, templates and static files."""
+    digest = hashlib.sha256(f"format {MANIFEST_FORMAT}".encode())
+    for package in ("jinja2", "markupsafe", "numpy"):
+        try:
+            digest.update(f"{package} {metadata.version(package)}\n".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{package} ?\n".encode())
+    folders = [Path(site_render.__file__).resolve().parent, Path(__file__).resolve().parent]
+    for folder in folders:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".css", ".js")):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for module in (svg, evidence_pages, site_render):  # in case they are loaded from elsewhere than the folders above
+        digest.update(module.__name__.encode() + (module.__file__ or "").encode())
+    return digest.hexdigest()
+
+
+class Fingerprint:
+    """A SHA-256 over plain values, records and arrays, exact: floats by their repr, arrays by their bytes, sets in
+    sorted order, dataclasses and named tuples field by field with their type's name. Anything else is an error
+    (a value whose text could change between processes, e.g. an object's id, must not reach a fingerprint)."""
+
+    def __init__(self, *parts: Any) -> None:
+        self._digest = hashlib.sha256()
+        self._commits: dict[tuple[int, bytes], bytes] = {}
+        self._keep: list[Any] = []  # the commit tables memoised by id stay alive while this object does
+        for part in parts:
+            self.feed(part)
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+    def _put(self, tag: bytes, payload: bytes = b"") -> None:
+        self._digest.update(tag + len(payload).to_bytes(8, "little") + payload)
+
+    def feed(self, value: Any) -> None:
+        put = self._put
+        if value is None or isinstance(value, bool | int | float):
+            put(b"v", repr(value).encode())
+        elif isinstance(value, str):  # Markup too: its text is what is rendered
+            put(b"s", value.encode("utf-8", "surrogatepass"))
+        elif isinstance(value, bytes):
+            put(b"b", value)
+        elif isinstance(value, datetime | date):
+            put(b"t", repr(value).encode())
+        elif isinstance(value, np.ndarray):
+            put(b"a", f"{value.dtype.str}{value.shape}".encode() + np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, np.generic):
+            put(b"g", f"{value.dtype.str}".encode() + value.tobytes())
+        elif isinstance(value, HistoryPoints):
+            self._points(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            put(b"d", type(value).__qualname__.encode())
+            for f in dataclasses.fields(value):
+                put(b"f", f.name.encode())
+                self.feed(getattr(value, f.name))
+        elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+            put(b"n", type(value).__qualname__.encode())
+            self._items(value)
+        elif isinstance(value, list | tuple):
+            put(b"l" if isinstance(value, list) else b"u")
+            self._items(value)
+        elif isinstance(value, Mapping):
+            put(b"m", str(len(value)).encode())
+            for key, item in value.items():  # in order: the order a page shows them in
+                self.feed(key)
+                self.feed(item)
+        elif isinstance(value, set | frozenset):
+            put(b"e", str(len(value)).encode())
+            for item in sorted(Fingerprint(item).hexdigest() for item in value):
+                put(b"h", item.encode())
+        else:
+            raise TypeError(f"no fingerprint for a {type(value).__qualname__}")
+
+    def _items(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        self._put(b"#", str(len(values)).encode())
+        for item in values:
+            self.feed(item)
+
+    def _points(self, points: HistoryPoints) -> None:
+        """A history's points: each commit's (sha, message, branch, start) and the columns, whatever table of the
+        chip's commits the rows index (only the commits the points use count)."""
+        used, first, inverse = np.unique(points.rows, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # the commits in the order the points first use them
+        used = used[order]
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        where = rank[inverse.reshape(-1)]
+        key = (id(points._commits), used.tobytes())
+        commits = self._commits.get(key)
+        if commits is None:
+            table = points._commits
+            self._keep.append(table)
+            commits = self._commits[key] = hashlib.sha256(
+                repr([tuple(table[row]) for row in used.tolist()]).encode()).digest()
+        self._put(b"p", commits)
+        for column in (where.astype(np.int64), points.median, points.ci_low, points.ci_high, points.n):
+            self.feed(np.asarray(column))
+
+
+def commit_links(links: evidence_pages.Links, shas: Iterable[str]) -> list[tuple[str, str | None]]:
+    """The web pages of ``shas`` as a page shows them (``commit_ref``, ``web_link``), in sorted order."""
+    return [(sha, links.commit_urls.get(sha)) for sha in sorted(set(shas))]
+
+
+# --- the manifest ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Manifest:
+    """What a build wrote into its folder: page name -> (fingerprint, size, mtime_ns) of its file."""
+
+    pages: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        return zlib.compress(json.dumps({"format": MANIFEST_FORMAT, "pages": self.pages}, sort_keys=True,
+                                        separators=(",", ":")).encode())
+
+    @classmethod
+    def from_bytes(cls, payload: bytes) -> Manifest:
+        """The manifest, or an empty one when unreadable or of another format (every page is rendered)."""
+        try:
+            data = json.loads(zlib.decompress(payload))
+            if data.get("format") != MANIFEST_FORMAT:
+                return cls()
+            return cls({str(name): (str(fp), int(size), int(mtime))
+                        for name, (fp, size, mtime) in data["pages"].items()})
+        except (ValueError, TypeError, KeyError, AttributeError, zlib.error):
+            return cls()
+
+    def fresh(self, folder: Path, name: str, fingerprint: str) -> bool:
+        """Whether ``name`` was written with ``fingerprint`` and its file is untouched since."""
+        entry = self.pages.get(name)
+        if entry is None or entry[0] != fingerprint:
+            return False
+        try:
+            stat = (folder / name).stat()
+        except OSError:
+            return False
+        return (stat.st_size, stat.st_mtime_ns) == entry[1:]
+
+
+class SiteManifests:
+    """The manifests of the folders a database's sites were built into, kept in its analysis cache (``chip`` "",
+    ``kind`` "site", one row per folder, named by a digest of its resolved path): the output folder holds pages
+    only. Like every cached row, one may be deleted at any time (the next build renders every page)."""
+
+    CHIP, KIND = "", "site"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @staticmethod
+    def _name(folder: Path) -> str:
+        return hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:32]
+
+    def read(self, folder: Path) -> Manifest:
+        try:
+            entry = analysis_cache.read_entries(self.store, self.CHIP, self.KIND, [self._name(folder)]).get(
+                self._name(folder))
+        except SQLAlchemyError as exc:
+            log.warning("site manifest unreadable, every page rendered: %s", _first_line(exc))
+            return Manifest()
+        return Manifest() if entry is None else Manifest.from_bytes(entry.payload)
+
+    def write(self, folder: Path, manifest: Manifest) -> None:
+        try:
+            analysis_cache.write_entries(self.store, self.CHIP, self.KIND, {
+                self._name(folder): analysis_cache.Entry(render_version()[:32], manifest.to_bytes())})
+        except SQLAlchemyError as exc:  # the next build renders every page
+            log.warning("site manifest not stored: %s", _first_line(exc))
+
+    def forget(self, folder: Path) -> None:
+        try:
+            others = set(analysis_cache.read_entries(self.store, self.CHIP, self.KIND)) - {self._name(folder)}
+            analysis_cache.write_entries(self.store, self.CHIP, self.KIND, {}, keep=others)
+        except SQLAlchemyError as exc:
+            log.warning("site manifest not removed: %s", _first_line(exc))
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@dataclass
+class WriteStats:
+    """Pages rendered and pages kept (fingerprint unchanged) by kind, and stale pages deleted."""
+
+    rendered: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    kept: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    deleted: int = 0
+    names: set[str] = field(default_factory=set)  # the pages rendered
+
+    def summary(self) -> str:
+        kinds = sorted(set(self.rendered) | set(self.kept))
+        return ", ".join(f"{kind} {self.rendered.get(kind, 0)} rendered / {self.kept.get(kind, 0)} kept"
+                         for kind in kinds) + f"; {self.deleted} stale deleted"
+
+
+# --- history pages, lazily -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistorySummary:
+    """What the index and chip pages read of a history page not rendered again (``reports.render.HistoryPage``'s
+    fields of the same names; ``commits`` only has a length)."""
+
+    kernel: str
+    chip: str
+    name: str
+    commits: range
+    n_regressions: int
+    n_changes: int
+    n_series: int
+
+
+@dataclass
+class _HistorySpec:
+    """One history page's inputs, as ``reports.render.history_pages`` passes them to its page builder."""
+
+    kernel: str
+    chips: dict[str, list[Any]]
+    regs: dict[str, list[tuple[int, Any]]]  # chip -> its (index, regression) of this kernel
+    styles: dict[str, tuple[str, str]]
+    default: str
+    links: list[tuple[str, str]]
+    name: str
+    chip: str
+
+    def build(self) -> site_render.HistoryPage:
+        reg_index = {(chip, self.kernel): regs for chip, regs in self.regs.items()}
+        return site_render._history_page(self.kernel, self.chips, reg_index, self.styles, self.default, self.links,
+                                         self.name, self.chip)
+
+    def shas(self) -> set[str]:
+        found: set[str] = set()
+        for series_list in self.chips.values():
+            tables: dict[int, tuple[Any, list[np.ndarray]]] = {}
+            for series in series_list:
+                points = series.points
+                tables.setdefault(id(points._commits), (points._commits, []))[1].append(points.rows)
+            for table, rows in tables.values():
+                if rows:
+                    found.update(table[row][0] for row in np.unique(np.concatenate(rows)).tolist())
+        return found
+
+    def summary(self, n_commits: int) -> HistorySummary:
+        n_regressions = sum(1 for regs in self.regs.values() for _, r in regs if r.kind == "performance")
+        n_changes = sum(len(s.change_points) for series in self.chips.values() for s in series if s.points)
+        return HistorySummary(self.kernel, self.chip, self.name, range(n_commits), n_regressions, n_changes,
+                              sum(len(series) for series in self.chips.values()))
+
+
+def history_specs(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
+                  baselines: Mapping[str, str] | None = None) -> list[_HistorySpec]:
+    """``reports.render.history_pages``'s pages, in its order, as inputs not yet drawn."""
+    reg_index: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
+    for i, reg in enumerate(regressions):
+        reg_index[(reg.chip, reg.kernel)].append((i, reg))
+    by_kernel: dict[str, dict[str, list[Any]]] = defaultdict(dict)
+    for chip in sorted(histories):
+        for series in histories[chip]:
+            by_kernel[series.key.kernel].setdefault(chip, []).append(series)
+    specs = []
+    for kernel in sorted(by_kernel):
+        chips = by_kernel[kernel]
+        default = (baselines or {}).get(kernel, "")
+        names = sorted({s.key.variant for series in chips.values() for s in series}, key=lambda v: (v != default, v))
+        styles = {name: svg.style_of(k) for k, name in enumerate(names)}
+        every = site_render.kernel_history_page_name(kernel) if len(chips) > 1 else ""
+        links = [(chip, site_render.history_page_name(kernel, chip)) for chip in chips]
+        if every:
+            links.append(("every chip", every))
+        for chip, series in chips.items():
+            specs.append(_HistorySpec(kernel, {chip: series}, {chip: reg_index.get((chip, kernel), [])}, styles,
+                                      default, links, site_render.history_page_name(kernel, chip), chip))
+        if every:
+            specs.append(_HistorySpec(kernel, chips, {chip: reg_index.get((chip, kernel), []) for chip in chips},
+                                      styles, default, links, every, ""))
+    return specs
+
+
+# --- evidence pages, lazily ------------------------------------------------------------------------------------------
+
+
+def evidence_links(evidence: Any | None) -> tuple[evidence_pages.Links, list[tuple[str, Any, Any]]]:
+    """``reports.evidence.links`` without drawing the samples pages: the links (``samples`` left empty) and each
+    samples page as (name, ``SeriesSamples``, its compare page or None), in ``links``' order."""
+    if evidence is None:
+        return evidence_pages.Links(), []
+    found = evidence_pages.Links(dict(evidence.commit_urls), dict(evidence.runs_of),
+                                 skipped_compares=evidence.skipped_compares)
+    for view in evidence.compares:
+        report = view.report
+        base_ids = tuple(report.base.runs.get(view.chip, ()))
+        head_ids = tuple(report.head.runs.get(view.chip, ()))
+        page = evidence_pages.ComparePage(
+            evidence_pages.compare_page_name(view.chip, base_ids, head_ids), view,
+            [evidence_pages.CompareRowLink(row, evidence_pages.series_anchor(row.key), "",
+                                           view.runs.get(row.key, (0, 0))) for row in report.rows],
+            evidence_pages.side_label(report.base), evidence_pages.side_label(report.head))
+        found.compares.append(page)
+        found.by_runs[(view.chip, base_ids, head_ids)] = page
+        if view.shown:
+            found.shown[view.chip] = page
+    samples = []
+    row_index: dict[int, dict[Any, evidence_pages.CompareRowLink]] = {}
+    for data in evidence.samples:
+        compare = found.by_runs.get((data.key.chip, tuple(data.base_runs), tuple(data.head_runs)))
+        name = evidence_pages.samples_page_name(data.key, data.base_runs, data.head_runs)
+        samples.append((name, data, compare))
+        if compare is not None:
+            rows = row_index.get(id(compare))
+            if rows is None:
+                rows = row_index[id(compare)] = {row.row.key: row for row in compare.rows}
+            if data.key in rows:
+                rows[data.key].samples = name
+        if compare is None or compare.view.shown:
+            for run_id in data.head_runs:
+                found.chip_samples.setdefault((data.key.chip, run_id), {})[
+                    (data.key.kernel, data.key.variant, data.key.dtype, data.key.shape_key)] = name
+    return found, samples
+
+
+def _samples_input(data: Any, compare: Any) -> tuple[Any, ...]:
+    """What a samples page shows: its series, runs and samples, its compare row, and of its compare page the name
+    and side labels it links with (the page is drawn from these alone, ``reports.evidence._samples_page``). The
+    samples are named by their runs' fingerprints where the evidence has them (``SeriesSamples.prints``: a run's
+    jobs and its highest sample id, as the analysis cache trusts them), so a kept page's samples are never read."""
+    prints = getattr(data, "prints", ())
+    if prints:
+        samples: Any = (data.runs, prints)
+    else:
+        samples = [(side, run, job.run_id, job.key, job.series, repr(job.samples)) for side, run, job in data.jobs]
+    linked = None if compare is None else (compare.name, compare.base_label, compare.head_label)
+    return (data.key, tuple(data.base_runs), tuple(data.head_runs), samples, data.row, linked)
+
+
+def _sample_runs(data: Any) -> Iterable[Any]:
+    runs = getattr(data, "runs", ())
+    return runs if getattr(data, "prints", ()) else (run for _, run, _ in data.jobs)
+
+
+# --- the site --------------------------------------------------------------------------------------------------------
+
+
+def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[str, Any],
+               baselines: dict[str, str], db_label: str, *, matrix: Any = None,
+               histories: Mapping[str, Sequence[Any]] | None = None, regressions: Sequence[Any] = (),
+               last: int | None = None, generated_at: str = "",
+               failing_before: Mapping[str, set[str]] | None = None,
+               noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
+               checks: Mapping[str, str] | None = None, evidence: Any = None,
+               manifests: SiteManifests | None = None, incremental: bool = True,
+               stats: WriteStats | None = None) -> Path:
+    """``reports.render.render_site`` (same arguments, same files); returns the index path. With ``manifests``, the
+    folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
+    manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
+    and this one does not make are deleted. Without, every page is rendered and nothing read or stored. ``stats``
+    counts the pages."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stats = stats if stats is not None else WriteStats()
+    incremental = incremental and manifests is not None
+    previous = manifests.read(out) if manifests is not None else Manifest()
+    manifest = Manifest()
+    env = site_render.environment()
+    css = (site_render.STATIC / "report.css").read_text(encoding="utf-8")
+    regressions = list(regressions)
+    specs = history_specs(histories or {}, regressions, baselines)
+    common = {"css": css, "db_label": db_label, "generated_at": generated_at, "last": last,
+              "history_names": {spec.name for spec in specs}}
+    shared = Fingerprint(render_version(), db_label, last, sorted(common["history_names"])).hexdigest()
+    regs_of_chip: dict[str, list[tuple[int, Any]]] = defaultdict(list)
+    for i, reg in enumerate(regressions):
+        regs_of_chip[reg.chip].append((i, reg))
+    matrix_chips, rows = site_render.matrix_rows(matrix)
+
+    def write(name: str, template: str, **context: Any) -> Path:
+        path = out / name
+        path.write_text(env.get_template(template).render(**common, **context), encoding="utf-8")
+        return path
+
+    def page(kind: str, name: str, fingerprint: Callable[[], Fingerprint] | None, render: Callable[[], Path]
+             ) -> bool:
+        """Render ``name`` unless its fingerprint is the manifest's and its file untouched (no ``fingerprint``:
+        always, listed in the manifest without one); whether it rendered."""
+        digest = fingerprint().hexdigest() if incremental and fingerprint is not None else ""
+        if digest and previous.fresh(out, name, digest):
+            manifest.pages[name] = previous.pages[name]
+            stats.kept[kind] += 1
+            return False
+        path = render()
+        stats.rendered[kind] += 1
+        stats.names.add(name)
+        if incremental:
+            stat = path.stat()
+            manifest.pages[name] = (digest, stat.st_size, stat.st_mtime_ns)
+        return True
+
+    # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
+    found, samples = evidence_links(evidence)
+    env.globals.update(commit_ref=found.commit_ref, web_link=found.web_link, run_ids=found.run_ids)
+    env.filters.update(pct_change=evidence_pages.change, pct=evidence_pages.percent,
+                       noise_text=evidence_pages.noise_text)
+    common["evidence"] = found
+    for compare in found.compares:
+        view, report = compare.view, compare.view.report
+        shas = [report.base.sha, report.head.sha, *(run.sha for run in (*view.base_runs, *view.head_runs))]
+        page("compare", compare.name,
+             lambda compare=compare, shas=shas: Fingerprint(shared, "compare", compare,
+                                                            commit_links(found, shas)),
+             lambda compare=compare: write(compare.name, "compare.html.j2", page=compare,
+                                           hours_apart=evidence_pages._hours))
+    for name, data, compare in samples:
+        page("samples", name,
+             lambda name=name, data=data, compare=compare: Fingerprint(
+                 shared, "samples", name, _samples_input(data, compare),
+                 commit_links(found, (run.sha for run in _sample_runs(data)))),
+             lambda name=name, data=data, compare=compare: write(
+                 name, "samples.html.j2", page=evidence_pages._samples_page(data, compare)))
+    # --- end of the evidence path
+
+    pages: list[Any] = []
+    for spec in specs:
+        shas = spec.shas()
+        drawn: list[site_render.HistoryPage] = []
+
+        def draw(spec: _HistorySpec = spec, drawn: list = drawn) -> Path:
+            built = spec.build()
+            drawn.append(built)
+            return write(built.name, "history.html.j2", page=built, legend=svg.legend(),
+                         max_points=site_render.MAX_PLOT_POINTS)
+
+        page("history" if spec.chip else "histories", spec.name,
+             lambda spec=spec, shas=shas: Fingerprint(
+                 shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs, spec.styles, spec.default,
+                 spec.links, commit_links(found, shas)),
+             draw)
+        pages.append(drawn[0] if drawn else spec.summary(len(shas)))
+    pages_of_chip: dict[str, list[Any]] = defaultdict(list)
+    for history in pages:
+        pages_of_chip[history.chip].append(history)
+
+    summary = {}
+    for chip in chips:
+        run = latest.get(chip["key"])
+        jobs = run.jobs if run else []
+        chip_regs = regs_of_chip.get(chip["key"], [])
+        at_latest = [(i, r) for i, r in chip_regs if run and r.head_sha == run.sha]
+        summary[chip["key"]] = {"correctness": site_render.correctness_counts(jobs), "regressions": at_latest,
+                                "all_regressions": chip_regs}
+        verdicts = {(c.kernel, c.dtype, c.shape_key, c.variant): c for c in (matrix.cells if matrix else ())
+                    if c.chip == chip["key"]}
+        winners = {(b.kernel, b.dtype, b.shape_key): b.variant for b in (matrix.best if matrix else ())
+                   if b.chip == chip["key"] and b.evidence is not None}
+        name = site_render.chip_page_name(chip["key"])
+        page("chip", name, None, lambda name=name, chip=chip, run=run, jobs=jobs, verdicts=verdicts,
+             winners=winners: write(
+                 name, "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
+                 verdicts=verdicts, winners=winners, checks=checks or {},
+                 correctness_tables=site_render.correctness_tables(jobs, baselines), cell_title=site_render.cell_title,
+                 correctness=[j for j in jobs if j["kind"] == "correctness"],
+                 failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
+                 benchmarks=[j for j in jobs if j["kind"] == "benchmark" and j["status"] != "skipped"],
+                 skipped_benchmarks=site_render.skipped_groups(jobs),
+                 noise=(noise or {}).get(chip["key"], {}),
+                 calibration=[j for j in jobs if j["kind"] == "calibration"],
+                 variant_rows=site_render.variant_rows(jobs, baselines),
+                 history_pages=pages_of_chip.get(chip["key"], []),
+                 selections=site_render.test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
+                 sources=site_render.run_sources(jobs),
+                 failing_tests=site_render.failing_tests(jobs, (failing_before or {}).get(chip["key"], set()))))
+    page("variants", "variants.html", None,
+         lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows))
+    page("regressions", "regressions.html", None,
+         lambda: write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions))))
+    kernels = sorted({history.kernel for history in pages})
+    page_names = {(history.kernel, history.chip): history for history in pages}
+    page("index", "index.html", None,
+         lambda: write("index.html", "index.html.j2", chips=chips, latest=latest, summary=summary, kernels=kernels,
+                       history=page_names, n_regressions=len(regressions),
+                       n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
+                       n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows)))
+    _finish(out, previous, manifest, manifests, incremental, stats)
+    log.info("pages: %s", stats.summary())
+    return out / "index.html"
+
+
+def _finish(out: Path, previous: Manifest, manifest: Manifest, manifests: SiteManifests | None, incremental: bool,
+            stats: WriteStats) -> None:
+    """Delete the pages the previous build wrote and this one did not make; store the manifest (or, not
+    ``incremental``, remove it)."""
+    made = set(manifest.pages) | stats.names
+    for name in sorted(set(previous.pages) - made):
+        if "/" in name or "\\" in name or name.startswith("."):  # only the site's own page names are deleted
+            continue
+        try:
+            (out / name).unlink()
+            stats.deleted += 1
+        except FileNotFoundError:
+            pass
+    if manifests is None:
+        return
+    if incremental:
+        manifests.write(out, manifest)
+    else:
+        manifests.forget(out)

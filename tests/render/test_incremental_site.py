@@ -1,0 +1,240 @@
+"""The incremental site (``harness.render.pages``): a build into a folder renders only the pages whose inputs
+changed since the last build there, and the folder then equals a full build of the same database byte for byte.
+
+A small store (two chips, two commits with a planted slowdown on one chip, ``test_compare_page``'s) is built, a
+third commit is run on one chip, and the site is built again into the same folder and, fresh, into another: every
+file must be equal, the other chip's history, compare and samples pages must not have been written again, the
+changed ones must have been, and the pages of the chip's older shown run must be gone. The generated-at stamp is
+held still (a page kept from an earlier build keeps its own stamp, see the module's docstring).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.analysis.records import HistoryPoints
+from harness.record import analysis_cache, query
+from harness.record.outbox import open_store
+from harness.render import pages, site
+from harness.render.site import build_report
+from reports.evidence import compare_page_name
+from reports.render import history_page_name, kernel_history_page_name, render_site
+from tests.render.test_compare_page import APPLE, NVIDIA, SHAS, add_run, build_store
+
+URL_TEMPLATE = "https://git.example.com/kernels/commit/{sha}"
+NEW_SHA = "c" * 40
+
+
+class _Frozen(datetime):
+    @classmethod
+    def now(cls, tz=None):  # noqa: ANN001, ANN206 - datetime.now's signature
+        return datetime(2026, 1, 2, 3, 4, tzinfo=tz or UTC)
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock(monkeypatch):
+    """Every build stamps the same time, so that builds at different minutes are comparable byte for byte."""
+    monkeypatch.setattr(site, "datetime", _Frozen)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def mtimes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+
+
+def build(store, out: Path, **kwargs) -> None:
+    build_report(store, out, change_points=False, commit_url=URL_TEMPLATE, **kwargs)
+
+
+@pytest.fixture
+def store(tmp_path):
+    handle = build_store(f"sqlite:///{tmp_path / 'results.db'}")
+    yield handle
+    handle.close()
+
+
+def test_one_new_run_renders_only_what_changed_and_equals_a_full_build(store, tmp_path):
+    out = tmp_path / "site"
+    build(store, out)
+    before, written = files(out), mtimes(out)
+    old_shown = {chip: query.latest_run(store, chip).id for chip in (APPLE.key, NVIDIA.key)}
+    old_base = query.previous_run_id(store, old_shown[NVIDIA.key])
+    new_run = add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
+
+    build(store, out)
+    after = files(out)
+    build(store, tmp_path / "fresh")  # a folder never built into: every page rendered
+    assert after == files(tmp_path / "fresh")
+
+    rewritten = {name for name, ns in mtimes(out).items() if written.get(name) != ns}
+    apple_pages = {history_page_name("flash_prefill", APPLE.key),
+                   compare_page_name(APPLE.key, [query.previous_run_id(store, old_shown[APPLE.key])],
+                                     [old_shown[APPLE.key]])}
+    assert apple_pages <= set(after) and not apple_pages & rewritten  # the other chip's pages: kept
+    kept_samples = {name for name in after if name.startswith("samples-") and name not in rewritten}
+    assert len(kept_samples) >= 4  # the other chip's shown run: 2 variants x 2 shapes
+    assert {history_page_name("flash_prefill", NVIDIA.key), kernel_history_page_name("flash_prefill"),
+            compare_page_name(NVIDIA.key, [old_shown[NVIDIA.key]], [new_run]), "index.html"} <= rewritten
+    # the chip's previous shown comparison stays as its regression pair's page, with samples pages of the changed
+    # series only: those of its unchanged series are no longer made, and deleted (the fresh build has none either)
+    assert compare_page_name(NVIDIA.key, [old_base], [old_shown[NVIDIA.key]]) in after
+    stale = set(before) - set(after)
+    assert len(stale) == 3 and all(name.startswith("samples-") for name in stale)
+
+
+def test_the_samples_of_kept_pages_are_not_read(store, tmp_path, monkeypatch):
+    out = tmp_path / "site"
+    build(store, out)
+    apple_runs = {b.id for b in query.run_briefs(store) if b.chip == APPLE.key}
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
+    read: list[str] = []
+    job_samples = query.job_samples
+
+    def counted(store, run_ids, kernels=None):  # noqa: ANN001, ANN202 - query.job_samples's
+        read.extend(run_ids)
+        return job_samples(store, run_ids, kernels)
+
+    monkeypatch.setattr(query, "job_samples", counted)
+    build(store, out)
+    assert read and not set(read) & apple_runs  # the new run's pages only: the Apple chip's samples stay unread
+    monkeypatch.setattr(query, "job_samples", job_samples)
+    build(store, tmp_path / "fresh")
+    assert files(out) == files(tmp_path / "fresh")
+
+
+def test_a_changed_input_is_rendered_again(store, tmp_path):
+    out = tmp_path / "site"
+    build(store, out)
+    written = mtimes(out)
+    history = out / history_page_name("flash_prefill", APPLE.key)
+    history.write_text("edited by hand", encoding="utf-8")  # a page changed since: rendered again
+    build_report(store, out, change_points=False, commit_url="https://other.example.com/{sha}")  # every link
+    build_report(store, tmp_path / "fresh", change_points=False, commit_url="https://other.example.com/{sha}")
+    assert files(out) == files(tmp_path / "fresh")
+    kept = {name for name, ns in mtimes(out).items() if written.get(name) == ns}
+    assert not {name for name in kept if not name.startswith("samples-")}  # each names a commit with its link
+    assert "edited by hand" not in history.read_text(encoding="utf-8")
+
+
+def test_a_regression_list_change_reaches_the_history_page(store, tmp_path):
+    """A history page links each of its regressions by its place in the list: a new regression ahead of it moves
+    it, and the page is rendered again though its series did not change."""
+    out = tmp_path / "site"
+    data = site.load_site(store, change_points=False)
+    data.evidence = site.load_evidence(store, data.latest, data.regressions)
+    site.render(data, out, store=store)
+    assert data.pages.rendered["history"] == 2
+    regression = next(r for r in data.regressions if r.kind == "performance")
+    moved = dataclasses.replace(regression, chip="other-chip", kernel="other_kernel")
+    data.regressions = [moved, *data.regressions]
+    site.render(data, out, store=store)
+    assert data.pages.rendered["history"] == 1 and data.pages.kept["history"] == 1  # the chip with the regression
+    site.render(data, tmp_path / "fresh")
+    assert files(out) == files(tmp_path / "fresh")
+
+
+def test_nothing_new_renders_only_the_summary_pages(store, tmp_path):
+    out = tmp_path / "site"
+    build(store, out)
+    written = mtimes(out)
+    build(store, out)
+    again = {name for name, ns in mtimes(out).items() if written[name] != ns}
+    assert again == {"index.html", "variants.html", "regressions.html", "chip-apple-m4-pro-20c.html",
+                     "chip-nvidia-h200-sm90.html"}
+
+
+def test_no_cache_renders_every_page_and_stores_no_manifest(store, tmp_path):
+    out = tmp_path / "site"
+    build(store, out)
+    assert analysis_cache.read_entries(store, pages.SiteManifests.CHIP, pages.SiteManifests.KIND)
+    written = mtimes(out)
+    build(store, out, cache=False)
+    assert all(ns != written[name] for name, ns in mtimes(out).items())
+    assert not analysis_cache.read_entries(store, pages.SiteManifests.CHIP, pages.SiteManifests.KIND)
+    build(store, out)  # the next build knows nothing of the folder: every page again
+    assert all(ns != written[name] for name, ns in mtimes(out).items())
+
+
+def test_a_page_the_manifest_never_listed_is_left_alone(store, tmp_path):
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / "notes.html").write_text("mine", encoding="utf-8")
+    build(store, out)
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
+    build(store, out)
+    assert (out / "notes.html").read_text(encoding="utf-8") == "mine"
+
+
+def test_write_site_equals_render_site(store, tmp_path):
+    """The incremental writer makes ``reports.render.render_site``'s files from the same inputs, byte for byte."""
+    data = site.load_site(store, change_points=False)
+    data.evidence = site.load_evidence(store, data.latest, data.regressions, commit_url=URL_TEMPLATE)
+    arguments = (data.chips, data.latest, data.baselines, data.db_label)
+    options = {"matrix": data.matrix, "checks": site.check_descriptions(), "failing_before": data.failing_before,
+               "histories": data.histories, "regressions": data.regressions, "last": data.last, "noise": data.noise,
+               "generated_at": "2026-01-02 03:04 UTC", "evidence": data.evidence}
+    render_site(tmp_path / "reference", *arguments, **options)
+    pages.write_site(tmp_path / "ours", *arguments, **options)
+    assert files(tmp_path / "ours") == files(tmp_path / "reference")
+    assert any(name.startswith("samples-") for name in files(tmp_path / "ours"))
+
+
+# --- fingerprints ------------------------------------------------------------------------------------------------
+
+
+def test_fingerprint_is_exact_and_independent_of_set_order():
+    digest = pages.Fingerprint
+    assert digest({"b", "a", "c"}).hexdigest() == digest({"c", "a", "b"}).hexdigest()
+    assert digest(0.0).hexdigest() != digest(-0.0).hexdigest()
+    assert digest([1, 2]).hexdigest() != digest((1, 2)).hexdigest()
+    assert digest({"a": 1, "b": 2}).hexdigest() != digest({"b": 2, "a": 1}).hexdigest()  # order is shown
+    assert digest(np.array([1.0, 2.0])).hexdigest() != digest(np.array([1.0, 2.0], dtype=np.float32)).hexdigest()
+    with pytest.raises(TypeError):
+        digest(object())
+
+
+def test_history_points_fingerprint_reads_the_commits_not_the_table_layout():
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    table = [("a" * 40, "one", "main", when), ("b" * 40, "two", "main", when), ("c" * 40, "three", "main", when)]
+    points = HistoryPoints(table, [0, 2], [1.0, 2.0], [0.9, 1.9], [1.1, 2.1], [3, 3])
+    shuffled = HistoryPoints([table[2], ("d" * 40, "four", "main", when), table[0]], [2, 0], [1.0, 2.0], [0.9, 1.9],
+                             [1.1, 2.1], [3, 3])
+    assert pages.Fingerprint(points).hexdigest() == pages.Fingerprint(shuffled).hexdigest()
+    renamed = HistoryPoints([table[0], table[1], ("c" * 40, "3", "main", when)], [0, 2], [1.0, 2.0], [0.9, 1.9],
+                            [1.1, 2.1], [3, 3])
+    assert pages.Fingerprint(points).hexdigest() != pages.Fingerprint(renamed).hexdigest()
+    moved = HistoryPoints(table, [0, 2], [1.0, 2.5], [0.9, 1.9], [1.1, 2.1], [3, 3])
+    assert pages.Fingerprint(points).hexdigest() != pages.Fingerprint(moved).hexdigest()
+
+
+def test_an_unreadable_manifest_renders_every_page(tmp_path):
+    assert pages.Manifest.from_bytes(b"not zlib").pages == {}
+    manifest = pages.Manifest({"x.html": ("f" * 64, 3, 1)})
+    assert pages.Manifest.from_bytes(manifest.to_bytes()) == manifest
+    (tmp_path / "x.html").write_text("abc", encoding="utf-8")
+    assert not manifest.fresh(tmp_path, "x.html", "f" * 64)  # the file's time is not the one recorded
+    stat = (tmp_path / "x.html").stat()
+    manifest.pages["x.html"] = ("f" * 64, stat.st_size, stat.st_mtime_ns)
+    assert manifest.fresh(tmp_path, "x.html", "f" * 64) and not manifest.fresh(tmp_path, "x.html", "0" * 64)
+
+
+def test_store_manifest_is_per_folder(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        manifests = pages.SiteManifests(store)
+        manifests.write(tmp_path / "a", pages.Manifest({"p.html": ("x", 1, 2)}))
+        manifests.write(tmp_path / "b", pages.Manifest({"q.html": ("y", 1, 2)}))
+        assert manifests.read(tmp_path / "a").pages == {"p.html": ("x", 1, 2)}
+        manifests.forget(tmp_path / "a")
+        assert manifests.read(tmp_path / "a").pages == {}
+        assert manifests.read(tmp_path / "b").pages == {"q.html": ("y", 1, 2)}
+    finally:
+        store.close()
