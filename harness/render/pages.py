@@ -13,12 +13,15 @@ holds the two to that), but decides per page whether it must be rendered:
 
 A page's fingerprint is a SHA-256 of everything its template reads: its own records (a history page's series,
 bit for bit, with the commits of their points, its regressions with their places in the regression list, its
-variants' styles and links; a compare page's report, runs and row links; a samples page's samples, compare row and
-the names it links to), the web links of the commits it names, the site-wide values every page shows but the time
-stamp (the database label, ``last``, the history page names), and the renderer's version (``render_version``: the
-sources of ``reports`` and ``harness.render``, the templates, the CSS and script, jinja2's and markupsafe's
-versions). ``generated_at`` is left out: a page's footer says when that page was rendered, so a page kept from an
-earlier build keeps its own time; with the same stamp, an incremental build equals a full one byte for byte.
+variants' styles and links; a compare page's report, runs and row links; a samples page's runs with their
+fingerprints -- ``harness.analysis.cache``'s trust in a run's jobs and highest sample id, so that a kept page's
+samples are never read -- its compare row and the names it links to), the web links of the commits it names, the
+site-wide values every page shows but the time stamp (the database label, ``last``, the history page names), and
+the renderer's version (``render_version``: the sources of ``reports`` and ``harness.render``, the templates, the
+CSS and script, jinja2's, markupsafe's and numpy's versions). ``generated_at`` is left out: a page's footer says
+when that page was rendered, so a page kept from an earlier build keeps its own time; with the same stamp, an
+incremental build equals a full one byte for byte. A template made to read something new must have it added to
+its page's fingerprint here (the tests build a site incrementally and fresh and compare every file).
 
 The fingerprints are kept in the database's analysis cache, one manifest per output folder (``SiteManifests``:
 the folder holds pages only), with each file's size and modification time (ns): a page is skipped only when its
@@ -51,9 +54,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
+from harness.analysis import records
 from harness.analysis.records import HistoryPoints
 from harness.core.status import is_code_failure
-from harness.record import analysis_cache
+from harness.record import analysis_cache, query
 from harness.record.store import Store
 from reports import evidence as evidence_pages
 from reports import render as site_render
@@ -87,6 +91,14 @@ def render_version() -> str:
     return digest.hexdigest()
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None), datetime})
+# Records made of plain values only (strings, numbers, None, datetimes, and tuples, dicts and records of them), whose
+# generated repr shows every field exactly (a float's repr is exact): fingerprinted by their text, in one call.
+_BY_REPR = frozenset({records.CompareRow, records.CompareReport, records.Side, records.CorrectnessFailure,
+                      records.ChangeFlag, records.RegressionEvidence, query.SeriesKey, query.RunBrief,
+                      query.JobSamples})
+
+
 class Fingerprint:
     """A SHA-256 over plain values, records and arrays, exact: floats by their repr, arrays by their bytes, sets in
     sorted order, dataclasses and named tuples field by field with their type's name. Anything else is an error
@@ -107,7 +119,10 @@ class Fingerprint:
 
     def feed(self, value: Any) -> None:
         put = self._put
-        if value is None or isinstance(value, bool | int | float):
+        kind = type(value)
+        if kind in _BY_REPR or (kind in (list, tuple) and all(type(item) in _SCALARS for item in value)):
+            put(b"r", kind.__qualname__.encode() + repr(value).encode("utf-8", "surrogatepass"))
+        elif value is None or isinstance(value, bool | int | float):
             put(b"v", repr(value).encode())
         elif isinstance(value, str):  # Markup too: its text is what is rendered
             put(b"s", value.encode("utf-8", "surrogatepass"))

@@ -351,7 +351,9 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None], regress
     """Commit links and run ids for every run, a compare page per chip (the shown run against its previous run) and
     per regression pair (at most ``MAX_REGRESSION_COMPARES``), and the samples behind them: every series of a chip's
     shown run (and its previous run), and the changed series of a regression pair. ``cache``: compare reports whose
-    inputs did not change are reused from the analysis cache (``ComparePages``)."""
+    inputs did not change are reused from the analysis cache (``ComparePages``), and so is what a pair's compare
+    rows and samples pages take from its samples (``_SampleSummaries``); the samples themselves are read per pair
+    when a samples page is drawn (``SeriesSamples.jobs``), so the pages a build keeps read none."""
     pages = ComparePages(store, use_cache=cache)
     briefs = query.run_briefs(store)
     by_id = {b.id: b for b in briefs}

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.analysis.records import HistoryPoints
+from harness.analysis.records import CompareRow, HistoryPoints
 from harness.record import analysis_cache, query
 from harness.record.outbox import open_store
 from harness.render import pages, site
@@ -199,6 +199,16 @@ def test_fingerprint_is_exact_and_independent_of_set_order():
     assert digest(np.array([1.0, 2.0])).hexdigest() != digest(np.array([1.0, 2.0], dtype=np.float32)).hexdigest()
     with pytest.raises(TypeError):
         digest(object())
+
+
+def test_records_fingerprinted_by_their_text_are_exact():
+    key = query.SeriesKey("flash_prefill", "sdpa", "float16", "B=1", "chip")
+    row = CompareRow(key, "unchanged", 1.0, 0.99, 1.01, 0.5, 0.6, 24, 24, 0, 1e-4, 1e-4)
+    digest = pages.Fingerprint
+    assert digest(row).hexdigest() == digest(dataclasses.replace(row)).hexdigest()
+    assert digest(row).hexdigest() != digest(dataclasses.replace(row, ratio=1.0000000000000002)).hexdigest()
+    assert digest(row).hexdigest() != digest(dataclasses.replace(row, key=key._replace(chip="other"))).hexdigest()
+    assert digest([row]).hexdigest() != digest([dataclasses.replace(row, noise=0.01)]).hexdigest()
 
 
 def test_history_points_fingerprint_reads_the_commits_not_the_table_layout():
