@@ -97,12 +97,14 @@ def main() -> None:
                         help="check and time only the variants whose name starts with a prefix (and SDPA)")
     parser.add_argument("--candidates", action="store_true",
                         help="also register the candidate mma tiles in dynamic shared memory that are not yet "
-                             "part of the kernel (kernels.flash_cuda_mma.mma_dynamic_variants)")
+                             "part of the kernel (kernels.flash_cuda_mma.mma_dynamic_variants) and the unverified "
+                             "wgmma kernels (kernels.flash_cuda_wgmma.wgmma_variants, sm_90a)")
     args = parser.parse_args()
     if args.candidates:
-        from kernels import flash_cuda, flash_cuda_mma
+        from kernels import flash_cuda, flash_cuda_mma, flash_cuda_wgmma
 
         flash_cuda.register_variants(flash_cuda_mma.mma_dynamic_variants())
+        flash_cuda.register_variants(flash_cuda_wgmma.wgmma_variants())
 
     import mlx.core as mx
 
