@@ -98,7 +98,24 @@ probe's JSON: MLX's own compile has no ``sm_90a``); LBO = 16 ("assumed 1") for s
 (``b_*``); the +32-byte start-address walk inside an atom (``b_ss_sw128_k64``); ptxas's ``compile_log``
 (registers, spills, "wgmma ... serialized" warnings, which cost speed, not correctness).
 
-Status: written and checked on a machine with no GPU and no CUDA compiler; nothing here has been compiled or run.
+Compiled, not run (2026-12-01, on a machine with no GPU): the CUDA 13.0.88 toolkit is installed there at
+/usr/local/cuda-13.0 (not on PATH), the same nvcc as the H200 machines. ``nvcc -cubin
+-gencode=arch=compute_90a,code=sm_90a --ptxas-options=-v`` assembles every variant and every probe case with no
+spills, no stack frame and no wgmma serialisation warning (tests/kernels/test_kernels_flash_cuda_wgmma.py repeats
+this wherever nvcc is found). Registers a thread at D = 128: BK 64 -> 128 (BQ 64 or 128), BK 128 -> 168; D = 64:
+114 / 152; D = 32: 94 / 126. The SASS (nvdisasm from the ``nvidia-cuda-nvdisasm`` wheel, installed outside the
+project) of ``cuda_wgmma_bq128_bk64`` at D = 128 has what was meant: 8 ``HGMMA.64x64x16.F32`` from two descriptors
+(the first with ``RZ, !UPT``: scale-d = 0), ``WARPGROUP.DEPBAR``, then 4 ``HGMMA.64x128x16.F32`` with A in registers
+and ``.tnspB``, 24 ``LDGSTS.E.BYPASS.128`` (cp.async), no LDL/STL.
+
+Occupancy from those counts (65,536 registers and 228 KB of shared memory an SM): BK 64 at 128 registers gives 16
+warps an SM, 4 blocks of BQ 64 (49 KB each) or 2 of BQ 128 (65 KB): four warpgroups, so while one runs its softmax
+the others can keep the tensor cores busy (the kernel itself does not overlap them inside a warpgroup). BK 128 at
+168 registers: 12 warps by registers, and BQ 64's 81 KB blocks fit only 2 (8 warps); BQ 128, 1 block (8 warps).
+Prediction, a guess to be checked: the BK 64 tiles are the ones to beat 0.5x, about 1.5-2.0 ms at S = 8192, D = 128
+(275-365 TFLOP/s, 0.53-0.70x SDPA); the BK 128 tiles slower for want of warps.
+
+Status: nothing here has been run on a GPU; the numbers above are compiler reports, not measurements.
 The variants are not registered with the kernel (``scripts/gpu_flash_bench.py --candidates`` registers them) until
 the probe and the spot check pass on the device. Levers not yet taken: a register cap with 2 blocks an SM
 (``min_blocks``), overlapping the softmax of one warpgroup with the other's wgmma (FlashAttention-3's ping-pong),

@@ -1,6 +1,7 @@
 """The wgmma flash kernel (kernels.flash_cuda_wgmma) and its GEMM probe, checked without a GPU.
 
-Nothing here runs the kernel: these tests check what can be known on a CPU. Shapes and tiles are refused before any
+Nothing here runs the kernel: these tests check what can be known on a CPU (and, where the CUDA toolkit is
+installed, what ptxas says of the sm_90a build). Shapes and tiles are refused before any
 launch; the variants are candidates only (not registered) and skip with the reason; shared memory fits; and the
 layout model the kernel is built on -- descriptor bit fields, the 128B/64B swizzle, the accumulator and A-register
 fragment maps, and the descriptors the kernel and the probe pass for each k16 step -- agrees with the PTX ISA.
@@ -18,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -388,3 +390,52 @@ def test_kernel_sources_parse_as_cpp17_with_cuda_stubbed(tmp_path):
         result = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-unknown-pragmas", str(path)],
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[:3000]
+
+
+def nvcc() -> str | None:
+    from kernels import cuda_compile
+
+    home = cuda_compile.cuda_home()
+    path = shutil.which("nvcc") or (f"{home}/bin/nvcc" if home else None)
+    return path if path and Path(path).is_file() else None
+
+
+def one_unit(kernels: list[tuple[str, str, list, list, list]], header: str) -> str:
+    """Several kernels in one translation unit: the prelude and header once, then each ``__global__`` function."""
+    from kernels import cuda_compile
+
+    parts = [cuda_compile.PRELUDE + header]
+    for name, source, inputs, outputs, template in kernels:
+        text = cuda_compile.kernel_source("", source, inputs, outputs, template)
+        parts.append(text[len(cuda_compile.PRELUDE):].replace(cuda_compile.NAME_PLACEHOLDER, name))
+    return "\n".join(parts)
+
+
+@pytest.mark.skipif(nvcc() is None, reason="no nvcc")
+@pytest.mark.parametrize("unit", ["flash", "probe"])
+def test_ptxas_assembles_every_kernel_for_sm_90a_without_spills(unit, tmp_path):
+    """Where the CUDA toolkit is installed (no GPU needed), ptxas must accept the wgmma PTX for sm_90a, and the
+    kernels must keep their accumulators in registers: no spills, no stack frame, no wgmma serialisation warning."""
+    io = [("q", None), ("k", None), ("v", None), ("dims", "int32"), ("scale", "float32")]
+    if unit == "flash":
+        header = wg.WGMMA_HEADER
+        kernels = [(f"flash_{T}_{bq}_{bk}_{D}", wg.SOURCE, [(n, t or T) for n, t in io], [("out", T)],
+                    [("T", T), ("BQ", bq), ("BK", bk), ("D", D)])
+                   for T, bq, bk, D in [("float16", v.params["BQ"], v.params["BK"], 128) for v in VARIANTS]
+                   + [("bfloat16", 128, 64, 128), ("float16", 64, 64, 64), ("float16", 64, 64, 32)]]
+    else:
+        header = wg.WGMMA_HEADER + probe.PROBE_HEADER
+        kernels = [(f"probe_{c.name}", probe.gemm_source(c)[0], [("a", c.dtype), ("b", c.dtype)],
+                    [("c", "float32")], [("T", c.dtype)]) for c in probe.CASES]
+    path = tmp_path / f"{unit}.cu"
+    path.write_text(one_unit(kernels, header))
+    result = subprocess.run([nvcc(), "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "--ptxas-options=-v",
+                             "-diag-suppress", "177", "-o", str(tmp_path / f"{unit}.cubin"), str(path)],
+                            capture_output=True, text=True)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    reports = re.findall(r"Function properties for (\w+)\n\s+(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                         r"(\d+) bytes spill loads", log)
+    assert sorted(name for name, *_ in reports) == sorted(name for name, *_ in kernels)
+    assert all(frame == stores == loads == "0" for _, frame, stores, loads in reports), reports
+    assert "serializ" not in log.lower() and "performance loss" not in log.lower(), log[-4000:]
