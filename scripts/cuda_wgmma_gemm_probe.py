@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -373,10 +374,11 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=1, default=str))  # after every case: a crash keeps the rest
     report["all_as_expected"] = all(r["as_expected"] for r in report["cases"])
     args.out.write_text(json.dumps(report, indent=1, default=str))
-    print("\ncase                          verdict          rel_err    nan   seconds")
+    print("\ncase                          verdict          rel_err    nan   seconds  registers (ptxas)")
     for res in report["cases"]:
+        regs = ",".join(sorted(set(re.findall(r"Used (\d+) registers", res.get("compile_log", "")))))
         print(f"{res['case']:<30}{verdict(res):<17}{res.get('rel_err', float('nan')):<11.2e}"
-              f"{res.get('nan', '-')!s:<6}{res.get('seconds', float('nan')):.1f}")
+              f"{res.get('nan', '-')!s:<6}{res.get('seconds', float('nan')):<9.1f}{regs or '-'}")
     print(f"all as expected: {report['all_as_expected']}")
 
 
