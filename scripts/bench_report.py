@@ -23,6 +23,10 @@ printed side by side with the time of each phase:
 
 ``--check`` also compares the cached histories and regression list with ``load_site(cache=False)`` (identical).
 
+``--baseline TREE`` (another checkout of the project, e.g. ``git archive <commit> | tar -x -C TREE``) also times
+that tree's report, by its own copy of this script, next to rows 3 and 4: on a copy of the database taken after row
+3's report (the analysis cache warm for both; the same new run added to both), into a folder of its own.
+
     python scripts/bench_report.py                                   # the full size (slow to fill: minutes)
     python scripts/bench_report.py --commits 200 --series 100 --check
     python scripts/bench_report.py --db /tmp/big.db --keep-db        # reuse a filled DB (filled if missing)
@@ -275,12 +279,14 @@ def _timed(command: list[str], **kwargs) -> tuple[float, float, subprocess.Compl
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
 
 
-def report_process(url: str, out: Path, *, cache: bool, args: argparse.Namespace) -> dict:
-    command = [sys.executable, __file__, "--report-once", url, "--out", str(out)]
+def report_process(url: str, out: Path, *, cache: bool, args: argparse.Namespace, tree: Path | None = None) -> dict:
+    """One report in a fresh process: this tree's, or ``tree``'s (its own copy of this script)."""
+    script = (tree / "scripts" / "bench_report.py") if tree else Path(__file__)
+    command = [sys.executable, str(script), "--report-once", url, "--out", str(out)]
     command += [] if cache else ["--uncached"]
     command += [] if args.change_points else ["--no-change-points"]
     command += ["--last", str(args.last)] if args.last else []
-    wall, cpu, done = _timed(command, env={**os.environ, "PYTHONHASHSEED": "0"})
+    wall, cpu, done = _timed(command, env={**os.environ, "PYTHONHASHSEED": "0"}, cwd=tree or ROOT)
     if done.returncode != 0:
         raise SystemExit(f"report failed:\n{done.stdout}\n{done.stderr}")
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": wall, "cpu_s": cpu}
@@ -391,6 +397,7 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="check cached results == uncached results")
     parser.add_argument("--asv", default="/tmp/asvenv/bin/asv", help="asv's executable ('' to skip asv)")
     parser.add_argument("--out", help="output folder (default: a temporary one)")
+    parser.add_argument("--baseline", metavar="TREE", help="also time this checkout's report (rows 3 and 4)")
     parser.add_argument("--report-once", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.report_once:
@@ -431,9 +438,21 @@ def main() -> None:
             rows.append(("harness report without the cache", report_process(url, out.with_name(out.name + "-uncached"),
                                                                             cache=False, args=args)))
         rows.append(("harness report again, nothing new", report_process(url, out, cache=True, args=args)))
+        base_url = None
+        if args.baseline:
+            tree = Path(args.baseline).resolve()
+            base_db = work / "baseline.db"
+            shutil.copyfile(db, base_db)
+            base_url = f"sqlite:///{base_db}"
+            rows.append(("baseline tree, nothing new", report_process(base_url, work / "site-baseline", cache=True,
+                                                                      args=args, tree=tree)))
         run_id = add_run(url, n_samples=args.samples, n_trials=args.trials, between=args.between)
         rows.append((f"harness report after one new run ({run_id})", report_process(url, out, cache=True,
                                                                                     args=args)))
+        if base_url:
+            add_run(base_url, n_samples=args.samples, n_trials=args.trials, between=args.between)
+            rows.append((f"baseline tree, after one new run ({run_id})",
+                         report_process(base_url, work / "site-baseline", cache=True, args=args, tree=tree)))
         if args.check:
             store = open_store(url)
             try:
