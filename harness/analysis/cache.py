@@ -25,8 +25,8 @@ What is kept, per chip (``analysis_cache.kind``):
   correctness job is written once).
 - ``compare``, one row per (base, head) compare page the report shows (``ComparePages``): the ``harness compare``
   report, keyed by the fingerprints of everything it reads -- both sides' runs and the runs the base side's history
-  floors come from (``analysis_cache.run_prints``: a run's fingerprint plus its highest sample id) -- and the
-  parameters.  Rows of pairs the report no longer shows are deleted.
+  floors come from (``analysis_cache.run_prints``: a run's fingerprint plus its highest sample id, read once per
+  report) -- and the parameters.  Rows of pairs the report no longer shows are deleted.
 
 The history order, window, commit messages and correctness events are derived afresh every time (no samples read);
 histories are rebuilt from the cells.  The code version (``code_version``) hashes the analysis sources, numpy's and
@@ -683,6 +683,15 @@ class ComparePages:
         self.shown: dict[str, set[str]] = {}
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
         self.reused = 0
+        self._prints: dict[str, tuple[Any, ...] | None] = {}
+
+    def run_prints(self, run_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+        """``analysis_cache.run_prints`` of ``run_ids``, each run read once per report (the pairs share runs)."""
+        missing = sorted({i for i in run_ids if i not in self._prints})
+        if missing:
+            found = analysis_cache.run_prints(self.store, missing)
+            self._prints.update({i: found.get(i) for i in missing})
+        return {i: p for i in run_ids if (p := self._prints[i]) is not None}
 
     def compare(self, base: str, head: str, chip: str) -> CompareReport:
         if not self.use_cache:
@@ -691,7 +700,7 @@ class ComparePages:
         base_side = compare_module.resolve_side(self.store, base, chip)
         head_side = compare_module.resolve_side(self.store, head, chip)
         runs = [*base_side.run_ids, *head_side.run_ids, *query.history_run_ids(self.store, base_side.run_ids)]
-        prints = analysis_cache.run_prints(self.store, runs)
+        prints = self.run_prints(runs)
         key = _digest(code_version(), base_side, head_side, sorted(prints.values()), self.min_effect, self.alpha)
         name = _digest(base, head)[:32]
         self.shown.setdefault(chip, set()).add(name)

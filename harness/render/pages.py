@@ -168,12 +168,16 @@ class Fingerprint:
     def _points(self, points: HistoryPoints) -> None:
         """A history's points: each commit's (sha, message, branch, start) and the columns, whatever table of the
         chip's commits the rows index (only the commits the points use count)."""
-        used, first, inverse = np.unique(points.rows, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")  # the commits in the order the points first use them
-        used = used[order]
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        where = rank[inverse.reshape(-1)]
+        rows = points.rows
+        if rows.size < 2 or bool(np.all(rows[1:] > rows[:-1])):  # each point its own commit, in table order
+            used, where = rows, np.arange(rows.size, dtype=np.int64)
+        else:
+            used, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")  # the commits in the order the points first use them
+            used = used[order]
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            where = rank[inverse.reshape(-1)]
         key = (id(points._commits), used.tobytes())
         commits = self._commits.get(key)
         if commits is None:

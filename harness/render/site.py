@@ -393,8 +393,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None], regress
     full = {i for chip, base, head, view in wanted if view is None or view.shown or len(base) > 1 or len(head) > 1
             for i in (*base, *head)}
     kernels = {row.key.kernel for _, _, _, view in wanted if view is not None for row in view.report.changed}
-    prints = analysis_cache.run_prints(store, [i for _, base, head, _ in wanted for i in (*base, *head)]) \
-        if cache else {}
+    prints = pages.run_prints([i for _, base, head, _ in wanted for i in (*base, *head)]) if cache else {}
     summaries = _SampleSummaries(store, prints) if cache else None
     for chip, base, head, view in wanted:
         source = _PairSamples(store, base, head, full, kernels, by_id)
