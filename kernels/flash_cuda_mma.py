@@ -43,7 +43,9 @@ REGISTERED_DYNAMIC = ("cuda_mma_bq128_bk64_r32",)
 # The opt-in limit of the smallest sm_80+ part (sm_86/sm_89: 99 KB; sm_80 163 KB, sm_90 227 KB)
 DYNAMIC_SMEM_LIMIT = 99 * 1024
 
-HEADER = """
+# What the mma.sync and the wgmma kernels (kernels.flash_cuda_wgmma) share: -inf, a pointer's shared-memory
+# address, 16-byte cp.async copies and their groups, ex2, and packing two floats into a half2/bfloat162 register.
+HELPERS = """
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #define FA2_NEG_INF (-__int_as_float(0x7f800000))
@@ -64,6 +66,17 @@ __device__ __forceinline__ float fa2_exp2(float x) {  // MUFU ex2; ex2(-inf) = +
 __device__ __forceinline__ void fa2_commit() { asm volatile("cp.async.commit_group;\\n" ::); }
 template <int N> __device__ __forceinline__ void fa2_wait() { asm volatile("cp.async.wait_group %0;\\n" :: "n"(N)); }
 
+__device__ __forceinline__ unsigned fa2_pack(float lo, float hi, __half) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned fa2_pack(float lo, float hi, __nv_bfloat16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+"""
+
+HEADER = HELPERS + """
 __device__ __forceinline__ void fa2_ldsm_x4(unsigned* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fa2_smem(p)));
@@ -85,14 +98,6 @@ __device__ __forceinline__ void fa2_mma(float* c, const unsigned* a, const unsig
                  "{%0,%1,%2,%3};\\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ unsigned fa2_pack(float lo, float hi, __half) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<unsigned*>(&h);
-}
-__device__ __forceinline__ unsigned fa2_pack(float lo, float hi, __nv_bfloat16) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<unsigned*>(&h);
 }
 """
 

@@ -129,6 +129,7 @@ import functools
 from kernels.base import Variant
 from kernels.cuda_compile import CudaKernel
 from kernels.flash_cuda import HEAD_DIMS, PROLOGUE, check_launch, cuda_unavailable
+from kernels.flash_cuda_mma import HELPERS
 
 # Tiles offered as candidates: BQ query rows (64 per warpgroup), BK keys per chunk (the N of S = Q K^T).
 BQ_CHOICES = (64, 128)
@@ -289,22 +290,9 @@ def _map_functions() -> str:
             f"    return {SWIZZLE};\n}}\n")
 
 
-WGMMA_HEADER = ("""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#define WG_NEG_INF (-__int_as_float(0x7f800000))
+WGMMA_HEADER = (HELPERS + """
 template <int N> struct WgN {};
 
-__device__ __forceinline__ unsigned wg_smem(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void wg_cp16(void* dst, const void* src, bool valid) {
-    // 16 bytes global -> shared, bypassing L1; src_size 0 zero-fills (keys/rows past the end)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n"
-                 :: "r"(wg_smem(dst)), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void wg_cp_commit() { asm volatile("cp.async.commit_group;\\n" ::); }
-template <int N> __device__ __forceinline__ void wg_cp_wait() { asm volatile("cp.async.wait_group %0;\\n" :: "n"(N)); }
 // Ordinary (and cp.async) writes to shared memory that wgmma (the async proxy) reads next: each writing thread
 // fences before the barrier (PTX ISA "Async proxy"; HOPPER.md).
 __device__ __forceinline__ void wg_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory"); }
@@ -322,19 +310,6 @@ template <int N> __device__ __forceinline__ void wg_fence_regs(unsigned* d) {
     #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i]) :: "memory");
 }
-__device__ __forceinline__ float wg_exp2(float x) {  // MUFU ex2; ex2(-inf) = +0
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ unsigned wg_pack(float lo, float hi, __half) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<unsigned*>(&h);
-}
-__device__ __forceinline__ unsigned wg_pack(float lo, float hi, __nv_bfloat16) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<unsigned*>(&h);
-}
 """ + _desc_function() + _map_functions()
     + "".join(_wgmma_function(kind, n, ab, ctype) for kind in ("ss", "rs") for n in WGMMA_N for ab, ctype in AB_TYPES))
 
@@ -349,7 +324,7 @@ SOURCE = """
     extern __shared__ __align__(1024) unsigned char wg_smem_raw[];
     // The swizzle pattern repeats every 1024 bytes and the descriptors say base offset 0: align at run time
     // (ALIGN_PAD extra bytes are requested).
-    unsigned char* smem = wg_smem_raw + ((1024u - (wg_smem(wg_smem_raw) & 1023u)) & 1023u);
+    unsigned char* smem = wg_smem_raw + ((1024u - (fa2_smem(wg_smem_raw) & 1023u)) & 1023u);
     unsigned char* q_s = smem;
     unsigned char* k_s = q_s + Q_BYTES;
     unsigned char* v_s = k_s + KV_BYTES;
@@ -363,7 +338,7 @@ SOURCE = """
         for (int i = tid; i < rows * (D / 8); i += NT) {
             const int r = i / (D / 8), c = (i % (D / 8)) * 8;
             const bool ok = row0 + r < limit;
-            wg_cp16(dst + wg_tile_off<SWB>(r, c, rows), src + (size_t)(ok ? row0 + r : 0) * D + c, ok);
+            fa2_cp16(dst + wg_tile_off<SWB>(r, c, rows), src + (size_t)(ok ? row0 + r : 0) * D + c, ok);
         }
     };
 
@@ -371,13 +346,13 @@ SOURCE = """
     const int kv_end = min(S_kv, last_row + q_align + 1);
     const int n_chunks = (kv_end + BK - 1) / BK;
 
-    const unsigned q_addr = wg_smem(q_s);
-    const unsigned k_addr = wg_smem(k_s);
-    const unsigned v_addr = wg_smem(v_s);
+    const unsigned q_addr = fa2_smem(q_s);
+    const unsigned k_addr = fa2_smem(k_s);
+    const unsigned v_addr = fa2_smem(v_s);
 
     float o[D / 2];
     float s[BK / 2];
-    float m_run[2] = {WG_NEG_INF, WG_NEG_INF};
+    float m_run[2] = {FA2_NEG_INF, FA2_NEG_INF};
     float l_run[2] = {0.0f, 0.0f};           // this thread's partial row sums, reduced at the end
     #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
@@ -386,12 +361,12 @@ SOURCE = """
 
     load_tile(q_s, qg, q0, BQ, S_q);
     load_tile(k_s, kg, 0, BK, S_kv);
-    wg_cp_commit();                          // group: Q and the first K
+    fa2_commit();                          // group: Q and the first K
     for (int chunk = 0; chunk < n_chunks; ++chunk) {
         const int k0 = chunk * BK;
         load_tile(v_s, vg, k0, BK, S_kv);
-        wg_cp_commit();
-        wg_cp_wait<1>();                      // Q and this chunk's K have landed
+        fa2_commit();
+        fa2_wait<1>();                      // Q and this chunk's K have landed
         wg_fence_proxy();
         __syncthreads();
 
@@ -412,18 +387,18 @@ SOURCE = """
         __syncthreads();                      // every warpgroup is done with K
         const bool more = chunk + 1 < n_chunks;
         if (more) load_tile(k_s, kg, k0 + BK, BK, S_kv);  // the next K loads during softmax and P V
-        wg_cp_commit();
+        fa2_commit();
 
         // Online softmax: s[i] is row row_a + 8 * ((i / 2) % 2), key k0 + wg_acc_col(wtid, i).
         const bool need_mask = k0 + BK > S_kv || k0 + BK - 1 > q0 + q_align;
-        float m_loc[2] = {WG_NEG_INF, WG_NEG_INF};
+        float m_loc[2] = {FA2_NEG_INF, FA2_NEG_INF};
         #pragma unroll
         for (int i = 0; i < BK / 2; ++i) {
             float sv = s[i] * scale_log2;
             if (need_mask) {
                 const int key = k0 + wg_acc_col(wtid, i);
                 const int row = row_a + 8 * ((i / 2) % 2);
-                if (key >= S_kv || key > row + q_align) sv = WG_NEG_INF;
+                if (key >= S_kv || key > row + q_align) sv = FA2_NEG_INF;
             }
             s[i] = sv;
             m_loc[(i / 2) % 2] = fmaxf(m_loc[(i / 2) % 2], sv);
@@ -434,8 +409,8 @@ SOURCE = """
             m_loc[h] = fmaxf(m_loc[h], __shfl_xor_sync(0xffffffff, m_loc[h], 1));
             m_loc[h] = fmaxf(m_loc[h], __shfl_xor_sync(0xffffffff, m_loc[h], 2));
             const float m_new = fmaxf(m_run[h], m_loc[h]);
-            m_safe[h] = m_new == WG_NEG_INF ? 0.0f : m_new;
-            const float alpha = wg_exp2(m_run[h] - m_safe[h]);
+            m_safe[h] = m_new == FA2_NEG_INF ? 0.0f : m_new;
+            const float alpha = fa2_exp2(m_run[h] - m_safe[h]);
             m_run[h] = m_new;
             l_run[h] *= alpha;
             #pragma unroll
@@ -449,14 +424,14 @@ SOURCE = """
         for (int j = 0; j < BK / 16; ++j) {
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const float p0 = wg_exp2(s[8 * j + 2 * r] - m_safe[r % 2]);
-                const float p1 = wg_exp2(s[8 * j + 2 * r + 1] - m_safe[r % 2]);
+                const float p0 = fa2_exp2(s[8 * j + 2 * r] - m_safe[r % 2]);
+                const float p1 = fa2_exp2(s[8 * j + 2 * r + 1] - m_safe[r % 2]);
                 l_run[r % 2] += p0 + p1;
-                pa[j][r] = wg_pack(p0, p1, tag);
+                pa[j][r] = fa2_pack(p0, p1, tag);
             }
         }
 
-        if (more) wg_cp_wait<1>(); else wg_cp_wait<0>();  // this chunk's V has landed
+        if (more) fa2_wait<1>(); else fa2_wait<0>();  // this chunk's V has landed
         wg_fence_proxy();
         __syncthreads();
         // O += P V: A = P (registers), B = V (BK x D, D contiguous: MN-major, imm-trans-b = 1); LBO = the distance
@@ -487,7 +462,7 @@ SOURCE = """
         #pragma unroll
         for (int i = 0; i < D / 2; i += 4) {   // registers i, i + 1 (row half 0) and i + 2, i + 3 (half 1)
             const int col = wg_acc_col(wtid, i);
-            *reinterpret_cast<unsigned*>(orow + col) = wg_pack(o[i + 2 * h] * inv, o[i + 2 * h + 1] * inv, tag);
+            *reinterpret_cast<unsigned*>(orow + col) = fa2_pack(o[i + 2 * h] * inv, o[i + 2 * h + 1] * inv, tag);
         }
     }
 """

@@ -171,7 +171,7 @@ def gemm_source(case: Case) -> tuple[str, int]:
     per_group = -(-steps // case.groups)
     lines = [
         "    extern __shared__ __align__(1024) unsigned char wg_smem_raw[];",
-        "    unsigned char* sm = wg_smem_raw + ((1024u - (wg_smem(wg_smem_raw) & 1023u)) & 1023u);",
+        "    unsigned char* sm = wg_smem_raw + ((1024u - (fa2_smem(wg_smem_raw) & 1023u)) & 1023u);",
         f"    unsigned char* a_s = sm; unsigned char* b_s = sm + {a_bytes};",
         "    const int tid = threadIdx.x;",
         "    const T tag = T(0.0f);",
@@ -188,7 +188,7 @@ def gemm_source(case: Case) -> tuple[str, int]:
         f"    float d[{n // 2}];",
         "    #pragma unroll",
         f"    for (int i = 0; i < {n // 2}; ++i) d[i] = {'__int_as_float(0x7fc00000)' if case.poison_acc else '0.0f'};",
-        "    const unsigned a_addr = wg_smem(a_s), b_addr = wg_smem(b_s);",
+        "    const unsigned a_addr = fa2_smem(a_s), b_addr = fa2_smem(b_s);",
     ]
     if case.a_src == "regs":  # the m64k16 A fragment of each k step, straight from global memory
         lines.append(f"    unsigned ar[{steps}][4];")
