@@ -8,6 +8,8 @@ source it builds, MLX's module names, the files it writes, and what happens with
 from __future__ import annotations
 
 import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mlx.core as mx
@@ -15,6 +17,7 @@ import pytest
 
 from kernels import cuda_compile
 from kernels.cuda_compile import NAME_PLACEHOLDER, CompileError, CudaKernel, kernel_source
+from testkit.cuda import nvcc
 
 
 class FakeNvrtc:
@@ -181,3 +184,33 @@ def test_a_kernel_for_the_architecture_specific_target_is_compiled_for_it(fake_n
                                                                 output_dtypes=[mx.float32], grid=(2, 1, 1),
                                                                 threadgroup=(2, 1, 1))
     assert fake_nvrtc.archs == ["sm_90", "sm_90a"] and launches[0]["name"] != launches[1]["name"]
+
+
+@pytest.mark.skipif(nvcc() is None, reason="no CUDA compiler here (nvcc)")
+def test_every_registered_cuda_source_variant_assembles_for_sm_90(fake_nvrtc, launches, tmp_path):
+    """Where the CUDA toolkit is installed (no GPU needed): the source every registered CUDA variant would compile,
+    captured on its real call path, must pass nvcc and ptxas for sm_90, as NVRTC's compile must on the GPU."""
+    from kernels import REGISTRY
+
+    shapes = {"flash_prefill": {"B": 1, "H": 2, "S_q": 64, "S_kv": 64, "D": 128},
+              "quant_decode": {"B": 1, "H_q": 4, "H_kv": 2, "S_kv": 256, "D": 128},
+              "quant_decode_layers": {"NL": 2, "B": 1, "H_q": 4, "H_kv": 2, "S_kv": 256, "D": 128}}
+    for kernel_name, shape in shapes.items():
+        kernel = REGISTRY[kernel_name]
+        for dtype in ("float16", "bfloat16"):
+            inputs = kernel.make_inputs(kernel.normalize_shape(shape), dtype, 0)
+            for variant in (v for v in kernel.variants.values() if v.backend == "cuda"):
+                variant.fn(**inputs)
+    sources = sorted(set(fake_nvrtc.sources))
+    assert len(sources) >= 30  # 15 flash tiles and the decode kernels, in two dtypes
+
+    def assemble(i: int) -> tuple[int, str]:
+        path = tmp_path / f"unit{i}.cu"
+        path.write_text(sources[i].replace(NAME_PLACEHOLDER, f"unit{i}"))
+        done = subprocess.run([nvcc(), "-cubin", "-arch=sm_90", "-o", str(tmp_path / f"unit{i}.cubin"), str(path)],
+                              capture_output=True, text=True)
+        return done.returncode, done.stderr[-3000:]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failed = [log for status, log in pool.map(assemble, range(len(sources))) if status]
+    assert not failed, failed[0]

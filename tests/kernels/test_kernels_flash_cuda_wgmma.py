@@ -19,7 +19,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -27,6 +26,7 @@ import pytest
 
 from kernels import REGISTRY, flash_cuda
 from kernels import flash_cuda_wgmma as wg
+from testkit.cuda import nvcc
 from testkit.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -390,14 +390,6 @@ def test_kernel_sources_parse_as_cpp17_with_cuda_stubbed(tmp_path):
         result = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-Wno-unknown-pragmas", str(path)],
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[:3000]
-
-
-def nvcc() -> str | None:
-    from kernels import cuda_compile
-
-    home = cuda_compile.cuda_home()
-    path = shutil.which("nvcc") or (f"{home}/bin/nvcc" if home else None)
-    return path if path and Path(path).is_file() else None
 
 
 def one_unit(kernels: list[tuple[str, str, list, list, list]], header: str) -> str:
