@@ -25,7 +25,9 @@ printed side by side with the time of each phase:
 
 ``--baseline TREE`` (another checkout of the project, e.g. ``git archive <commit> | tar -x -C TREE``) also times
 that tree's report, by its own copy of this script, next to rows 3 and 4: on a copy of the database taken after row
-3's report (the analysis cache warm for both; the same new run added to both), into a folder of its own.
+3's report (the same new run added to both), into a folder of its own. Its "nothing new" row finds the analysis
+cache warm only when both trees' analysis sources are the same (the code version is part of every key); otherwise
+it computes and stores its own, and its row after the new run is the warm comparison.
 
     python scripts/bench_report.py                                   # the full size (slow to fill: minutes)
     python scripts/bench_report.py --commits 200 --series 100 --check
