@@ -559,11 +559,29 @@ class HistoryPage:
                                  for i in range(len(self.chips))))
 
 
-def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
-                  baselines: Mapping[str, str] | None = None) -> list[HistoryPage]:
-    """Per (kernel, chip) a page (``history_page_name``), and per kernel on two chips or more a page of every chip
-    (``kernel_history_page_name``, a chip selector): one plot per (chip, dtype, shape) overlaying the variants,
-    each variant in the same colour everywhere, on the page's commit axis; that axis as a table."""
+@dataclass
+class HistoryPlan:
+    """One history page's inputs: the chips and series it draws, each chip's (index, regression) of the kernel, the
+    variants' styles, the kernel's default variant, the page's links, its file name, and its chip ("" for the page
+    of every chip)."""
+
+    kernel: str
+    chips: dict[str, list[Any]]
+    regs: dict[str, list[tuple[int, Any]]]
+    styles: dict[str, tuple[str, str]]
+    default: str
+    links: list[tuple[str, str]]
+    name: str
+    chip: str
+
+    def draw(self) -> HistoryPage:
+        return _history_page(self.kernel, self.chips, self.regs, self.styles, self.default, self.links, self.name,
+                             self.chip)
+
+
+def history_plans(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
+                  baselines: Mapping[str, str] | None = None) -> list[HistoryPlan]:
+    """The pages :func:`history_pages` draws, in its order, not yet drawn."""
     reg_index: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):
         reg_index[(reg.chip, reg.kernel)].append((i, reg))
@@ -571,7 +589,7 @@ def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[
     for chip in sorted(histories):
         for series in histories[chip]:
             by_kernel[series.key.kernel].setdefault(chip, []).append(series)
-    pages = []
+    plans = []
     for kernel in sorted(by_kernel):
         chips = by_kernel[kernel]
         default = (baselines or {}).get(kernel, "")
@@ -582,11 +600,20 @@ def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[
         if every:
             links.append(("every chip", every))
         for chip, series in chips.items():
-            pages.append(_history_page(kernel, {chip: series}, reg_index, styles, default, links,
-                                       history_page_name(kernel, chip), chip))
+            plans.append(HistoryPlan(kernel, {chip: series}, {chip: reg_index.get((chip, kernel), [])}, styles,
+                                     default, links, history_page_name(kernel, chip), chip))
         if every:
-            pages.append(_history_page(kernel, chips, reg_index, styles, default, links, every, ""))
-    return pages
+            plans.append(HistoryPlan(kernel, chips, {chip: reg_index.get((chip, kernel), []) for chip in chips},
+                                     styles, default, links, every, ""))
+    return plans
+
+
+def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
+                  baselines: Mapping[str, str] | None = None) -> list[HistoryPage]:
+    """Per (kernel, chip) a page (``history_page_name``), and per kernel on two chips or more a page of every chip
+    (``kernel_history_page_name``, a chip selector): one plot per (chip, dtype, shape) overlaying the variants,
+    each variant in the same colour everywhere, on the page's commit axis; that axis as a table."""
+    return [plan.draw() for plan in history_plans(histories, regressions, baselines)]
 
 
 def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
@@ -644,7 +671,7 @@ def _axis(series_list: list[Any]) -> _Axis:
                  [str(escape(sha[:10])) for sha in shas])
 
 
-def _history_page(kernel: str, chips: Mapping[str, list[Any]], reg_index: Mapping[tuple[str, str], list],
+def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[str, list[tuple[int, Any]]],
                   styles: Mapping[str, tuple[str, str]], default: str, links: list[tuple[str, str]], name: str,
                   chip: str) -> HistoryPage:
     axis = _axis([s for series in chips.values() for s in series])
@@ -652,7 +679,7 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], reg_index: Mappin
     groups: dict[tuple[str, str], list[SeriesPlot]] = defaultdict(list)
     n_changes = n_regressions = 0
     for chip_index, (chip_key, series_list) in enumerate(chips.items()):
-        regs = reg_index.get((chip_key, kernel), [])
+        regs = regs_of.get(chip_key, [])
         n_regressions += sum(1 for _, r in regs if r.kind == "performance")
         for sha in {sha for s in series_list for sha in s.points.shas}:
             axis.commits[axis.x_of[sha]].chips.append(chip_key)

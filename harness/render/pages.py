@@ -44,7 +44,7 @@ import logging
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from functools import cache
 from importlib import metadata
@@ -307,23 +307,8 @@ class HistorySummary:
     n_series: int
 
 
-@dataclass
-class _HistorySpec:
-    """One history page's inputs, as ``reports.render.history_pages`` passes them to its page builder."""
-
-    kernel: str
-    chips: dict[str, list[Any]]
-    regs: dict[str, list[tuple[int, Any]]]  # chip -> its (index, regression) of this kernel
-    styles: dict[str, tuple[str, str]]
-    default: str
-    links: list[tuple[str, str]]
-    name: str
-    chip: str
-
-    def build(self) -> site_render.HistoryPage:
-        reg_index = {(chip, self.kernel): regs for chip, regs in self.regs.items()}
-        return site_render._history_page(self.kernel, self.chips, reg_index, self.styles, self.default, self.links,
-                                         self.name, self.chip)
+class _HistorySpec(site_render.HistoryPlan):
+    """One history page's inputs (``reports.render.HistoryPlan``), with what an incremental build asks of them."""
 
     def shas(self) -> set[str]:
         found: set[str] = set()
@@ -347,30 +332,8 @@ class _HistorySpec:
 def history_specs(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
                   baselines: Mapping[str, str] | None = None) -> list[_HistorySpec]:
     """``reports.render.history_pages``'s pages, in its order, as inputs not yet drawn."""
-    reg_index: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
-    for i, reg in enumerate(regressions):
-        reg_index[(reg.chip, reg.kernel)].append((i, reg))
-    by_kernel: dict[str, dict[str, list[Any]]] = defaultdict(dict)
-    for chip in sorted(histories):
-        for series in histories[chip]:
-            by_kernel[series.key.kernel].setdefault(chip, []).append(series)
-    specs = []
-    for kernel in sorted(by_kernel):
-        chips = by_kernel[kernel]
-        default = (baselines or {}).get(kernel, "")
-        names = sorted({s.key.variant for series in chips.values() for s in series}, key=lambda v: (v != default, v))
-        styles = {name: svg.style_of(k) for k, name in enumerate(names)}
-        every = site_render.kernel_history_page_name(kernel) if len(chips) > 1 else ""
-        links = [(chip, site_render.history_page_name(kernel, chip)) for chip in chips]
-        if every:
-            links.append(("every chip", every))
-        for chip, series in chips.items():
-            specs.append(_HistorySpec(kernel, {chip: series}, {chip: reg_index.get((chip, kernel), [])}, styles,
-                                      default, links, site_render.history_page_name(kernel, chip), chip))
-        if every:
-            specs.append(_HistorySpec(kernel, chips, {chip: reg_index.get((chip, kernel), []) for chip in chips},
-                                      styles, default, links, every, ""))
-    return specs
+    return [_HistorySpec(**{f.name: getattr(plan, f.name) for f in fields(plan)})
+            for plan in site_render.history_plans(histories, regressions, baselines)]
 
 
 # --- evidence pages, lazily ------------------------------------------------------------------------------------------
@@ -520,7 +483,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
         drawn: list[site_render.HistoryPage] = []
 
         def draw(spec: _HistorySpec = spec, drawn: list = drawn) -> Path:
-            built = spec.build()
+            built = spec.draw()
             drawn.append(built)
             return write(built.name, "history.html.j2", page=built, legend=svg.legend(),
                          max_points=site_render.MAX_PLOT_POINTS)
