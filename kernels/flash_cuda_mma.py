@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 
 from kernels.base import Variant
-from kernels.cuda_compile import cuda_kernel
+from kernels.cuda_compile import CudaKernel
 from kernels.flash_cuda import HEAD_DIMS, PROLOGUE, STATIC_SMEM_LIMIT, check_launch, cuda_unavailable, register_variants
 
 # (m-tiles per warp, BQ choices, BK choices): one warp per 16 rows with Q in registers, or per 32 rows
@@ -311,16 +311,16 @@ STATIC_SMEM = "__shared__ __align__(128) unsigned char smem[SMEM_BYTES];"
 DYNAMIC_SMEM = "extern __shared__ __align__(128) unsigned char smem[];  // SMEM_BYTES, requested at launch"
 
 
-@functools.cache
-def _kernel(dynamic_bytes: int = 0):
+def mma_kernel(dynamic_bytes: int = 0, min_blocks: int | None = None) -> CudaKernel:
     """The static-smem kernel (0), or the kernel that takes ``dynamic_bytes`` of dynamic shared memory (its own
-    module: the request is a property of the kernel object)."""
-
+    module: the request is a property of the kernel object); ``min_blocks``: see ``CudaKernel``."""
     name, declaration = ("flash_prefill_mma", STATIC_SMEM) if not dynamic_bytes else (
         f"flash_prefill_mma_dyn{dynamic_bytes}", DYNAMIC_SMEM)
-    return cuda_kernel(name=name, input_names=["q", "k", "v", "dims", "scale"], output_names=["out"],
-                       source=SOURCE.replace("SMEM_DECLARATION", declaration), header=HEADER,
-                       ensure_row_contiguous=True, shared_memory=dynamic_bytes)
+    return CudaKernel(name, ["q", "k", "v", "dims", "scale"], ["out"],
+                      SOURCE.replace("SMEM_DECLARATION", declaration), HEADER, True, dynamic_bytes, min_blocks)
+
+
+_kernel = functools.cache(mma_kernel)  # what flash_attention_mma launches (a probe may swap it)
 
 
 def needs_dynamic(BQ: int, BK: int, D: int, WM: int) -> bool:

@@ -13,18 +13,22 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from testkit.suites import benchmark_sections  # noqa: E402
+
 BUILTIN = Path(__file__).resolve().parent.parent / "jobs" / "builtin.toml"
 
 
 def benchmark_suite(text: str, trials: int | None) -> str:
-    """The header and every ``[[benchmark]]`` section of a suite document."""
-    header, *sections = re.split(r"(?m)^(?=\[\[)", text)
-    body = header + "".join(s for s in sections if s.startswith("[[benchmark]]"))
+    """The header and every ``[[benchmark]]`` section of a suite document (``testkit.suites.benchmark_sections``),
+    with ``[timing] trials`` replaced when ``trials`` is given."""
+    body = benchmark_sections(text)
     if trials is not None:
         body, count = re.subn(r"(?m)^trials = \d+", f"trials = {trials}", body, count=1)
         if not count:
             raise SystemExit("the suite's [timing] has no 'trials = N' line to replace")
-    return body.replace('name = "builtin"', 'name = "builtin-benchmarks"', 1)
+    return body
 
 
 def main() -> None:

@@ -33,15 +33,7 @@ SETTINGS = {"as-mlx": ((), None), "bounds-1": ((), 1), "bounds-2": ((), 2),
 def use_setting(options: tuple[str, ...], min_blocks: int | None) -> None:
     """Point the mma kernels at fresh CudaKernel objects compiled with these settings."""
     cuda_compile.EXTRA_OPTIONS = ("--ptxas-options=-v", *options)
-
-    def kernel(dynamic_bytes: int = 0):
-        name, declaration = ("flash_prefill_mma", flash_cuda_mma.STATIC_SMEM) if not dynamic_bytes else (
-            f"flash_prefill_mma_dyn{dynamic_bytes}", flash_cuda_mma.DYNAMIC_SMEM)
-        return cuda_compile.CudaKernel(name, ["q", "k", "v", "dims", "scale"], ["out"],
-                                       flash_cuda_mma.SOURCE.replace("SMEM_DECLARATION", declaration),
-                                       flash_cuda_mma.HEADER, True, dynamic_bytes, min_blocks)
-
-    flash_cuda_mma._kernel = functools.cache(kernel)
+    flash_cuda_mma._kernel = functools.cache(functools.partial(flash_cuda_mma.mma_kernel, min_blocks=min_blocks))
 
 
 def ptxas_report(directory: Path, since: set[Path]) -> list[str]:
