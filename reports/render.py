@@ -25,7 +25,7 @@ import hashlib
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
@@ -574,9 +574,20 @@ class HistoryPlan:
     name: str
     chip: str
 
-    def draw(self) -> HistoryPage:
+    def draw(self, drawn: DrawnPlots | None = None) -> HistoryPage:
+        """The page; ``drawn`` gives the SVG of a plot already drawn (``plot_key``), else it is drawn here."""
         return _history_page(self.kernel, self.chips, self.regs, self.styles, self.default, self.links, self.name,
-                             self.chip)
+                             self.chip, drawn)
+
+
+DrawnPlots = Callable[[str, str, str], "Markup | None"]
+"""(chip, dtype, shape key) -> the SVG of that plot of the kernel, drawn already (by the chip's own history page,
+which draws it byte for byte as the page of every chip does: ``_series_plot``), or None."""
+
+
+def plot_key(chip: str, dtype: str, shape_key: str) -> str:
+    """The id of a plot's SVG element (``svg-`` and ``_plot_id``): unique on a page, the same on every page."""
+    return f"svg-{_plot_id(chip, dtype, shape_key)}"
 
 
 def history_plans(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
@@ -612,8 +623,25 @@ def history_pages(histories: Mapping[str, Sequence[Any]], regressions: Sequence[
                   baselines: Mapping[str, str] | None = None) -> list[HistoryPage]:
     """Per (kernel, chip) a page (``history_page_name``), and per kernel on two chips or more a page of every chip
     (``kernel_history_page_name``, a chip selector): one plot per (chip, dtype, shape) overlaying the variants,
-    each variant in the same colour everywhere, on the page's commit axis; that axis as a table."""
-    return [plan.draw() for plan in history_plans(histories, regressions, baselines)]
+    each variant in the same colour everywhere, on the chip's commit axis (the commits with a timing of the kernel
+    there: a plot depends on its own chip's histories only); the page's commits (of all its chips) as a table. The
+    page of every chip takes its plots from the chips' own pages (the same SVGs)."""
+    pages: list[HistoryPage] = []
+    svgs: dict[str, Markup] = {}  # the kernel's chip pages' plots
+    for plan in history_plans(histories, regressions, baselines):
+        if plan.chip:
+            page = plan.draw()
+            svgs.update(plot_svgs(page))
+        else:
+            page = plan.draw(lambda chip, dtype, shape_key, svgs=svgs: svgs.get(plot_key(chip, dtype, shape_key)))
+            svgs = {}  # the kernel's pages are drawn: the next kernel's come
+        pages.append(page)
+    return pages
+
+
+def plot_svgs(page: HistoryPage) -> dict[str, Markup]:
+    """A drawn page's plots' SVGs by ``plot_key``."""
+    return {plot_key(plot.chip, plot.dtype, plot.shape_key): plot.svg for plot in page.plots}
 
 
 def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
@@ -673,7 +701,7 @@ def _axis(series_list: list[Any]) -> _Axis:
 
 def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[str, list[tuple[int, Any]]],
                   styles: Mapping[str, tuple[str, str]], default: str, links: list[tuple[str, str]], name: str,
-                  chip: str) -> HistoryPage:
+                  chip: str, drawn: DrawnPlots | None = None) -> HistoryPage:
     axis = _axis([s for series in chips.values() for s in series])
     every = not chip
     groups: dict[tuple[str, str], list[SeriesPlot]] = defaultdict(list)
@@ -699,9 +727,11 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
             if reg.head_sha in axis.x_of:
                 axis.commits[axis.x_of[reg.head_sha]].notes.append(
                     ("lose" if reg.kind == "performance" else "broken", label, f"regressions.html#r-{i}"))
+        chip_axis = axis if len(chips) == 1 else _axis(series_list)  # the same as on the chip's own page
         for (dtype, shape_key), members in sorted(by_case.items()):
-            plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, axis, styles, default,
-                                regs_by_series, broken, every)
+            plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, chip_axis, axis, styles,
+                                default, regs_by_series, broken, every,
+                                drawn(chip_key, dtype, shape_key) if drawn is not None else None)
             if plot is not None:
                 n_changes += len(plot.changes)
                 groups[(dtype, shape_key)].append(plot)
@@ -711,16 +741,19 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
 
 
 def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key: str, members: list[Any],
-                 axis: _Axis, styles: Mapping[str, tuple[str, str]], default: str,
+                 axis: _Axis, page_axis: _Axis, styles: Mapping[str, tuple[str, str]], default: str,
                  regs_by_series: Mapping[tuple[str, str, str], list[tuple[int, Any]]],
-                 broken: Mapping[tuple[str, str], list[tuple[int, Any]]], every: bool) -> SeriesPlot | None:
-    """The variants of one (chip, dtype, shape) as one plot (None when none of them has a timing)."""
+                 broken: Mapping[tuple[str, str], list[tuple[int, Any]]], every: bool,
+                 image: Markup | None = None) -> SeriesPlot | None:
+    """The variants of one (chip, dtype, shape) as one plot on the chip's commit axis ``axis`` (None when none of
+    them has a timing); its notes go to the page's commit table (``page_axis``). The SVG depends on the chip's
+    histories alone, not on ``every`` or the page's other chips (``image``: that SVG, drawn already)."""
     members = sorted(members, key=lambda s: (s.key.variant != default, s.key.variant))
     drawn = [s for s in members if s.points]
     if not drawn:
         return None
     plot_id = _plot_id(chip, dtype, shape_key)
-    where = f" on {chip}" if every else ""
+    where = f" on {chip}" if every else ""  # the page's notes; the SVG's texts always name the chip
     plot_series, lines, changes, plot_regs, markers = [], [], [], [], []
     commits_with_points: set[str] = set()
     for series in drawn:
@@ -738,7 +771,7 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
             end = axis.x_of.get(cp.end_sha) if cp.kind == "drift" else None
             series_markers.append(svg.Marker(axis.x_of[cp.sha], y_at.get(cp.sha, cp.after), cp.kind, title,
                                              "#" + commit_anchor(cp.sha), end))
-            axis.commits[axis.x_of[cp.sha]].notes.append(
+            page_axis.commits[page_axis.x_of[cp.sha]].notes.append(
                 ("change", f"{cp.kind} ×{cp.ratio:.3f} {variant} {dtype} {shape_key}{where}", f"#plot-{plot_id}"))
         for i, reg in regs_by_series.get((variant, dtype, shape_key), []):
             if reg.head_sha not in axis.x_of:
@@ -757,7 +790,7 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
                          f"{first_line(reg.detail, 120)}")
                 markers.append(svg.Marker(axis.x_of[reg.head_sha], math.nan, "broken", title,
                                           f"regressions.html#r-{i}"))
-        who = str(escape(f"{variant}{where}"))
+        who = str(escape(f"{variant} on {chip}"))
 
         def point_title(i: int, points=points, xs=xs, who=who) -> Markup:
             p = points[i]
@@ -779,11 +812,12 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
         plot_series.append(svg.Series(variant, xs, medians, points.ci_low.tolist(),
                                       points.ci_high.tolist(), point_title, point_href, bucket_title, color,
                                       dash, tuple(series_markers), legend_title, is_default))
-    label = f"{kernel} {dtype} {shape_key} on {chip}: {_plural(len(drawn), 'variant')}"
-    x_labels = [sha[:8] for sha in axis.shas]
-    image = svg.overlay_plot(plot_series, n_x=len(axis.shas), y_title=TIME_AXIS_TITLE, log=None, markers=markers,
-                             x_labels=x_labels, x_title=COMMIT_AXIS_TITLE, label=label, max_points=MAX_PLOT_POINTS,
-                             plot_id=f"svg-{plot_id}")
+    if image is None:
+        label = f"{kernel} {dtype} {shape_key} on {chip}: {_plural(len(drawn), 'variant')}"
+        x_labels = [sha[:8] for sha in axis.shas]
+        image = svg.overlay_plot(plot_series, n_x=len(axis.shas), y_title=TIME_AXIS_TITLE, log=None,
+                                 markers=markers, x_labels=x_labels, x_title=COMMIT_AXIS_TITLE, label=label,
+                                 max_points=MAX_PLOT_POINTS, plot_id=f"svg-{plot_id}")
     return SeriesPlot(plot_id, chip, chip_index, dtype, shape_key, image, lines,
                       [s.key.variant for s in members if not s.points], len(commits_with_points), changes,
                       plot_regs)

@@ -9,7 +9,9 @@ holds the two to that), but decides per page whether it must be rendered:
 - rendered when their fingerprint changed: the history pages (per kernel and chip, and per kernel on every chip),
   the compare pages and the samples pages -- on a large history nearly all of the site's pages and of its drawing.
   After one new run on one chip, the other chips' history, compare and samples pages keep their fingerprints; the
-  pages of every chip (``histories-<kernel>.html``) share the new commit's axis and are drawn again.
+  pages of every chip (``histories-<kernel>.html``) are written again, but a plot there is drawn on its own chip's
+  commit axis, byte for byte as on the chip's page, so it is taken from that page (drawn in this build, or its
+  kept file: ``_ChipPlots``) and only the new run's chip is drawn.
 
 A page's fingerprint is a SHA-256 of everything its template reads: its own records (a history page's series,
 bit for bit, with the commits of their points, its regressions with their places in the regression list, its
@@ -41,6 +43,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -52,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from markupsafe import Markup
 from sqlalchemy.exc import SQLAlchemyError
 
 from harness.analysis import records
@@ -336,6 +340,59 @@ def history_specs(histories: Mapping[str, Sequence[Any]], regressions: Sequence[
             for plan in site_render.history_plans(histories, regressions, baselines)]
 
 
+class _ChipPlots:
+    """A kernel's page of every chip takes each chip's plots from that chip's page (``reports.render.DrawnPlots``:
+    the same SVG, byte for byte): from the page drawn in this build, else from its file, which this build keeps --
+    its fingerprint holds everything its plots are drawn from, so the file holds the SVGs drawing would make. A plot
+    found in neither is drawn. After a new run on one chip, the page of every chip draws that chip's plots only."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.kernel: str | None = None
+        self.drawn: dict[str, Markup] = {}
+        self.kept: dict[str, str] = {}  # chip -> its page's file name (kept from the last build)
+        self.read: dict[str, dict[str, Markup]] = {}
+
+    def start(self, kernel: str) -> None:
+        if kernel != self.kernel:
+            self.kernel, self.drawn, self.kept, self.read = kernel, {}, {}, {}
+
+    def add(self, chip: str, page: site_render.HistoryPage | None, name: str) -> None:
+        """The chip's page of the kernel: drawn (``page``), or kept in file ``name``."""
+        if page is not None:
+            self.drawn.update(site_render.plot_svgs(page))
+        else:
+            self.kept[chip] = name
+
+    def __call__(self, chip: str, dtype: str, shape_key: str) -> Markup | None:
+        key = site_render.plot_key(chip, dtype, shape_key)
+        if key in self.drawn:
+            return self.drawn[key]
+        name = self.kept.get(chip)
+        if name is None:
+            return None
+        if chip not in self.read:
+            try:
+                self.read[chip] = page_plots((self.folder / name).read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                self.read[chip] = {}
+        return self.read[chip].get(key)
+
+
+_PLOT_START = re.compile(r'<svg class="plot" [^>]*? id="(svg-[0-9a-f]{10})">')
+
+
+def page_plots(html: str) -> dict[str, Markup]:
+    """The plots' SVGs in a history page's text, by ``reports.render.plot_key`` (a plot's texts are escaped: no
+    ``</svg>`` inside one)."""
+    found = {}
+    for match in _PLOT_START.finditer(html):
+        end = html.find("</svg>", match.end())
+        if end >= 0:
+            found[match.group(1)] = Markup(html[match.start():end + len("</svg>")])
+    return found
+
+
 # --- evidence pages, lazily ------------------------------------------------------------------------------------------
 
 
@@ -478,12 +535,14 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
     # --- end of the evidence path
 
     pages: list[Any] = []
+    plots = _ChipPlots(out)
     for spec in specs:
         shas = spec.shas()
         drawn: list[site_render.HistoryPage] = []
+        plots.start(spec.kernel)
 
         def draw(spec: _HistorySpec = spec, drawn: list = drawn) -> Path:
-            built = spec.draw()
+            built = spec.draw(None if spec.chip else plots)
             drawn.append(built)
             return write(built.name, "history.html.j2", page=built, legend=svg.legend(),
                          max_points=site_render.MAX_PLOT_POINTS)
@@ -493,6 +552,8 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                  shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs, spec.styles, spec.default,
                  spec.links, commit_links(found, shas)),
              draw)
+        if spec.chip:
+            plots.add(spec.chip, drawn[0] if drawn else None, spec.name)
         pages.append(drawn[0] if drawn else spec.summary(len(shas)))
     pages_of_chip: dict[str, list[Any]] = defaultdict(list)
     for history in pages:

@@ -120,7 +120,7 @@ def test_hover_texts_name_the_commit_the_median_and_its_interval():
     assert len(titles) == 3 * 10
     first = next(t for t in titles if "sdpa" in t)
     assert first == (f"{sha(0)[:10]} commit 0: subject line\n"
-                     "sdpa: median 1 ms, 95% interval [980 µs, 1.02 ms], 30 samples")
+                     f"sdpa on {CHIPS[1]}: median 1 ms, 95% interval [980 µs, 1.02 ms], 30 samples")
     assert all(a.get("href").startswith("#c-") for a in svg.findall(".//s:g[@class='pts']/s:a", NS))
     every = next(p for p in history_pages(histories(), []) if not p.chip)
     assert f"sdpa on {every.plots[0].chip}: median" in str(every.plots[0].svg)  # the every-chip page names chips
@@ -204,3 +204,28 @@ def test_series_overlay_without_legend_and_no_data():
     svg = parse(one)
     assert svg.find(".//s:g[@class='legend-entry']", NS) is None
     assert "1.0 u" in [t.text for t in svg.findall(".//s:text[@class='tick']", NS)]
+
+
+def test_a_plot_is_drawn_on_its_own_chips_axis_the_same_on_every_page():
+    """A chip's plot on the page of every chip is its own page's plot, byte for byte, and a new commit on another
+    chip changes the page's commit table, not that plot (so an incremental build need not draw it again)."""
+    from reports.render import history_plans, plot_svgs
+
+    def drawn(data):
+        pages = {p.name: p for p in history_pages(data, [])}
+        return pages, plot_svgs(pages[kernel_history_page_name("flash_prefill")])
+
+    before = histories()
+    pages, every = drawn(before)
+    for chip in CHIPS:
+        assert plot_svgs(pages[history_page_name("flash_prefill", chip)]).items() <= every.items()
+    # drawn without the chip pages' SVGs: the same plots
+    (plan,) = [p for p in history_plans(before, []) if not p.chip]
+    assert plot_svgs(plan.draw()) == every
+    after = histories()
+    after[CHIPS[0]] = [history(CHIPS[0], s.key.variant, s.points[0].median / 0.2 * 0.2, range(11))
+                       for s in before[CHIPS[0]]]  # a new commit on one chip only
+    pages_after, every_after = drawn(after)
+    assert len(pages_after[kernel_history_page_name("flash_prefill")].commits) == 11
+    changed = {key for key in every if every[key] != every_after[key]}
+    assert changed == set(plot_svgs(pages_after[history_page_name("flash_prefill", CHIPS[0])]))

@@ -248,3 +248,22 @@ def test_store_manifest_is_per_folder(tmp_path):
         assert manifests.read(tmp_path / "b").pages == {"q.html": ("y", 1, 2)}
     finally:
         store.close()
+
+
+def test_the_page_of_every_chip_takes_a_kept_chip_pages_plots_from_its_file(store, tmp_path, monkeypatch):
+    """After a run on one chip, only that chip's plots are drawn: the page of every chip reads the other chip's
+    from its kept page (and still equals a full build, above)."""
+    from reports import svg
+
+    out = tmp_path / "site"
+    build(store, out)
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
+    drawn: list[str] = []
+    original = svg.overlay_plot
+    monkeypatch.setattr(svg, "overlay_plot", lambda *a, **k: drawn.append(k["plot_id"]) or original(*a, **k))
+    build(store, out)
+    every = (out / kernel_history_page_name("flash_prefill")).read_text(encoding="utf-8")
+    apple = pages.page_plots((out / history_page_name("flash_prefill", APPLE.key)).read_text(encoding="utf-8"))
+    nvidia = pages.page_plots((out / history_page_name("flash_prefill", NVIDIA.key)).read_text(encoding="utf-8"))
+    assert apple and nvidia and all(plot in every for plot in (*apple.values(), *nvidia.values()))
+    assert sorted(drawn) == sorted(nvidia)  # each of the chip's plots once (its page), none of the other chip's
