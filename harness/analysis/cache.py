@@ -79,7 +79,7 @@ from harness.core import defaults, stats, trials
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
 
-__all__ = ["CacheStats", "ComparePages", "analyse", "code_version"]
+__all__ = ["CacheStats", "ComparePages", "JobCatalogue", "analyse", "code_version", "job_catalogue"]
 
 log = logging.getLogger(__name__)
 
@@ -637,6 +637,65 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
     performance = [e for events in per_chip for e in events if e.kind == "performance"]
     return histories, correctness + performance, stats_out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The jobs every run of a chip has: the chip pages' units, the variant matrix's series
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobCatalogue:
+    """``query.job_units(store, kinds)`` (per chip: its units) and ``query.benchmark_series(store)`` (every
+    benchmark series, and whether a job of it has a median time)."""
+
+    units: dict[str, set[tuple[str, str]]]
+    series: dict[query.SeriesKey, bool]
+
+
+def job_catalogue(store: Store, chips: Sequence[str], kinds: Sequence[str], *, use_cache: bool = True
+                  ) -> JobCatalogue:
+    """``JobCatalogue`` of ``chips`` (every chip with runs; ``kinds`` must include "benchmark"): two reads of the
+    whole job table (seconds on a long history), or, cached, per chip its ``analysis_cache.chip_jobs`` (kind
+    ``jobs``), kept while the chip's runs are the same -- the fingerprints of all its runs, dirty ones too
+    (``analysis_cache.chip_state``: a run added, deleted or gaining jobs changes them; a job's kind, key and series
+    are written once) -- and none of them gained samples since (a later trial appended to a stored job may give it
+    its median time: ``touched_since`` above the watermark read before the jobs). A chip whose runs changed is read
+    again, alone."""
+    if "benchmark" not in kinds:
+        raise ValueError("the job catalogue lists benchmark series: kinds must include 'benchmark'")
+    if not use_cache:
+        return JobCatalogue(query.job_units(store, kinds), query.benchmark_series(store))
+    version = code_version()
+    units: dict[str, set[tuple[str, str]]] = {}
+    series: dict[query.SeriesKey, bool] = {}
+    for chip in sorted(chips):
+        state = analysis_cache.chip_state(store, chip, include_dirty=True)  # its watermark: before the jobs
+        key = _digest(version, sorted(kinds), sorted(state.runs.items()))[:40]
+        rows = None
+        try:
+            entry = analysis_cache.read_entries(store, chip, "jobs", ["jobs"]).get("jobs")
+            if entry is not None and entry.key == key and entry.watermark is not None and not any(
+                    run in state.run_commit for run in analysis_cache.touched_since(store, state.run_commit,
+                                                                                    entry.watermark)):
+                rows = [(str(k), str(j), str(n), str(v), str(d), str(sh), bool(m))
+                        for k, j, n, v, d, sh, m in json.loads(entry.payload)]
+        except (ValueError, TypeError, SQLAlchemyError):
+            rows = None
+        if rows is None:
+            rows = analysis_cache.chip_jobs(store, chip, kinds)
+            try:
+                analysis_cache.write_entries(store, chip, "jobs", {"jobs": analysis_cache.Entry(
+                    key, json.dumps(rows, separators=(",", ":")).encode(), state.watermark)})
+            except SQLAlchemyError as exc:  # the next report reads them again
+                log.warning("analysis cache: could not store the jobs of %s: %s", chip,
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        for kind, job_key, kernel, variant, dtype, shape_key, measured in rows:
+            units.setdefault(chip, set()).add(query._unit_of(kind, job_key, kernel))
+            if kind == "benchmark":
+                series_key = query.SeriesKey(kernel, variant, dtype, shape_key, chip)
+                series[series_key] = series.get(series_key, False) or measured
+    return JobCatalogue(units, series)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -55,7 +55,8 @@ class _Presence:
     chips: dict[str, list[str]]  # chip -> its runs with benchmarks, newest first
 
 
-def _presence(store: Store, run_ids: list[str] | None, defaults: Mapping[str, str]) -> _Presence:
+def _presence(store: Store, run_ids: list[str] | None, defaults: Mapping[str, str],
+              series: Mapping[SeriesKey, bool] | None = None) -> _Presence:
     """Every run's benchmark rows (or those of ``run_ids``), as much of them as ``_cell_runs`` needs: the newest row
     of each series, and the runs that measured each series, read newest run first until each variant measured
     somewhere with its default has a run that measured both (all of them with ``run_ids``: those cells pool every
@@ -65,7 +66,7 @@ def _presence(store: Store, run_ids: list[str] | None, defaults: Mapping[str, st
     for run_id, chip, sha in runs:
         found.shas[run_id] = sha
         found.chips.setdefault(chip, []).append(run_id)
-    series = query.benchmark_series(store, run_ids=run_ids)
+    series = series if series is not None and run_ids is None else query.benchmark_series(store, run_ids=run_ids)
     for row in query.job_presence(store, run_ids=run_ids, kinds=("benchmark",), newest_per="series",
                                   among=[tuple(key) for key in series]):
         found.newest[(row.kernel, row.variant, row.dtype, row.shape_key, row.chip)] = row
@@ -139,6 +140,7 @@ def variant_matrix(
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
     defaults: Mapping[str, str] | None = None,
+    series: Mapping[SeriesKey, bool] | None = None,
 ) -> VariantMatrix:
     """Each variant vs its kernel's default variant, per (kernel, dtype, shape, chip), BH across the whole matrix.
 
@@ -148,11 +150,12 @@ def variant_matrix(
     kernel on that chip in the cell's runs (with ``commit``: in any run of that commit there). ``defaults``
     (kernel -> default variant) overrides ``kernels.REGISTRY``; kernels known to neither are left out. ``gaps``
     names, per chip, each variant of a compared row that has no verdict there and why; ``shared`` counts the rows
-    with verdicts on two chips or more.
+    with verdicts on two chips or more. ``series``: ``query.benchmark_series(store)`` when the caller has it (read
+    otherwise; not used with ``commit``).
     """
     defaults = {**default_variants(), **(defaults or {})}
     side = resolve_side(store, commit) if commit is not None else None
-    presence = _presence(store, side.run_ids if side is not None else None, defaults)
+    presence = _presence(store, side.run_ids if side is not None else None, defaults, series)
     cell_runs = _cell_runs(presence, defaults, pooled=side is not None)
     used = sorted({run for runs in cell_runs.values() for run in runs})
     by_run = {run: query.series_trials(store, [run]) for run in used}

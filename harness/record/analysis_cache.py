@@ -25,8 +25,8 @@ from harness.record import query
 from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, utcnow
 from harness.record.store import Store
 
-__all__ = ["ChipState", "Entry", "arrangement", "chip_state", "clear", "commit_history", "correctness_rows",
-           "read_entries", "run_prints", "touched_since", "write_entries"]
+__all__ = ["ChipState", "Entry", "arrangement", "chip_jobs", "chip_state", "clear", "commit_history",
+           "correctness_rows", "read_entries", "run_prints", "touched_since", "write_entries"]
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,19 @@ def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -
                 if run_id in run_commit:
                     found[run_id] = max(found.get(run_id, 0), int(newest[job_id]))
     return found
+
+
+def chip_jobs(store: Store, chip: str, kinds: Collection[str]) -> list[tuple[str, str, str, str, str, str, bool]]:
+    """The distinct (kind, key, kernel, variant, dtype, shape key, measured) of the jobs of ``kinds`` in all the
+    chip's runs (dirty ones too), sorted; ``measured``: the job has a median time. What ``query.job_units`` and
+    ``query.benchmark_series`` read of the chip (the runs first, then their jobs by index)."""
+    runs = select(Run.id).join(Chip, Run.chip_id == Chip.id).where(Chip.key == chip)
+    with store.session() as session:
+        rows = session.execute(
+            select(JobRecord.kind, JobRecord.key, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
+                   JobRecord.shape_key, JobRecord.median_s.is_not(None)).distinct()
+            .where(JobRecord.run_id.in_(runs), JobRecord.kind.in_(sorted(kinds)))).all()
+    return sorted((*row[:6], bool(row[6])) for row in rows)
 
 
 def correctness_rows(store: Store, chip: str, *, include_dirty: bool = False) -> tuple[list[tuple], list[tuple]]:

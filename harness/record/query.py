@@ -299,12 +299,15 @@ def commit_timing_modes(store: Store, chip: str, commit_ids: Sequence[int], *, i
     """How each benchmark series was timed in the chip's runs (those ``chip_history`` includes) of the given
     commits: (commit id, kernel, variant, dtype, shape key) -> the mode, "+"-joined where its runs differ."""
     modes: dict[tuple[int, str, str, str, str], set[str]] = {}
+    # The runs first, then their jobs by index: joined the other way, SQLite scans the whole job table.
+    runs = _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty).where(
+        Run.commit_id.in_(list(commit_ids)))
     with store.session() as session:
-        for commit_id, kernel, variant, dtype, shape_key, mode in session.execute(_run_filter(
+        for commit_id, kernel, variant, dtype, shape_key, mode in session.execute(
                 select(Run.commit_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key,
                        JobRecord.timing_mode)
-                .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
-                .where(Run.commit_id.in_(list(commit_ids)), JobRecord.kind == "benchmark"), chip, include_dirty)):
+                .join(Run, JobRecord.run_id == Run.id)
+                .where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark")):
             modes.setdefault((commit_id, kernel, variant, dtype, shape_key), set()).add(mode or "")
     return _joined_modes(modes)
 
@@ -731,6 +734,22 @@ def _plain_rows(session: Session, statement) -> list[tuple]:
         cursor.close()
 
 
+def _plain_array(session: Session, statement, dtype: np.dtype) -> npt.NDArray[Any]:
+    """``_plain_rows`` as a structured array, filled from the cursor row by row: no list of millions of tuples
+    (their allocation and the garbage collector's passes over them cost a quarter of a chip's sample read)."""
+    connection = session.connection()
+    compiled = statement.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.construct_params()
+    if compiled.positional:
+        params = tuple(params[name] for name in compiled.positiontup)
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(str(compiled), params)
+        return np.fromiter(cursor, dtype=dtype)
+    finally:
+        cursor.close()
+
+
 _CACHE: OrderedDict[tuple, ChipHistory] = OrderedDict()
 _CACHE_SIZE = 8  # chip histories; ~20 MB each at 1000 commits x 200 series x 10 samples
 
@@ -840,8 +859,9 @@ def load_samples(session: Session, chip: str, commit_ids: Sequence[int], *, incl
     job_rows = _plain_rows(session, benchmark_jobs(
         select(JobRecord.id, JobRecord.run_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
                JobRecord.shape_key)))
-    sample_rows = _plain_rows(session, benchmark_jobs(
-        select(Sample.job_id, Sample.seconds, Sample.trial).join(JobRecord, Sample.job_id == JobRecord.id)))
+    sample_rows = _plain_array(session, benchmark_jobs(
+        select(Sample.job_id, Sample.seconds, Sample.trial).join(JobRecord, Sample.job_id == JobRecord.id)),
+        _SAMPLE_ROW)
     return arrange_samples(job_rows, sample_rows, run_commit, run_index, len(commit_ids))
 
 
@@ -860,12 +880,13 @@ class SampleLayout(NamedTuple):
     has_jobs: npt.NDArray[np.bool_]  # (n_commits, n_series): a benchmark job of the cell exists (samples or not)
 
 
-def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple], run_commit: dict[str, int],
-                    run_index: dict[str, int], n_commits: int) -> SampleLayout:
+def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple] | npt.NDArray[Any],
+                    run_commit: dict[str, int], run_index: dict[str, int], n_commits: int) -> SampleLayout:
     """Group benchmark samples as ``ChipHistory`` holds them. ``job_rows``: (job id, run id, kernel, variant, dtype,
-    shape key); ``sample_rows``: (job id, seconds, trial); ``run_commit``: run id -> commit index; ``run_index``:
-    run id -> its index in start order. Each cell's samples are contiguous, grouped by (run, trial), each trial's
-    samples sorted: everything computed from one cell depends on that cell's samples only."""
+    shape key); ``sample_rows``: (job id, seconds, trial), tuples or a ``_SAMPLE_ROW`` array; ``run_commit``: run id
+    -> commit index; ``run_index``: run id -> its index in start order. Each cell's samples are contiguous, grouped
+    by (run, trial), each trial's samples sorted: everything computed from one cell depends on that cell's samples
+    only."""
     series_index: dict[tuple[str, str, str, str], int] = {}
     job_ids = np.empty(len(job_rows), dtype=np.int64)
     job_cells = np.empty(len(job_rows), dtype=np.int64)
@@ -880,7 +901,8 @@ def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple], run
     has_jobs = np.zeros((n_commits, n_series), dtype=bool)
     has_jobs[job_commit, job_cells] = True
     job_cells += job_commit * n_series
-    samples = np.fromiter(sample_rows, dtype=_SAMPLE_ROW, count=len(sample_rows))
+    samples = (sample_rows if isinstance(sample_rows, np.ndarray)
+               else np.fromiter(sample_rows, dtype=_SAMPLE_ROW, count=len(sample_rows)))
     del sample_rows
     valid = np.isfinite(samples["seconds"]) & (samples["seconds"] > 0)
     sample_jobs, seconds, trial = samples["job"][valid], samples["seconds"][valid], samples["trial"][valid]

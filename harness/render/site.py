@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness.analysis.cache import ComparePages, analyse
+from harness.analysis.cache import ComparePages, analyse, job_catalogue
 from harness.analysis.compare import HOURS_APART_S, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
@@ -64,19 +64,24 @@ def _unit(job: Any) -> tuple[str, str]:
     return ("selection", job["kernel"]) if job["kind"] in ("pytest", "test") else ("job", job["key"])
 
 
-def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None) -> dict[str, query.RunView | None]:
+def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None,
+                units: dict[str, set[tuple[str, str]]] | None = None) -> dict[str, query.RunView | None]:
     """Per chip: its newest run (with ``commit``: that commit's newest run there; None where there is none) with its
     jobs completed by each job it lacks, taken from the newest older run that has it (with ``commit``: of that
     commit), so a partial run (one kernel re-run) hides nothing; a pytest selection comes whole, with its tests,
     from the newest run that ran it. Every job carries ``run_id``; one from an older run also ``from_run`` (its
-    ``id``, ``sha``, ``message``, ``started_at``), None for the newest run's own."""
+    ``id``, ``sha``, ``message``, ``started_at``), None for the newest run's own. ``units``: ``query.job_units(store,
+    SHOWN_KINDS)`` when the caller has it."""
     resolved = None
     if commit is not None:
         resolved = query.resolve_ref(store, commit)
         if resolved.kind != "commit":
             raise HarnessError(f"--commit {commit}: that is a run id; give its commit ({resolved.sha[:12]})")
     shown: dict[str, query.RunView | None] = {}
-    units = query.job_units(store, SHOWN_KINDS) if resolved is None else {}  # every chip's, in one read
+    if resolved is not None:
+        units = {}
+    elif units is None:
+        units = query.job_units(store, SHOWN_KINDS)  # every chip's, in one read
     for chip in chips:
         key = chip["key"]
         if resolved is None:
@@ -124,11 +129,16 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     timings: dict[str, float] = {}
     start = time.perf_counter()
     chips = query.chips(store)
-    latest = _shown_runs(store, chips, commit)
+    catalogue = None
+    if commit is None:  # every chip's jobs: what the chip pages and the variant matrix look for
+        catalogue = job_catalogue(store, [chip["key"] for chip in chips], SHOWN_KINDS, use_cache=cache)
+    timings["jobs"] = time.perf_counter() - start
+    start = time.perf_counter()
+    latest = _shown_runs(store, chips, commit, catalogue.units if catalogue is not None else None)
     failing_before = {key: _failing_before(store, run) for key, run in latest.items()}
     timings["latest runs"] = time.perf_counter() - start
     start = time.perf_counter()
-    matrix = variant_matrix(store, commit)
+    matrix = variant_matrix(store, commit, series=catalogue.series if catalogue is not None else None)
     timings["variant matrix"] = time.perf_counter() - start
     histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
                                         last=last, use_cache=cache, timings=timings)

@@ -297,3 +297,61 @@ def test_report_no_cache_stores_nothing_and_renders_the_same_pages(db, tmp_path)
     with db.session() as session:
         assert session.scalar(select(AnalysisCache.id).limit(1)) is not None
     assert _pages(tmp_path / "plain") == _pages(tmp_path / "cached")
+
+
+def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_chip(db, monkeypatch):
+    """``job_catalogue`` (the chip pages' units, the variant matrix's series) equals the two reads of the whole job
+    table, cold and warm; a new run reads its chip again, alone; a later trial that gives a stored job its first
+    median time (a job with no sample yet: unmeasured) is seen."""
+    build(db)
+    chips = query.chip_keys(db)
+
+    def both() -> tuple[cache.JobCatalogue, cache.JobCatalogue]:
+        return (cache.job_catalogue(db, chips, site.SHOWN_KINDS),
+                cache.job_catalogue(db, chips, site.SHOWN_KINDS, use_cache=False))
+
+    read: list[str] = []
+    original = analysis_cache.chip_jobs
+    monkeypatch.setattr(analysis_cache, "chip_jobs", lambda store, chip, kinds: read.append(chip) or original(
+        store, chip, kinds))
+    cached, plain = both()
+    assert cached == plain and read == list(chips)
+    assert both()[0] == plain and read == list(chips)  # warm: nothing read
+    job = bench_job("swiglu", "unfused", {"B": 1, "H": 1, "S": 999, "D": 32})  # a new series, not measured yet
+    run_id = add_run(db, "chip-b", 12, [(job, JobResult(job.key, "failed", detail="no sample", trial=0))],
+                     minutes=500)
+    finished(db, run_id)
+    read.clear()
+    cached, plain = both()
+    assert cached == plain and read == ["chip-b"]
+    assert plain.series[query.SeriesKey("swiglu", "unfused", "float32", job.labels.shape_key, "chip-b")] is False
+    store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=timings(np.random.default_rng(2),
+                                                                                      1e-3), inner=1, trial=1))
+    read.clear()
+    cached, plain = both()
+    assert plain.series[query.SeriesKey("swiglu", "unfused", "float32", job.labels.shape_key, "chip-b")] is True
+    assert cached == plain and read == ["chip-b"]
+
+
+def test_the_reads_of_a_few_commits_use_the_job_index(sqlite_db):
+    """``query.commit_timing_modes`` (the regression families' modes, a few commits at a time) reads the chip's runs
+    first, then their jobs by index: joined the other way, SQLite scanned the whole job table on every call."""
+    from sqlalchemy import event
+
+    build(sqlite_db)
+    statements: list[tuple[str, tuple]] = []
+
+    def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
+        statements.append((statement, parameters))
+
+    event.listen(sqlite_db.engine, "before_cursor_execute", keep)
+    try:
+        with sqlite_db.session() as session:
+            commit_ids = session.scalars(select(Commit.id).limit(2)).all()
+        assert query.commit_timing_modes(sqlite_db, "chip-a", commit_ids)
+    finally:
+        event.remove(sqlite_db.engine, "before_cursor_execute", keep)
+    (statement, parameters), = [(s, p) for s, p in statements if "timing_mode" in s]
+    with sqlite_db.engine.connect() as conn:
+        plan = [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
+    assert not any(step.startswith("SCAN job") for step in plan), plan
