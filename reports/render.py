@@ -709,7 +709,8 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
     for chip_index, (chip_key, series_list) in enumerate(chips.items()):
         regs = regs_of.get(chip_key, [])
         n_regressions += sum(1 for _, r in regs if r.kind == "performance")
-        for sha in {sha for s in series_list for sha in s.points.shas}:
+        chip_shas = {sha for s in series_list for sha in s.points.shas}
+        for sha in chip_shas:
             axis.commits[axis.x_of[sha]].chips.append(chip_key)
         by_case: dict[tuple[str, str], list[Any]] = defaultdict(list)
         for series in series_list:
@@ -727,10 +728,16 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
             if reg.head_sha in axis.x_of:
                 axis.commits[axis.x_of[reg.head_sha]].notes.append(
                     ("lose" if reg.kind == "performance" else "broken", label, f"regressions.html#r-{i}"))
-        chip_axis = axis if len(chips) == 1 else _axis(series_list)  # the same as on the chip's own page
+        chip_axis: list[_Axis] = [axis] if len(chips) == 1 else []  # the same as on the chip's own page
+
+        def axis_of(series_list: list[Any] = series_list, chip_axis: list[_Axis] = chip_axis) -> _Axis:
+            if not chip_axis:  # built only when one of the chip's plots is drawn here
+                chip_axis.append(_axis(series_list))
+            return chip_axis[0]
+
         for (dtype, shape_key), members in sorted(by_case.items()):
-            plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, chip_axis, axis, styles,
-                                default, regs_by_series, broken, every,
+            plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, axis_of, axis, chip_shas,
+                                styles, default, regs_by_series, broken, every,
                                 drawn(chip_key, dtype, shape_key) if drawn is not None else None)
             if plot is not None:
                 n_changes += len(plot.changes)
@@ -741,86 +748,103 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
 
 
 def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key: str, members: list[Any],
-                 axis: _Axis, page_axis: _Axis, styles: Mapping[str, tuple[str, str]], default: str,
+                 axis: Callable[[], _Axis], page_axis: _Axis, chip_shas: Set[str],
+                 styles: Mapping[str, tuple[str, str]], default: str,
                  regs_by_series: Mapping[tuple[str, str, str], list[tuple[int, Any]]],
                  broken: Mapping[tuple[str, str], list[tuple[int, Any]]], every: bool,
                  image: Markup | None = None) -> SeriesPlot | None:
-    """The variants of one (chip, dtype, shape) as one plot on the chip's commit axis ``axis`` (None when none of
-    them has a timing); its notes go to the page's commit table (``page_axis``). The SVG depends on the chip's
-    histories alone, not on ``every`` or the page's other chips (``image``: that SVG, drawn already)."""
+    """The variants of one (chip, dtype, shape) as one plot on the chip's commit axis (``axis()``: the commits of
+    ``chip_shas`` in history order; None when none of them has a timing); its notes go to the page's commit table
+    (``page_axis``). The SVG depends on the chip's histories alone, not on ``every`` or the page's other chips
+    (``image``: that SVG, drawn already: the chip's axis is not needed then)."""
     members = sorted(members, key=lambda s: (s.key.variant != default, s.key.variant))
     drawn = [s for s in members if s.points]
     if not drawn:
         return None
     plot_id = _plot_id(chip, dtype, shape_key)
     where = f" on {chip}" if every else ""  # the page's notes; the SVG's texts always name the chip
+    draw = image is None
+    x_axis = axis() if draw else None
     plot_series, lines, changes, plot_regs, markers = [], [], [], [], []
     commits_with_points: set[str] = set()
     for series in drawn:
         variant, points = series.key.variant, series.points
         color, dash = styles[variant]
         shas, medians = points.shas, points.median.tolist()
-        xs = [axis.x_of[sha] for sha in shas]
         y_at = dict(zip(shas, medians, strict=True))
         commits_with_points.update(y_at)
         series_markers = []
         for cp in series.change_points:
             changes.append((variant, cp))
-            title = (f"{cp.kind} in {variant} at {cp.sha[:10]} {first_line(axis.info[cp.sha].message, 80)}\n"
-                     f"{fmt_time(cp.before)} → {fmt_time(cp.after)} (×{cp.ratio:.3f})")
-            end = axis.x_of.get(cp.end_sha) if cp.kind == "drift" else None
-            series_markers.append(svg.Marker(axis.x_of[cp.sha], y_at.get(cp.sha, cp.after), cp.kind, title,
-                                             "#" + commit_anchor(cp.sha), end))
             page_axis.commits[page_axis.x_of[cp.sha]].notes.append(
                 ("change", f"{cp.kind} ×{cp.ratio:.3f} {variant} {dtype} {shape_key}{where}", f"#plot-{plot_id}"))
+            if x_axis is not None:
+                title = (f"{cp.kind} in {variant} at {cp.sha[:10]} {first_line(x_axis.info[cp.sha].message, 80)}\n"
+                         f"{fmt_time(cp.before)} → {fmt_time(cp.after)} (×{cp.ratio:.3f})")
+                end = x_axis.x_of.get(cp.end_sha) if cp.kind == "drift" else None
+                series_markers.append(svg.Marker(x_axis.x_of[cp.sha], y_at.get(cp.sha, cp.after), cp.kind, title,
+                                                 "#" + commit_anchor(cp.sha), end))
         for i, reg in regs_by_series.get((variant, dtype, shape_key), []):
-            if reg.head_sha not in axis.x_of:
+            if reg.head_sha not in chip_shas:
                 continue
             plot_regs.append((i, reg))
-            title = (f"confirmed regression of {variant} at {reg.head_sha[:10]} {first_line(reg.head_message, 80)}\n"
-                     f"{fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} vs {(reg.base_sha or '')[:10]}, "
-                     f"p(FDR)={fmt_p(reg.p_adjusted)}, n={reg.n_base}/{reg.n_head}")
-            series_markers.append(svg.Marker(axis.x_of[reg.head_sha],
-                                             y_at.get(reg.head_sha, reg.head_median or math.nan), "regression",
-                                             title, f"regressions.html#r-{i}"))
-        for i, reg in broken.get((variant, dtype), []):
-            if reg.head_sha in axis.x_of:
-                title = (f"correctness {reg.status} of {variant} at {reg.head_sha[:10]} "
-                         f"{first_line(reg.head_message, 80)}\n{reg.check} {reg.shape_key}: "
-                         f"{first_line(reg.detail, 120)}")
-                markers.append(svg.Marker(axis.x_of[reg.head_sha], math.nan, "broken", title,
-                                          f"regressions.html#r-{i}"))
-        who = str(escape(f"{variant} on {chip}"))
-
-        def point_title(i: int, points=points, xs=xs, who=who) -> Markup:
-            p = points[i]
-            return Markup(f"{axis.text[xs[i]]}\n{who}: median {fmt_time(p.median)}, 95% interval "
-                          f"[{fmt_time(p.ci_low)}, {fmt_time(p.ci_high)}], {p.n} samples")
-
-        def bucket_title(first: int, last: int, lowest: float, highest: float, xs=xs, who=who) -> Markup:
-            return Markup(f"{_plural(last - first + 1, 'commit')} {axis.short[xs[first]]} … {axis.short[xs[last]]}"
-                          f"\n{who}: median {fmt_time(lowest)} – {fmt_time(highest)}")
-
-        def point_href(i: int, xs=xs) -> Markup:
-            return axis.href[xs[i]]
-
+            if x_axis is not None:
+                title = (f"confirmed regression of {variant} at {reg.head_sha[:10]} "
+                         f"{first_line(reg.head_message, 80)}\n"
+                         f"{fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} vs {(reg.base_sha or '')[:10]}, "
+                         f"p(FDR)={fmt_p(reg.p_adjusted)}, n={reg.n_base}/{reg.n_head}")
+                series_markers.append(svg.Marker(x_axis.x_of[reg.head_sha],
+                                                 y_at.get(reg.head_sha, reg.head_median or math.nan), "regression",
+                                                 title, f"regressions.html#r-{i}"))
         last = points[-1]
         is_default = variant == default
         lines.append(VariantLine(variant, color, dash, is_default, last.median, len(points)))
-        legend_title = (f"{variant}{' (the default variant)' if is_default else ''}: latest {fmt_time(last.median)} "
-                        f"at {last.sha[:10]}, {_plural(len(points), 'commit')}")
-        plot_series.append(svg.Series(variant, xs, medians, points.ci_low.tolist(),
-                                      points.ci_high.tolist(), point_title, point_href, bucket_title, color,
-                                      dash, tuple(series_markers), legend_title, is_default))
-    if image is None:
+        if x_axis is None:
+            continue
+        for i, reg in broken.get((variant, dtype), []):
+            if reg.head_sha in chip_shas:
+                title = (f"correctness {reg.status} of {variant} at {reg.head_sha[:10]} "
+                         f"{first_line(reg.head_message, 80)}\n{reg.check} {reg.shape_key}: "
+                         f"{first_line(reg.detail, 120)}")
+                markers.append(svg.Marker(x_axis.x_of[reg.head_sha], math.nan, "broken", title,
+                                          f"regressions.html#r-{i}"))
+        plot_series.append(_svg_series(series, x_axis, styles, is_default, chip, series_markers))
+    if x_axis is not None:
         label = f"{kernel} {dtype} {shape_key} on {chip}: {_plural(len(drawn), 'variant')}"
-        x_labels = [sha[:8] for sha in axis.shas]
-        image = svg.overlay_plot(plot_series, n_x=len(axis.shas), y_title=TIME_AXIS_TITLE, log=None,
+        x_labels = [sha[:8] for sha in x_axis.shas]
+        image = svg.overlay_plot(plot_series, n_x=len(x_axis.shas), y_title=TIME_AXIS_TITLE, log=None,
                                  markers=markers, x_labels=x_labels, x_title=COMMIT_AXIS_TITLE, label=label,
                                  max_points=MAX_PLOT_POINTS, plot_id=f"svg-{plot_id}")
     return SeriesPlot(plot_id, chip, chip_index, dtype, shape_key, image, lines,
                       [s.key.variant for s in members if not s.points], len(commits_with_points), changes,
                       plot_regs)
+
+
+def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]], is_default: bool, chip: str,
+                markers: list[svg.Marker]) -> svg.Series:
+    """One variant's line of a plot on the chip's commit axis, with its hover texts and links."""
+    variant, points = series.key.variant, series.points
+    color, dash = styles[variant]
+    xs = [axis.x_of[sha] for sha in points.shas]
+    who = str(escape(f"{variant} on {chip}"))
+
+    def point_title(i: int) -> Markup:
+        p = points[i]
+        return Markup(f"{axis.text[xs[i]]}\n{who}: median {fmt_time(p.median)}, 95% interval "
+                      f"[{fmt_time(p.ci_low)}, {fmt_time(p.ci_high)}], {p.n} samples")
+
+    def bucket_title(first: int, last: int, lowest: float, highest: float) -> Markup:
+        return Markup(f"{_plural(last - first + 1, 'commit')} {axis.short[xs[first]]} … {axis.short[xs[last]]}"
+                      f"\n{who}: median {fmt_time(lowest)} – {fmt_time(highest)}")
+
+    def point_href(i: int) -> Markup:
+        return axis.href[xs[i]]
+
+    last = points[-1]
+    legend_title = (f"{variant}{' (the default variant)' if is_default else ''}: latest {fmt_time(last.median)} "
+                    f"at {last.sha[:10]}, {_plural(len(points), 'commit')}")
+    return svg.Series(variant, xs, points.median.tolist(), points.ci_low.tolist(), points.ci_high.tolist(),
+                      point_title, point_href, bucket_title, color, dash, tuple(markers), legend_title, is_default)
 
 
 def _plot_id(chip: str, dtype: str, shape_key: str) -> str:

@@ -67,7 +67,8 @@ from reports import evidence as evidence_pages
 from reports import render as site_render
 from reports import svg
 
-__all__ = ["Fingerprint", "HistorySummary", "Manifest", "SiteManifests", "WriteStats", "render_version", "write_site"]
+__all__ = ["Fingerprint", "FingerprintMemo", "HistorySummary", "Manifest", "SiteManifests", "WriteStats",
+           "render_version", "write_site"]
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +109,11 @@ class Fingerprint:
     sorted order, dataclasses and named tuples field by field with their type's name. Anything else is an error
     (a value whose text could change between processes, e.g. an object's id, must not reach a fingerprint)."""
 
-    def __init__(self, *parts: Any) -> None:
+    def __init__(self, *parts: Any, memo: FingerprintMemo | None = None) -> None:
         self._digest = hashlib.sha256()
-        self._commits: dict[tuple[int, bytes], bytes] = {}
-        self._keep: list[Any] = []  # the commit tables memoised by id stay alive while this object does
+        self._memo = memo
+        self._commits: dict[tuple[int, bytes], bytes] = memo.commits if memo is not None else {}
+        self._keep: list[Any] = memo.keep if memo is not None else []  # the commit tables memoised by id stay alive
         for part in parts:
             self.feed(part)
 
@@ -140,11 +142,15 @@ class Fingerprint:
             put(b"g", f"{value.dtype.str}".encode() + value.tobytes())
         elif isinstance(value, HistoryPoints):
             self._points(value)
+        elif kind is records.SeriesHistory and self._memo is not None:  # a history is on two pages: digested once
+            found = self._memo.records.get(id(value))
+            if found is None:
+                inner = Fingerprint(memo=self._memo)
+                inner._record(value)
+                found = self._memo.records[id(value)] = (value, inner._digest.digest())
+            put(b"H", found[1])
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            put(b"d", type(value).__qualname__.encode())
-            for f in dataclasses.fields(value):
-                put(b"f", f.name.encode())
-                self.feed(getattr(value, f.name))
+            self._record(value)
         elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
             put(b"n", type(value).__qualname__.encode())
             self._items(value)
@@ -162,6 +168,12 @@ class Fingerprint:
                 put(b"h", item.encode())
         else:
             raise TypeError(f"no fingerprint for a {type(value).__qualname__}")
+
+    def _record(self, value: Any) -> None:
+        self._put(b"d", type(value).__qualname__.encode())
+        for f in dataclasses.fields(value):
+            self._put(b"f", f.name.encode())
+            self.feed(getattr(value, f.name))
 
     def _items(self, values: Iterable[Any]) -> None:
         values = list(values)
@@ -192,6 +204,16 @@ class Fingerprint:
         self._put(b"p", commits)
         for column in (where.astype(np.int64), points.median, points.ci_low, points.ci_high, points.n):
             self.feed(np.asarray(column))
+
+
+@dataclass
+class FingerprintMemo:
+    """What the fingerprints of one build share: each history's digest (by identity: the record is kept alive
+    with it, a history is on its chip's page and on the page of every chip) and the commit tables' digests."""
+
+    records: dict[int, tuple[Any, bytes]] = field(default_factory=dict)
+    commits: dict[tuple[int, bytes], bytes] = field(default_factory=dict)
+    keep: list[Any] = field(default_factory=list)
 
 
 def commit_links(links: evidence_pages.Links, shas: Iterable[str]) -> list[tuple[str, str | None]]:
@@ -536,6 +558,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
 
     pages: list[Any] = []
     plots = _ChipPlots(out)
+    memo = FingerprintMemo()
     for spec in specs:
         shas = spec.shas()
         drawn: list[site_render.HistoryPage] = []
@@ -550,7 +573,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
         page("history" if spec.chip else "histories", spec.name,
              lambda spec=spec, shas=shas: Fingerprint(
                  shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs, spec.styles, spec.default,
-                 spec.links, commit_links(found, shas)),
+                 spec.links, commit_links(found, shas), memo=memo),
              draw)
         if spec.chip:
             plots.add(spec.chip, drawn[0] if drawn else None, spec.name)

@@ -267,3 +267,23 @@ def test_the_page_of_every_chip_takes_a_kept_chip_pages_plots_from_its_file(stor
     nvidia = pages.page_plots((out / history_page_name("flash_prefill", NVIDIA.key)).read_text(encoding="utf-8"))
     assert apple and nvidia and all(plot in every for plot in (*apple.values(), *nvidia.values()))
     assert sorted(drawn) == sorted(nvidia)  # each of the chip's plots once (its page), none of the other chip's
+
+
+def test_a_history_is_digested_once_per_build_and_exactly():
+    """With a build's ``FingerprintMemo`` a history on two pages is digested once; the digest still tells every
+    point apart (a changed median is a changed fingerprint), and equal inputs give equal fingerprints."""
+    from harness.analysis.records import SeriesHistory
+
+    points = HistoryPoints([("a" * 40, "m", "main", None), ("b" * 40, "m", "main", None)], np.array([0, 1]),
+                           np.array([1e-3, 2e-3]), np.array([0.9e-3, 1.9e-3]), np.array([1.1e-3, 2.1e-3]),
+                           np.array([10, 10]))
+    history = SeriesHistory(query.SeriesKey("k", "v", "float16", "S=1", "chip"), points, ())
+    memo = pages.FingerprintMemo()
+    first = pages.Fingerprint({"chip": [history]}, memo=memo).hexdigest()
+    assert list(memo.records) == [id(history)]
+    assert pages.Fingerprint({"chip": [history]}, memo=memo).hexdigest() == first
+    assert pages.Fingerprint({"chip": [history]}, memo=pages.FingerprintMemo()).hexdigest() == first
+    moved = dataclasses.replace(history, points=HistoryPoints(
+        points._commits, points.rows, np.array([1e-3, np.nextafter(2e-3, 1.0)]), points.ci_low, points.ci_high,
+        points.n))
+    assert pages.Fingerprint({"chip": [moved]}, memo=memo).hexdigest() != first
