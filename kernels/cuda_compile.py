@@ -1,23 +1,29 @@
-"""CUDA source kernels compiled once per machine instead of once per process.
+"""CUDA source kernels launched through ``mx.fast.cuda_kernel``, named by a digest of their source, and a ptxas report.
 
-``mx.fast.cuda_kernel`` compiles its source with NVRTC the first time each process calls it (about 1.4 s per
-(kernel, template) on the H200) and MLX 0.32 writes no disk cache for such kernels. The harness measures every
-benchmark in several fresh processes (trials), so a run paid that compile once per trial.
+**What a CUDA source kernel costs per process (measured on the H200, MLX 0.32.4).** MLX compiles each (custom
+kernel, template) with NVRTC the first time a process calls it: 1.3-1.7 s for a flash mma kernel, 2.6-3.3 s for
+split-K decode's two kernels (``scripts/cuda_jit_cost.py``, reports/examples/h200-jit-proof.json). It does not load
+a compiled custom kernel from disk: a module written into its compiled-kernel folder (``$MLX_PTX_CACHE_DIR``) under
+the name it builds, holding a kernel that adds 2 where MLX's source adds 1, was not loaded (the output was MLX's 1),
+and the first call took as long with the folder filled as without. Since MLX PR #4273 a custom kernel's module name
+carries a hash of its source, and custom kernels skip MLX's disk cache. ``mx.fast.precompiled_cuda_kernel`` does
+load a cubin compiled here, but cost about 50 us more per launch on the H200 (``loop_cuda_splitk``'s 64 launches:
+2.96 -> 6.39 ms), which a timing harness cannot add to the kernels it times. So a trial pays MLX's compile once per
+(kernel, template) and process, and the planner keeps a round's jobs of one kernel in one process
+(``harness.spec.plan.compile_group``).
 
-MLX does *read* its compiled-kernel folder (``$MLX_PTX_CACHE_DIR``, else ``<tmp>/mlx/<version>/ptx``) before it
-compiles any kernel, custom ones included: ``<module>.ptx`` (PTX or a cubin) and ``<module>.txt`` (kernel name, tab,
-symbol), where a custom kernel's module is ``custom_kernel_<name><template suffix>``. :func:`cuda_kernel` takes the
-same arguments as ``mx.fast.cuda_kernel`` and returns a callable with the same call signature that launches through
-MLX's own kernel, so nothing changes per launch. Before the first launch of a (kernel, template) in a process it
-makes sure that folder holds the module: it builds the same kernel MLX would (the header, then a ``__global__``
-function whose parameters are the inputs and outputs and whose body starts with the template arguments as
-constants), compiles it with NVRTC for this device's architecture (the options MLX passes) and writes the cubin
-there. Later processes find it and only load it.
+What :func:`cuda_kernel` adds to ``mx.fast.cuda_kernel`` (same arguments, same call):
 
-The kernel's name carries a digest of its source, header, dtypes and compile settings, so an edited kernel is
-another module and a stale cubin is never loaded. ``HARNESS_CUDA_CACHE=off`` turns this off (MLX compiles in every
-process, as before). Where NVRTC cannot be loaded or refuses the source, MLX compiles it as before and
-:data:`FALLBACKS` says why (``scripts/cuda_jit_cost.py`` prints it).
+- the name MLX sees carries a digest of the source, header and dtypes, so two kernels that share a name never share
+  a compiled module (MLX before PR #4273 ran the first one's code for both);
+- for probes, :data:`REPORT_OPTIONS` (e.g. ``--ptxas-options=-v``): each (kernel, template) is also compiled here
+  with NVRTC, from the source MLX builds (:func:`kernel_source`: a small prelude in place of MLX's device header),
+  and NVRTC's log (ptxas's registers and spills) lands in ``report_dir()/<module>.log``. That is a report on the
+  same source, compiled with the probe's options (``min_blocks`` adds ``__launch_bounds__``); the kernel that runs
+  is always MLX's own compile, which takes neither.
+
+:func:`prefill` writes a cubin where MLX's disk cache would look; ``scripts/cuda_jit_cost.py`` uses it to check
+whether a later MLX loads such a module again.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CACHE_ENV = "HARNESS_CUDA_CACHE"
+REPORT_DIR_ENV = "HARNESS_CUDA_REPORT_DIR"
 NAME_PLACEHOLDER = "HARNESS_KERNEL_NAME"
 
 # The C type of each MLX dtype in a kernel signature (MLX's dtype_to_cuda_type).
@@ -57,11 +63,11 @@ typedef int int32_t;
 typedef unsigned int uint32_t;
 """
 
-# kernel name -> why MLX compiles it in this process instead of loading a cubin compiled here
-FALLBACKS: dict[str, str] = {}
-# Options added to NVRTC's (part of the cache key). Empty, as MLX compiles; a probe may add e.g.
-# "--ptxas-options=-v" (ptxas's register and spill report lands in the module's .log file) or "--maxrregcount=N".
-EXTRA_OPTIONS: tuple[str, ...] = ()
+# NVRTC options of the report compile (see the module docstring); empty: no report compile. A probe sets e.g.
+# ("--ptxas-options=-v",) or ("--ptxas-options=-v", "--maxrregcount=168").
+REPORT_OPTIONS: tuple[str, ...] = ()
+# kernel name -> why its report compile failed (NVRTC missing or rejecting the source; the kernel still runs)
+REPORT_FAILURES: dict[str, str] = {}
 
 
 class CompileError(RuntimeError):
@@ -109,17 +115,18 @@ class Nvrtc:
     lib: ctypes.CDLL
     version: str
 
-    def compile(self, source: str, arch: str, include: str | None) -> tuple[bytes, str]:
+    def compile(self, source: str, arch: str, include: str | None,
+                options: Sequence[str] = ()) -> tuple[bytes, str]:
         """A cubin for ``arch`` (e.g. ``sm_90``) and NVRTC's log."""
         prog = ctypes.c_void_p()
         self._check(self.lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kernel.cu", 0, None, None),
                     "nvrtcCreateProgram")
         try:
-            options = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in EXTRA_OPTIONS)]
+            argv_options = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in options)]
             if include:
-                options.append(f"--include-path={include}".encode())
-            argv = (ctypes.c_char_p * len(options))(*options)
-            if self.lib.nvrtcCompileProgram(prog, len(options), argv) != 0:
+                argv_options.append(f"--include-path={include}".encode())
+            argv = (ctypes.c_char_p * len(argv_options))(*argv_options)
+            if self.lib.nvrtcCompileProgram(prog, len(argv_options), argv) != 0:
                 raise CompileError(f"NVRTC rejected the source: {self._log(prog)[-2000:]}")
             size = ctypes.c_size_t()
             self._check(self.lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
@@ -168,16 +175,17 @@ def nvrtc() -> Nvrtc:
     raise CompileError("NVRTC not found (libnvrtc.so)")
 
 
-def enabled() -> bool:
-    """False when ``$HARNESS_CUDA_CACHE`` is ``off``."""
-    return os.environ.get(CACHE_ENV, "").lower() != "off"
+def report_dir() -> Path:
+    """Where the report compile writes ``<module>.log``: ``$HARNESS_CUDA_REPORT_DIR``, else
+    ``<tmp>/mlx-kernel-harness/cuda-reports``."""
+    default = Path(tempfile.gettempdir()) / "mlx-kernel-harness" / "cuda-reports"
+    return Path(os.environ.get(REPORT_DIR_ENV) or default)
 
 
 def mlx_cache_dir() -> Path:
-    """The folder MLX reads compiled kernels from before it compiles one (what MLX's ``ptx_cache_dir`` returns:
-    ``$MLX_PTX_CACHE_DIR``, else ``<tmp>/mlx/<version>/ptx``). MLX reads the variable once, at its first compile;
-    setting it here when unset pins MLX to this same folder even if its own version string or temporary folder
-    were spelled differently."""
+    """The folder MLX's disk cache uses (what MLX's ``ptx_cache_dir`` returns: ``$MLX_PTX_CACHE_DIR``, else
+    ``<tmp>/mlx/<version>/ptx``). MLX reads the variable once, at its first compile; setting it here when unset pins
+    MLX to this same folder even if its own version string or temporary folder were spelled differently."""
     import mlx.core as mx
 
     default = str(Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx")
@@ -214,30 +222,43 @@ def write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp.name, path)
 
 
+def compile_report(directory: Path, module: str, source: str, arch_suffix: str = "",
+                   options: Sequence[str] = ()) -> Path:
+    """Compile ``source`` (with :data:`NAME_PLACEHOLDER`) with NVRTC for this device and keep its log in
+    ``<directory>/<module>.log`` (returned); once per module and folder. ``arch_suffix`` "a": the
+    architecture-specific target (``sm_90a``: wgmma, setmaxnreg)."""
+    log_path = directory / f"{module}.log"
+    if not log_path.is_file():
+        home = cuda_home()
+        _, log = nvrtc().compile(source.replace(NAME_PLACEHOLDER, "harness_report"), device_arch() + arch_suffix,
+                                 f"{home}/include" if home else None, options)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(log_path, log.encode())
+    return log_path
+
+
 def prefill(directory: Path, module: str, source: str, arch_suffix: str = "") -> None:
-    """Compile ``source`` (with :data:`NAME_PLACEHOLDER`) into ``<directory>/<module>.ptx`` with the index MLX reads,
-    unless it is there. The index goes first: MLX takes the module as present once its ``.ptx`` exists.
-    ``arch_suffix``: "a" compiles for the architecture-specific target (``sm_90a``: wgmma, setmaxnreg)."""
+    """Compile ``source`` (with :data:`NAME_PLACEHOLDER`) into ``<directory>/<module>.ptx`` with the index MLX's
+    disk cache reads (``<module>.txt``: kernel name, tab, symbol), unless it is there. MLX 0.32.4 does not read it
+    for custom kernels (see the module docstring); ``scripts/cuda_jit_cost.py`` checks whether MLX does."""
     ptx = directory / f"{module}.ptx"
     if ptx.is_file():
         return
     compiler, arch = nvrtc(), device_arch() + arch_suffix
     symbol = "harness_" + hashlib.sha256(f"{module}\n{source}".encode()).hexdigest()[:20]
     home = cuda_home()
-    cubin, log = compiler.compile(source.replace(NAME_PLACEHOLDER, symbol), arch, f"{home}/include" if home else None)
+    cubin, _ = compiler.compile(source.replace(NAME_PLACEHOLDER, symbol), arch, f"{home}/include" if home else None)
     directory.mkdir(parents=True, exist_ok=True)
-    if log.strip():
-        (directory / f"{module}.log").write_text(log)
     write_atomically(directory / f"{module}.txt", f"mlx::core::cu::{module}\t{symbol}\n".encode())
     write_atomically(ptx, cubin)
 
 
 class CudaKernel:
-    """``mx.fast.cuda_kernel``'s callable, whose compiled modules MLX finds on disk (see the module docstring).
+    """``mx.fast.cuda_kernel``'s callable under a digest name, with the report compile of the module docstring.
 
-    ``min_blocks``: ``__launch_bounds__(threads, min_blocks)`` in the compiled kernel; ``arch_suffix``: "a" for
-    the architecture-specific target (``sm_90a``). Both only where this module compiles the kernel: MLX's own
-    compile has neither, so a kernel that needs ``sm_90a`` fails there."""
+    ``min_blocks`` (``__launch_bounds__(threads, min_blocks)``) and ``arch_suffix`` ("a": ``sm_90a``) apply to the
+    report compile only: MLX's compile takes neither (it targets ``sm_90a`` itself on the H200: the wgmma kernels
+    compile and pass there)."""
 
     def __init__(self, name: str, input_names: Sequence[str], output_names: Sequence[str], source: str,
                  header: str = "", ensure_row_contiguous: bool = True, shared_memory: int = 0,
@@ -245,44 +266,53 @@ class CudaKernel:
         self.name, self.input_names, self.output_names = name, list(input_names), list(output_names)
         self.source, self.header, self.min_blocks, self.arch_suffix = source, header, min_blocks, arch_suffix
         self.ensure_row_contiguous, self.shared_memory = ensure_row_contiguous, shared_memory
-        self._prefilled: set[str] = set()
+        self._reported: set[tuple[str, tuple[str, ...]]] = set()
 
     @functools.cache  # noqa: B019 -- one MLX kernel per dtype signature, for the life of the process
     def _mlx_kernel(self, dtypes: tuple[tuple[str, ...], tuple[str, ...]]):
         import mlx.core as mx
 
-        settings = (f"{self.source}\n{self.header}\n{dtypes}\n{self.min_blocks}\n{self.arch_suffix}\n"
-                    f"{EXTRA_OPTIONS}\n{mx.__version__}")
-        name = f"{self.name}_{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
+        digest = hashlib.sha256(f"{self.source}\n{self.header}\n{dtypes}".encode()).hexdigest()[:12]
+        name = f"{self.name}_{digest}"
         return name, mx.fast.cuda_kernel(name=name, input_names=self.input_names, output_names=self.output_names,
                                          source=self.source, header=self.header,
                                          ensure_row_contiguous=self.ensure_row_contiguous,
                                          shared_memory=self.shared_memory)
 
-    def _prefill(self, module: str, dtypes: tuple[tuple[str, ...], tuple[str, ...]],
-                 template: Sequence[tuple[str, Any]], threads: int) -> None:
+    def source_for(self, dtypes: tuple[tuple[str, ...], tuple[str, ...]], template: Sequence[tuple[str, Any]],
+                   threads: int) -> str:
+        """The translation unit of one (dtypes, template), as :func:`kernel_source` builds it."""
         bounds = (threads, self.min_blocks) if self.min_blocks else None
-        source = kernel_source(self.header, self.source, list(zip(self.input_names, dtypes[0], strict=True)),
-                               list(zip(self.output_names, dtypes[1], strict=True)), template, bounds)
-        prefill(mlx_cache_dir(), module, source, self.arch_suffix)
+        return kernel_source(self.header, self.source, list(zip(self.input_names, dtypes[0], strict=True)),
+                             list(zip(self.output_names, dtypes[1], strict=True)), template, bounds)
+
+    def _report(self, module: str, dtypes: tuple[tuple[str, ...], tuple[str, ...]],
+                template: Sequence[tuple[str, Any]], threads: int) -> None:
+        options = REPORT_OPTIONS
+        if (module, options) in self._reported or self.name in REPORT_FAILURES:
+            return
+        self._reported.add((module, options))
+        # the report's file name carries the options: a probe compares settings of one module side by side
+        tag = hashlib.sha256(f"{options}\n{self.min_blocks}\n{self.arch_suffix}".encode()).hexdigest()[:8]
+        try:
+            compile_report(report_dir(), f"{module}.{tag}", self.source_for(dtypes, template, threads),
+                           self.arch_suffix, options)
+        except (CompileError, OSError, KeyError) as error:
+            REPORT_FAILURES[self.name] = str(error)
 
     def __call__(self, *, inputs: Sequence[Any], output_shapes: Sequence[Sequence[int]],
                  output_dtypes: Sequence[Any], grid: tuple[int, int, int], threadgroup: tuple[int, int, int],
                  template: Sequence[tuple[str, Any]] = ()) -> list[Any]:
         dtypes = (tuple(dtype_name(x.dtype) for x in inputs), tuple(dtype_name(d) for d in output_dtypes))
         name, kernel = self._mlx_kernel(dtypes)
-        module = f"custom_kernel_{name}{template_suffix(template)}"
-        if module not in self._prefilled and enabled() and self.name not in FALLBACKS:
-            try:
-                self._prefill(module, dtypes, template, threadgroup[0] * threadgroup[1] * threadgroup[2])
-            except (CompileError, OSError, KeyError) as error:
-                FALLBACKS[self.name] = str(error)
-            self._prefilled.add(module)
+        if REPORT_OPTIONS:
+            self._report(f"custom_kernel_{name}{template_suffix(template)}", dtypes, template,
+                         threadgroup[0] * threadgroup[1] * threadgroup[2])
         return kernel(inputs=list(inputs), template=list(template), grid=grid, threadgroup=threadgroup,
                       output_shapes=list(output_shapes), output_dtypes=list(output_dtypes))
 
 
 def cuda_kernel(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = "",
                 ensure_row_contiguous: bool = True, shared_memory: int = 0) -> CudaKernel:
-    """Drop-in for ``mx.fast.cuda_kernel`` whose compiled kernels outlive the process (see the module docstring)."""
+    """Drop-in for ``mx.fast.cuda_kernel`` (see the module docstring)."""
     return CudaKernel(name, input_names, output_names, source, header, ensure_row_contiguous, shared_memory)

@@ -1,9 +1,11 @@
-"""How do compile settings move the mma flash kernels? ptxas's register/spill report, then timings side by side.
+"""How would compile settings move the mma flash kernels? ptxas's register/spill report per setting, one timing.
 
-The kernels are compiled by kernels/cuda_compile.py (which MLX then loads), so a probe can add NVRTC options and
-``__launch_bounds__`` that ``mx.fast.cuda_kernel`` cannot express. For each setting -- as MLX compiles,
-``__launch_bounds__(threads, 1|2)``, ``--maxrregcount`` -- each variant is timed at one shape next to SDPA in the
-same process (median of pipelined samples, the harness's timing protocol).
+MLX 0.32.4 compiles a custom kernel itself and cannot load one compiled here (kernels/cuda_compile.py), so the
+kernel that runs is always MLX's compile: ``__launch_bounds__`` and ``--maxrregcount`` cannot be timed through
+``mx.fast.cuda_kernel``. For each setting -- as MLX compiles, ``__launch_bounds__(threads, 1|2)``,
+``--maxrregcount`` -- the report compile (``cuda_compile.REPORT_OPTIONS``) gives ptxas's registers and spills of the
+same source; each variant is timed once, as MLX compiles it, next to SDPA in the same process (median of pipelined
+samples, the harness's timing protocol).
 
 Usage: python scripts/cuda_tune_probe.py [--variants cuda_mma_bq64_bk64 ...] [--seq 8192] [--dim 128]
        [--out probe.json]
@@ -31,8 +33,8 @@ SETTINGS = {"as-mlx": ((), None), "bounds-1": ((), 1), "bounds-2": ((), 2),
 
 
 def use_setting(options: tuple[str, ...], min_blocks: int | None) -> None:
-    """Point the mma kernels at fresh CudaKernel objects compiled with these settings."""
-    cuda_compile.EXTRA_OPTIONS = ("--ptxas-options=-v", *options)
+    """Point the mma kernels at fresh CudaKernel objects whose report compile uses these settings."""
+    cuda_compile.REPORT_OPTIONS = ("--ptxas-options=-v", *options)
     flash_cuda_mma._kernel = functools.cache(functools.partial(flash_cuda_mma.mma_kernel, min_blocks=min_blocks))
 
 
@@ -54,6 +56,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--out", type=Path, default=Path("tune-probe.json"))
     args = parser.parse_args()
+    os.environ[cuda_compile.REPORT_DIR_ENV] = reports = tempfile.mkdtemp(prefix="tune-probe-")
     variants = {v.name: v for v in flash_cuda_mma.mma_variants() + flash_cuda_mma.mma_dynamic_variants()}
     kernel = REGISTRY["flash_prefill"]
     shape = kernel.normalize_shape({"B": 1, "H": 32, "S_q": args.seq, "S_kv": args.seq, "D": args.dim})
@@ -61,32 +64,30 @@ def main() -> None:
     flops = kernel.flops(shape)
     sdpa = kernel.variants["sdpa"].fn
     rows = []
-    cache = os.environ["MLX_PTX_CACHE_DIR"]  # set before MLX was imported (main's caller, below)
-    for setting in args.settings:
-        use_setting(*SETTINGS[setting])
-        for name in args.variants:
-            before = set(Path(cache).glob("*.log"))
-            fn = variants[name].fn
+    for name in args.variants:
+        fn = variants[name].fn
+        row: dict = {"variant": name, "settings": {}}
+        for setting in args.settings:
+            use_setting(*SETTINGS[setting])
+            before = set(Path(reports).glob("*.log"))
             try:
-                median, iqr = median_of(lambda fn=fn: fn(**inputs))
+                fn(**inputs)  # the report compile runs before MLX's launch
             except Exception as error:  # noqa: BLE001 -- a setting the kernel cannot launch with is a result
-                rows.append({"setting": setting, "variant": name, "error": str(error)[:300]})
-                print(f"{setting:12s} {name:26s} error {str(error)[:200]}", flush=True)
+                row["settings"][setting] = {"error": str(error)[:300]}
                 continue
-            sdpa_median, _ = median_of(lambda: sdpa(**inputs))
-            row = {"setting": setting, "variant": name, "median_ms": median * 1e3, "iqr_rel": iqr,
-                   "tflops": flops / median / 1e12, "speed_vs_sdpa": sdpa_median / median,
-                   "sdpa_ms": sdpa_median * 1e3, "ptxas": ptxas_report(Path(cache), before),
-                   "fallbacks": "; ".join(cuda_compile.FALLBACKS.values())}
-            rows.append(row)
-            print(f"{setting:12s} {name:26s} {row['median_ms']:.3f} ms ({iqr:.1%}) {row['tflops']:.0f} TFLOP/s "
-                  f"x{row['speed_vs_sdpa']:.3f} of SDPA ({row['sdpa_ms']:.3f} ms) | {' | '.join(row['ptxas'])}",
-                  flush=True)
+            row["settings"][setting] = {"ptxas": ptxas_report(Path(reports), before),
+                                        "failure": cuda_compile.REPORT_FAILURES.get(fn.__name__, "")}
+            print(f"{name:26s} {setting:12s} {' | '.join(row['settings'][setting]['ptxas'])}", flush=True)
+        median, iqr = median_of(lambda fn=fn: fn(**inputs))
+        sdpa_median, _ = median_of(lambda: sdpa(**inputs))
+        row.update(median_ms=median * 1e3, iqr_rel=iqr, tflops=flops / median / 1e12,
+                   speed_vs_sdpa=sdpa_median / median, sdpa_ms=sdpa_median * 1e3,
+                   report_failures="; ".join(cuda_compile.REPORT_FAILURES.values()))
+        rows.append(row)
+        print(f"{name:26s} as MLX compiles: {row['median_ms']:.3f} ms ({iqr:.1%}) {row['tflops']:.0f} TFLOP/s "
+              f"x{row['speed_vs_sdpa']:.3f} of SDPA ({row['sdpa_ms']:.3f} ms)", flush=True)
     args.out.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
-    if "MLX_PTX_CACHE_DIR" not in os.environ:  # MLX reads it once: start over in a process that has it
-        os.environ["MLX_PTX_CACHE_DIR"] = tempfile.mkdtemp(prefix="tune-probe-")
-        os.execv(sys.executable, [sys.executable, *sys.argv])
     main()

@@ -1,7 +1,8 @@
 """Do the wgmma building blocks of kernels/flash_cuda_wgmma.py compute what the PTX ISA says? One tiny kernel a case.
 
-Each case is one warpgroup (128 threads) computing a 64 x N product with ``wgmma.mma_async`` (sm_90a, compiled
-through kernels/cuda_compile.py with ``arch_suffix="a"``) on fresh random fp16/bf16 data, compared with numpy in
+Each case is one warpgroup (128 threads) computing a 64 x N product with ``wgmma.mma_async`` (sm_90a: MLX 0.32.4
+compiles for it on the H200; ptxas's report comes from kernels/cuda_compile.py's report compile with
+``arch_suffix="a"``) on fresh random fp16/bf16 data, compared with numpy in
 float64 on the same rounded inputs: relative error ||out - ref|| / ||ref|| (f32 accumulation of exact 16-bit
 products: expect ~1e-6; PASS under 1e-3), NaN count, and the first wrong (row, column) positions. The kernel first
 fills its whole output with NaN (a __syncthreads before the fragment stores), so an element the accumulator map
@@ -227,7 +228,7 @@ def _compile_log(prefix: str) -> str:
     """The NVRTC/ptxas logs of the kernels this process compiled (``--ptxas-options=-v``: registers, spills)."""
     from kernels import cuda_compile
 
-    logs = sorted(cuda_compile.mlx_cache_dir().glob(f"custom_kernel_{prefix}*.log"), key=lambda p: p.stat().st_mtime)
+    logs = sorted(cuda_compile.report_dir().glob(f"custom_kernel_{prefix}*.log"), key=lambda p: p.stat().st_mtime)
     return "\n".join(f"{p.name}: {p.read_text()[-2000:]}" for p in logs if p.stat().st_mtime >= STARTED - 1)
 
 
@@ -268,7 +269,7 @@ def run_gemm(case: Case, seed: int) -> dict:
     res["passed"] = res["nan"] == 0 and res["rel_err"] < TOLERANCE
     res["smem_bytes"] = smem
     res["compile_log"] = _compile_log(name)
-    res["fallback"] = cuda_compile.FALLBACKS.get(name, "")
+    res["report_failure"] = cuda_compile.REPORT_FAILURES.get(name, "")
     return res
 
 
@@ -305,13 +306,13 @@ def run_flash(variant_name: str, seed: int) -> dict:
     worst = max(shapes, key=lambda r: (r["nan"], r["rel_err"]))
     return {"passed": passed, "rel_err": worst["rel_err"], "nan": worst["nan"], "n_bad": worst["n_bad"],
             "first_bad": worst["first_bad"], "shapes": shapes, "compile_log": _compile_log("flash_prefill_wgmma"),
-            "fallback": "; ".join(f"{k}: {v}" for k, v in cuda_compile.FALLBACKS.items())}
+            "report_failure": "; ".join(f"{k}: {v}" for k, v in cuda_compile.REPORT_FAILURES.items())}
 
 
 def child(name: str, seed: int) -> None:
     from kernels import cuda_compile
 
-    cuda_compile.EXTRA_OPTIONS = ("--ptxas-options=-v",)
+    cuda_compile.REPORT_OPTIONS = ("--ptxas-options=-v",)
     start = time.perf_counter()
     try:
         cases = {c.name: c for c in CASES}

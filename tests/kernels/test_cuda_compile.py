@@ -1,13 +1,13 @@
-"""Compiled CUDA kernels on disk for MLX to find (kernels/cuda_compile.py), with a stand-in for NVRTC and for MLX.
+"""CUDA source kernels through MLX's own compile, and the report compile for probes (kernels/cuda_compile.py), with a
+stand-in for NVRTC and for MLX's launch.
 
-The real compile and launch need a CUDA GPU: on the H200, scripts/cuda_jit_cost.py checks that MLX loads the
-prefilled module, that outputs are bit-identical either way and what a first call and a launch cost. Here: the
-source it builds, MLX's module names, the files it writes, and what happens without NVRTC.
+The real compile and launch need a CUDA GPU: on the H200, scripts/cuda_jit_cost.py measured that MLX 0.32.4 compiles
+a custom kernel in every process and does not load one prefilled on disk. Here: the source the report compile builds,
+MLX's module names, the names MLX sees, the files written, and what happens without NVRTC.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,10 +26,12 @@ class FakeNvrtc:
     def __init__(self) -> None:
         self.sources: list[str] = []
         self.archs: list[str] = []
+        self.options: list[tuple[str, ...]] = []
 
-    def compile(self, source: str, arch: str, include: str | None) -> tuple[bytes, str]:
+    def compile(self, source: str, arch: str, include: str | None, options=()) -> tuple[bytes, str]:
         self.sources.append(source)
         self.archs.append(arch)
+        self.options.append(tuple(options))
         return f"cubin for {arch}: {len(source)}".encode(), "ptxas info    : Used 32 registers"
 
 
@@ -38,10 +40,18 @@ def fake_nvrtc(monkeypatch, tmp_path):
     compiler = FakeNvrtc()
     monkeypatch.setattr(cuda_compile, "nvrtc", lambda: compiler)
     monkeypatch.setattr(cuda_compile, "device_arch", lambda: "sm_90")
-    monkeypatch.setattr(cuda_compile, "FALLBACKS", {})
+    monkeypatch.setattr(cuda_compile, "REPORT_FAILURES", {})
+    monkeypatch.setattr(cuda_compile, "REPORT_OPTIONS", ())
     monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path / "ptx"))
-    monkeypatch.delenv(cuda_compile.CACHE_ENV, raising=False)
+    monkeypatch.setenv(cuda_compile.REPORT_DIR_ENV, str(tmp_path / "reports"))
     return compiler
+
+
+@pytest.fixture
+def reporting(monkeypatch, fake_nvrtc):
+    """The report compile on, as a probe turns it on."""
+    monkeypatch.setattr(cuda_compile, "REPORT_OPTIONS", ("--ptxas-options=-v",))
+    return fake_nvrtc
 
 
 @pytest.fixture
@@ -60,8 +70,16 @@ def launches(monkeypatch):
     return calls
 
 
-def module_files(folder: Path) -> dict[str, str]:
+def files_in(folder: Path) -> dict[str, str]:
+    if not folder.exists():
+        return {}
     return {p.name: p.read_bytes().decode(errors="replace") for p in sorted(folder.glob("*")) if p.suffix != ".tmp"}
+
+
+def call_once(kernel: CudaKernel, dtype=mx.float32, template=()) -> None:
+    x = mx.ones((2,), dtype=dtype)
+    kernel(inputs=[x], output_shapes=[(2,)], output_dtypes=[dtype], grid=(2, 1, 1), threadgroup=(2, 1, 1),
+           template=list(template))
 
 
 def test_the_source_declares_inputs_const_outputs_writable_and_the_template_as_constants():
@@ -89,76 +107,81 @@ def test_module_names_end_as_mlx_hashes_the_template():
                                          ("F", False), ("X", mx.float32)]) == "_float16_t_64_t_bfloat16_t_f_float"
 
 
-def test_mlx_reads_its_own_folder(monkeypatch, tmp_path):
+def test_the_folder_of_mlxs_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
     assert cuda_compile.mlx_cache_dir() == tmp_path
     monkeypatch.delenv("MLX_PTX_CACHE_DIR")
     assert cuda_compile.mlx_cache_dir().parts[-3:] == ("mlx", mx.__version__, "ptx")
-    assert os.environ["MLX_PTX_CACHE_DIR"] == str(cuda_compile.mlx_cache_dir())  # MLX will read the same folder
 
 
-def test_a_module_is_compiled_once_with_the_index_mlx_reads(fake_nvrtc, tmp_path):
+def test_prefill_writes_the_module_and_the_index_mlxs_disk_cache_reads_once(fake_nvrtc, tmp_path):
+    """What scripts/cuda_jit_cost.py's proof puts where MLX's disk cache looks."""
     source = kernel_source("", "    out[0] = 1;", [], [("out", "float32")], [])
     cuda_compile.prefill(tmp_path, "custom_kernel_k_0123_64", source)
     cuda_compile.prefill(tmp_path, "custom_kernel_k_0123_64", source)  # as another process: the file is there
     assert len(fake_nvrtc.sources) == 1
-    files = module_files(tmp_path)
-    assert set(files) == {"custom_kernel_k_0123_64.ptx", "custom_kernel_k_0123_64.txt", "custom_kernel_k_0123_64.log"}
+    files = files_in(tmp_path)
+    assert set(files) == {"custom_kernel_k_0123_64.ptx", "custom_kernel_k_0123_64.txt"}
     kernel_name, symbol = files["custom_kernel_k_0123_64.txt"].rstrip("\n").split("\t")
     assert kernel_name == "mlx::core::cu::custom_kernel_k_0123_64"  # what MLX's launch asks its module for
     assert NAME_PLACEHOLDER not in fake_nvrtc.sources[0] and f"void {symbol}(" in fake_nvrtc.sources[0]
     assert files["custom_kernel_k_0123_64.ptx"].startswith("cubin for sm_90")
-    assert "Used 32 registers" in files["custom_kernel_k_0123_64.log"]
 
 
-def test_a_call_prefills_the_module_mlx_will_look_for_and_launches_mlxs_kernel(fake_nvrtc, launches, tmp_path):
-    kernel = CudaKernel("k", ["x"], ["out"], "    out[0] = x[0];", shared_memory=65536, min_blocks=1)
+def test_a_call_launches_mlxs_kernel_under_a_digest_name_and_compiles_nothing_here(fake_nvrtc, launches, tmp_path):
+    kernel = CudaKernel("k", ["x"], ["out"], "    out[0] = x[0];", shared_memory=65536)
     x = mx.ones((4,), dtype=mx.float16)
     args = dict(inputs=[x], output_shapes=[(4,)], output_dtypes=[mx.float16], grid=(256, 2, 1),
                 threadgroup=(128, 1, 1), template=[("T", mx.float16), ("N", 4)])
     (out,) = kernel(**args)
     kernel(**args)
-    assert out.shape == (4,) and len(launches) == 2 and len(fake_nvrtc.sources) == 1
+    assert out.shape == (4,) and len(launches) == 2 and not fake_nvrtc.sources
     call = launches[0]
     assert call["name"].startswith("k_") and call["shared_memory"] == 65536 and call["ensure_row_contiguous"]
+    assert call["source"] == "    out[0] = x[0];" and call["input_names"] == ["x"] and call["output_names"] == ["out"]
     assert (call["grid"], call["threadgroup"], call["template"]) == ((256, 2, 1), (128, 1, 1), args["template"])
-    module = f"custom_kernel_{call['name']}_float16_t_4"
-    assert {f"{module}.ptx", f"{module}.txt"} <= set(module_files(tmp_path / "ptx"))
-    (source,) = fake_nvrtc.sources
-    assert "__launch_bounds__(128, 1)" in source and "using T = __half;" in source and "constexpr int N = 4;" in source
+    assert not files_in(tmp_path / "ptx") and not files_in(tmp_path / "reports")
 
 
-def test_an_edited_kernel_or_other_dtypes_are_another_module(fake_nvrtc, launches):
-    x16, x32 = mx.ones((2,), dtype=mx.float16), mx.ones((2,), dtype=mx.float32)
-    for source, x in (("    out[0] = x[0];", x16), ("    out[0] = 2 * x[0];", x16), ("    out[0] = x[0];", x32)):
-        CudaKernel("k", ["x"], ["out"], source)(inputs=[x], output_shapes=[(2,)], output_dtypes=[x.dtype],
-                                                grid=(2, 1, 1), threadgroup=(2, 1, 1))
-    assert len({call["name"] for call in launches}) == 3 and len(fake_nvrtc.sources) == 3
+def test_an_edited_kernel_or_other_dtypes_get_another_name(fake_nvrtc, launches):
+    """Two kernels that share a name never share MLX's module (MLX before PR #4273 ran the first one's code)."""
+    for source, dtype in (("    out[0] = x[0];", mx.float16), ("    out[0] = 2 * x[0];", mx.float16),
+                          ("    out[0] = x[0];", mx.float32), ("    out[0] = x[0];", mx.float16)):
+        call_once(CudaKernel("k", ["x"], ["out"], source), dtype)
+    names = [call["name"] for call in launches]
+    assert len(set(names)) == 3 and names[0] == names[3]
 
 
-def test_without_nvrtc_mlx_compiles_as_before_and_the_reason_is_kept(monkeypatch, launches, tmp_path):
+def test_the_report_compile_keeps_ptxas_log_once_per_module_and_setting(reporting, launches, tmp_path):
+    kernel = CudaKernel("k", ["x"], ["out"], "    out[0] = x[0];", min_blocks=2)
+    for _ in range(2):
+        call_once(kernel, mx.float16, [("T", mx.float16), ("N", 4)])
+    call_once(kernel, mx.float16, [("T", mx.float16), ("N", 8)])
+    assert len(launches) == 3 and len(reporting.sources) == 2  # one per template
+    assert reporting.options == [("--ptxas-options=-v",)] * 2
+    source = reporting.sources[0]
+    assert "__launch_bounds__(2, 2)" in source and "using T = __half;" in source and "constexpr int N = 4;" in source
+    logs = files_in(tmp_path / "reports")
+    module = f"custom_kernel_{launches[0]['name']}_float16_t_4"
+    assert len(logs) == 2 and any(name.startswith(module + ".") for name in logs)
+    assert all("Used 32 registers" in text for text in logs.values())
+    cuda_compile.REPORT_OPTIONS = ("--ptxas-options=-v", "--maxrregcount=128")  # another setting: its own report
+    call_once(kernel, mx.float16, [("T", mx.float16), ("N", 4)])
+    assert len(reporting.sources) == 3 and len(files_in(tmp_path / "reports")) == 3
+
+
+def test_without_nvrtc_the_kernel_still_runs_and_the_report_failure_is_kept(monkeypatch, reporting, launches,
+                                                                            tmp_path):
     def missing():
         raise CompileError("NVRTC not found (libnvrtc.so)")
 
     monkeypatch.setattr(cuda_compile, "nvrtc", missing)
-    monkeypatch.setattr(cuda_compile, "FALLBACKS", {})
-    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
-    x = mx.ones((2,), dtype=mx.float32)
-    CudaKernel("flash_like", ["x"], ["out"], "")(inputs=[x], output_shapes=[(2,)], output_dtypes=[mx.float32],
-                                                 grid=(2, 1, 1), threadgroup=(2, 1, 1))
-    assert len(launches) == 1 and cuda_compile.FALLBACKS == {"flash_like": "NVRTC not found (libnvrtc.so)"}
-    assert not any(tmp_path.iterdir())
+    call_once(CudaKernel("flash_like", ["x"], ["out"], ""))
+    assert len(launches) == 1 and cuda_compile.REPORT_FAILURES == {"flash_like": "NVRTC not found (libnvrtc.so)"}
+    assert not files_in(tmp_path / "reports")
 
 
-def test_with_the_cache_off_nothing_is_compiled_here(monkeypatch, fake_nvrtc, launches, tmp_path):
-    monkeypatch.setenv(cuda_compile.CACHE_ENV, "off")
-    x = mx.ones((2,), dtype=mx.float32)
-    CudaKernel("k", ["x"], ["out"], "")(inputs=[x], output_shapes=[(2,)], output_dtypes=[mx.float32],
-                                        grid=(2, 1, 1), threadgroup=(2, 1, 1))
-    assert len(launches) == 1 and not fake_nvrtc.sources and not (tmp_path / "ptx").exists()
-
-
-def test_the_flash_and_decode_kernels_go_through_the_cache(fake_nvrtc, launches, tmp_path):
+def test_the_flash_and_decode_kernels_go_through_it(reporting, launches):
     from kernels import REGISTRY
     from kernels.flash_cuda import flash_attention_cuda
     from kernels.flash_cuda_mma import flash_attention_mma
@@ -171,23 +194,19 @@ def test_the_flash_and_decode_kernels_go_through_the_cache(fake_nvrtc, launches,
     inputs = decode.make_inputs(decode.normalize_shape({"B": 1, "H_q": 4, "H_kv": 2, "S_kv": 256, "D": 64}),
                                 "bfloat16", 0)
     decode_attend_cuda(**{k: v for k, v in inputs.items() if k != "bits"}, bits=inputs["bits"], mode="splitk")
-    assert len(launches) == 4 == len(fake_nvrtc.sources)  # wmma, mma, decode partial + combine
+    assert len(launches) == 4 == len(reporting.sources)  # wmma, mma, decode partial + combine
     assert launches[1]["shared_memory"] == 64 * 1024
-    assert "constexpr int WM = 2;" in fake_nvrtc.sources[1] and "const uint8_t* k_codes" in fake_nvrtc.sources[2]
-    assert len([name for name in module_files(tmp_path / "ptx") if name.endswith(".ptx")]) == 4
+    assert "constexpr int WM = 2;" in reporting.sources[1] and "const uint8_t* k_codes" in reporting.sources[2]
 
 
-def test_a_kernel_for_the_architecture_specific_target_is_compiled_for_it(fake_nvrtc, launches):
-    x = mx.ones((2,), dtype=mx.float32)
+def test_the_report_of_a_kernel_for_the_architecture_specific_target_is_compiled_for_it(reporting, launches):
     for suffix in ("", "a"):
-        CudaKernel("k", ["x"], ["out"], "", arch_suffix=suffix)(inputs=[x], output_shapes=[(2,)],
-                                                                output_dtypes=[mx.float32], grid=(2, 1, 1),
-                                                                threadgroup=(2, 1, 1))
-    assert fake_nvrtc.archs == ["sm_90", "sm_90a"] and launches[0]["name"] != launches[1]["name"]
+        call_once(CudaKernel("k", ["x"], ["out"], "", arch_suffix=suffix))
+    assert reporting.archs == ["sm_90", "sm_90a"]
 
 
 @pytest.mark.skipif(nvcc() is None, reason="no CUDA compiler here (nvcc)")
-def test_every_registered_cuda_source_variant_assembles_for_sm_90(fake_nvrtc, launches, tmp_path):
+def test_every_registered_cuda_source_variant_assembles_for_sm_90(reporting, launches, tmp_path):
     """Where the CUDA toolkit is installed (no GPU needed): the source every registered CUDA variant would compile,
     captured on its real call path, must pass nvcc and ptxas for sm_90, as NVRTC's compile must on the GPU."""
     from kernels import REGISTRY
@@ -201,16 +220,18 @@ def test_every_registered_cuda_source_variant_assembles_for_sm_90(fake_nvrtc, la
             inputs = kernel.make_inputs(kernel.normalize_shape(shape), dtype, 0)
             for variant in (v for v in kernel.variants.values() if v.backend == "cuda"):
                 variant.fn(**inputs)
-    sources = sorted(set(fake_nvrtc.sources))
-    assert len(sources) >= 30  # 15 flash tiles and the decode kernels, in two dtypes
+    units = sorted(set(zip(reporting.sources, reporting.archs, strict=True)))
+    assert len(units) >= 30  # 15 flash tiles and the decode kernels, in two dtypes
+    assert {arch for _, arch in units} == {"sm_90", "sm_90a"}  # the wgmma tiles need the architecture-specific target
 
     def assemble(i: int) -> tuple[int, str]:
+        source, arch = units[i]
         path = tmp_path / f"unit{i}.cu"
-        path.write_text(sources[i].replace(NAME_PLACEHOLDER, f"unit{i}"))
-        done = subprocess.run([nvcc(), "-cubin", "-arch=sm_90", "-o", str(tmp_path / f"unit{i}.cubin"), str(path)],
+        path.write_text(source.replace(NAME_PLACEHOLDER, f"unit{i}"))
+        done = subprocess.run([nvcc(), "-cubin", f"-arch={arch}", "-o", str(tmp_path / f"unit{i}.cubin"), str(path)],
                               capture_output=True, text=True)
         return done.returncode, done.stderr[-3000:]
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        failed = [log for status, log in pool.map(assemble, range(len(sources))) if status]
+        failed = [log for status, log in pool.map(assemble, range(len(units))) if status]
     assert not failed, failed[0]
