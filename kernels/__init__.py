@@ -8,6 +8,7 @@ BUILTIN_MODULES = (
     "kernels.flash_prefill",
     "kernels.flash_cuda",
     "kernels.flash_cuda_mma",
+    "kernels.flash_cuda_wgmma",
     "kernels.calibration",
     "kernels.quant_decode",
     "kernels.quant_decode_cuda",
