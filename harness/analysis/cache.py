@@ -59,6 +59,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from harness.analysis import compare as compare_module
 from harness.analysis import history as history_module
+from harness.analysis import noise as noise_module
 from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis.history import Flags, by_series_key, detect_lines, series_histories, trial_levels
@@ -66,6 +67,7 @@ from harness.analysis.records import (
     CompareReport,
     CompareRow,
     CorrectnessFailure,
+    NoiseRow,
     RegressionEvidence,
     SeriesHistory,
     Side,
@@ -79,15 +81,15 @@ from harness.core import defaults, stats, trials
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
 
-__all__ = ["CacheStats", "ComparePages", "JobCatalogue", "analyse", "code_version", "job_catalogue"]
+__all__ = ["CacheStats", "ComparePages", "JobCatalogue", "NoiseRows", "analyse", "code_version", "job_catalogue"]
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # of the payloads below
 _MAGIC = b"HARNESS-CELLS\n"
 # The code whose results are cached: any change to it (or to numpy / scipy) is a new version, every key changes.
-_SOURCES = (history_module, regressions_module, records_module, compare_module, stats, trials, defaults, query,
-            analysis_cache, ancestry)
+_SOURCES = (history_module, regressions_module, records_module, compare_module, noise_module, stats, trials, defaults,
+            query, analysis_cache, ancestry)
 
 
 @cache
@@ -784,4 +786,57 @@ class ComparePages:
                 analysis_cache.write_entries(self.store, chip, "compare", self.computed.get(chip, {}), keep=names)
             except SQLAlchemyError as exc:  # the next report computes them again
                 log.warning("analysis cache: could not store compare rows of %s: %s", chip,
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The chip pages' noise meters
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class NoiseRows:
+    """``noise.chip_noise_rows`` of the (chip, runs) the report shows (``noise.noise_report``'s ``rows_of``), each
+    reused from the analysis cache (kind ``noise``) while nothing it reads changed: the runs and their history runs
+    (``query.history_run_ids``, chosen afresh) with their fingerprints (``analysis_cache.run_prints``: a run's jobs
+    and its highest sample id), as ``ComparePages`` keys a compare page. ``flush`` stores what was computed and drops
+    the rows of runs not shown this time. ``use_cache=False``: computed, nothing read or written."""
+
+    KIND = "noise"
+
+    def __init__(self, store: Store, *, use_cache: bool = True) -> None:
+        self.store, self.use_cache = store, use_cache
+        self.shown: dict[str, set[str]] = {}
+        self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
+        self.reused = 0
+
+    def __call__(self, chip: str, run_ids: Sequence[str]) -> list[NoiseRow]:
+        if not self.use_cache:
+            return noise_module.chip_noise_rows(self.store, run_ids)
+        runs = [*run_ids, *query.history_run_ids(self.store, list(run_ids))]
+        prints = analysis_cache.run_prints(self.store, runs)
+        key = _digest(code_version(), tuple(run_ids), runs, sorted(prints.items()))[:40]
+        name = _digest(tuple(run_ids))[:32]
+        self.shown.setdefault(chip, set()).add(name)
+        try:
+            entry = analysis_cache.read_entries(self.store, chip, self.KIND, [name]).get(name)
+            if entry is not None and entry.key == key:
+                rows = [NoiseRow(query.SeriesKey(*values[:5]), *values[5:]) for values in json.loads(entry.payload)]
+                self.reused += 1
+                return rows
+        except (ValueError, TypeError, SQLAlchemyError):  # unreadable: computed again below
+            pass
+        rows = noise_module.chip_noise_rows(self.store, run_ids)
+        payload = json.dumps([[*row.key, *(getattr(row, f.name) for f in fields(row)[1:])] for row in rows],
+                             separators=(",", ":"))
+        self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, payload.encode())
+        return rows
+
+    def flush(self) -> None:
+        if not self.use_cache:
+            return
+        for chip, names in self.shown.items():
+            try:
+                analysis_cache.write_entries(self.store, chip, self.KIND, self.computed.get(chip, {}), keep=names)
+            except SQLAlchemyError as exc:  # the next report computes them again
+                log.warning("analysis cache: could not store noise rows of %s: %s", chip,
                             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)

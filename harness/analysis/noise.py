@@ -5,6 +5,7 @@ detect (``harness.core.trials.noise_meter``). Read by `harness noise`, the chip 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from harness.core import trials
 from harness.record import query
 from harness.record.store import Store
 
-__all__ = ["LEVELS", "noise_report"]
+__all__ = ["LEVELS", "chip_noise_rows", "noise_report"]
 
 LEVELS = ("within", "between_trial", "between_run", "detectable")
 
@@ -33,22 +34,31 @@ def _percentiles(values: list[float]) -> tuple[float, float]:
     return (float(np.median(kept)), float(np.percentile(kept, 90)))
 
 
-def noise_report(store: Store, ref: str | None = None, chip: str | None = None) -> NoiseReport:
+def chip_noise_rows(store: Store, run_ids: Sequence[str]) -> list[NoiseRow]:
+    """The noise of every series of the given runs of one chip (pooled), in key order: what ``noise_report`` shows
+    of a chip. Reads the runs' samples and job rows, and the medians of their history runs (``series_floors``)."""
+    measured = query.series_trials(store, list(run_ids))
+    floors = series_floors(store, list(run_ids))
+    modes = query.timing_modes(store, list(run_ids))
+    rows = []
+    for key, series in sorted(measured.items()):
+        floor = floors.get(key)
+        meter = trials.noise_meter(series.trials, floor)
+        rows.append(NoiseRow(key, float(np.median(np.concatenate(series.trials))), meter.trials, meter.within,
+                             meter.between_trial, meter.between_run, floor.runs if floor else 0, meter.detectable,
+                             modes.get(key, "")))
+    return rows
+
+
+def noise_report(store: Store, ref: str | None = None, chip: str | None = None,
+                 rows_of: Callable[[str, Sequence[str]], list[NoiseRow]] | None = None) -> NoiseReport:
     """The noise of every series of ``ref`` (a commit: its runs pooled; a run id) on each chip, by default each
-    chip's latest run; the between-run level comes from the runs of ``ref``'s commit and its first-parent ancestors."""
+    chip's latest run; the between-run level comes from the runs of ``ref``'s commit and its first-parent ancestors.
+    ``rows_of`` (chip, run ids) -> ``chip_noise_rows`` of them (the report's cache passes one that reuses them)."""
     query.check_chip(store, chip)
     chips, rows = [], []
     for chip_key, run_ids in sorted(_runs(store, ref, chip).items()):
-        measured = query.series_trials(store, list(run_ids))
-        floors = series_floors(store, list(run_ids))
-        modes = query.timing_modes(store, list(run_ids))
-        chip_rows = []
-        for key, series in sorted(measured.items()):
-            floor = floors.get(key)
-            meter = trials.noise_meter(series.trials, floor)
-            chip_rows.append(NoiseRow(key, float(np.median(np.concatenate(series.trials))), meter.trials,
-                                      meter.within, meter.between_trial, meter.between_run,
-                                      floor.runs if floor else 0, meter.detectable, modes.get(key, "")))
+        chip_rows = rows_of(chip_key, run_ids) if rows_of is not None else chip_noise_rows(store, run_ids)
         levels = {level: _percentiles([getattr(row, level) for row in chip_rows]) for level in LEVELS}
         chips.append(ChipNoise(chip_key, tuple(run_ids), len(chip_rows),
                                sum(1 for row in chip_rows if row.history_runs), levels))

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness.analysis.cache import ComparePages, analyse, job_catalogue
+from harness.analysis.cache import ComparePages, NoiseRows, analyse, job_catalogue
 from harness.analysis.compare import HOURS_APART_S, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
@@ -143,7 +143,7 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
                                         last=last, use_cache=cache, timings=timings)
     start = time.perf_counter()
-    noise = _shown_noise(store, latest, commit)
+    noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache))
     timings["noise"] = time.perf_counter() - start
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
                     mask_url(store.url), noise, last, timings)
@@ -152,15 +152,16 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
 NoiseKey = tuple[str, str, str, str]  # (kernel, variant, dtype, shape_key)
 
 
-def _shown_noise(store: Store, latest: dict[str, query.RunView | None], commit: str | None
-                 ) -> dict[str, dict[NoiseKey, NoiseRow]]:
+def _shown_noise(store: Store, latest: dict[str, query.RunView | None], commit: str | None,
+                 rows_of: NoiseRows | None = None) -> dict[str, dict[NoiseKey, NoiseRow]]:
     """Per chip: the noise meter of each benchmark series the chip page shows, from the run it is shown from (the
-    newest runs, or ``commit``'s, pooled; a series an older run supplies, from that run)."""
+    newest runs, or ``commit``'s, pooled; a series an older run supplies, from that run). ``rows_of``: each
+    chip's rows reused from the analysis cache where nothing they read changed (``NoiseRows``, flushed here)."""
     def key_of(row: NoiseRow) -> NoiseKey:
         return (row.key.kernel, row.key.variant, row.key.dtype, row.key.shape_key)
 
     noise: dict[str, dict[NoiseKey, NoiseRow]] = {}
-    for row in noise_report(store, commit).rows:
+    for row in noise_report(store, commit, rows_of=rows_of).rows:
         noise.setdefault(row.key.chip, {})[key_of(row)] = row
     for chip, view in latest.items():
         older: dict[str, set[NoiseKey]] = {}
@@ -169,9 +170,11 @@ def _shown_noise(store: Store, latest: dict[str, query.RunView | None], commit: 
                 older.setdefault(job["run_id"], set()).add(
                     (job["kernel"], job["variant"], job["dtype"], job["shape_key"]))
         for run_id, keys in older.items():
-            for row in noise_report(store, run_id, chip).rows:
+            for row in noise_report(store, run_id, chip, rows_of=rows_of).rows:
                 if key_of(row) in keys:
                     noise.setdefault(chip, {})[key_of(row)] = row
+    if rows_of is not None:
+        rows_of.flush()
     return noise
 
 

@@ -355,3 +355,27 @@ def test_the_reads_of_a_few_commits_use_the_job_index(sqlite_db):
     with sqlite_db.engine.connect() as conn:
         plan = [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
     assert not any(step.startswith("SCAN job") for step in plan), plan
+
+
+def test_the_noise_rows_are_the_uncached_ones_and_a_new_run_recomputes_its_chip_only(db):
+    """``NoiseRows`` (the chip pages' noise meters) equals ``noise.chip_noise_rows``, field by field and type by
+    type, cold and warm; after a new run on one chip only that chip's rows are computed again."""
+    from harness.analysis.noise import chip_noise_rows
+
+    build(db)
+    latest, _ = query.latest_runs(db)
+
+    def rows(noise: cache.NoiseRows) -> dict[str, str]:
+        found = {chip: repr(noise(chip, runs)) for chip, runs in sorted(query.latest_runs(db)[0].items())}
+        noise.flush()
+        return found
+
+    plain = {chip: repr(chip_noise_rows(db, runs)) for chip, runs in sorted(latest.items())}
+    assert "NoiseRow(" in plain["chip-a"]
+    cold, warm = cache.NoiseRows(db), cache.NoiseRows(db)
+    assert rows(cold) == plain and cold.reused == 0
+    assert rows(warm) == plain and warm.reused == len(latest)
+    finished(db, add_run(db, "chip-b", 12, grid_results(np.random.default_rng(3)), minutes=500))
+    plain = {chip: repr(chip_noise_rows(db, runs)) for chip, runs in sorted(query.latest_runs(db)[0].items())}
+    after = cache.NoiseRows(db)
+    assert rows(after) == plain and after.reused == 1 and set(after.computed) == {"chip-b"}
