@@ -34,8 +34,9 @@ timed_run() {  # $1: base|head; the run id to $WORK/$1.run, the wall time to $WO
 setup() {
   rm -rf "$WORK/repo" "$WORK/h200.db"
   mkdir -p "$WORK/repo"
-  (cd "$ROOT" && tar cf - --exclude=./.whlA --exclude=./.whlB --exclude=./.venv --exclude=./harness-out .) \
-    | tar xf - -C "$WORK/repo"
+  # not .git: from a clone of the project, the copy must be a repository of its own (two commits, base and head)
+  (cd "$ROOT" && tar cf - --exclude=./.git --exclude=./.whlA --exclude=./.whlB --exclude=./.dev --exclude=./.venv \
+    --exclude=./harness-out .) | tar xf - -C "$WORK/repo"
   g init -q && g add -A && g commit -qm base && g branch -f base
   g commit -q --allow-empty -m "head: nothing changed" && g branch -f head
   python3 -c "import mlx.core as mx; print(mx.device_info())"

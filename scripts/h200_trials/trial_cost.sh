@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # What do trials cost? The built-in suite's benchmark sections (no correctness jobs), timed by `harness run` at one
-# commit with `[timing] trials = R`, each run in a fresh database with an empty cubin cache
-# (MLX_PTX_CACHE_DIR, which kernels/cuda_compile.py prefills), so every run compiles its CUDA kernels once. One
-# step per device call:
+# commit with `[timing] trials = R`, each run in a fresh database and MLX compile folder (MLX_PTX_CACHE_DIR: MLX
+# compiles each CUDA source kernel in every job process, kernels/cuda_compile.py). One step per device call:
 #   trial_cost.sh 1   -- trials = 1 (what one run cost before trials)
 #   trial_cost.sh 3   -- trials = 3 (the default)
 # Wall seconds go to $OUT/trial-cost.txt, the run as $OUT/trials-R.bundle. Needs MLX (source .whlB/setup.sh) and a
