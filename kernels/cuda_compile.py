@@ -7,8 +7,10 @@ a compiled custom kernel from disk: a module written into its compiled-kernel fo
 the name it builds, holding a kernel that adds 2 where MLX's source adds 1, was not loaded (the output was MLX's 1),
 and the first call took as long with the folder filled as without. Since MLX PR #4273 a custom kernel's module name
 carries a hash of its source, and custom kernels skip MLX's disk cache. ``mx.fast.precompiled_cuda_kernel`` does
-load a cubin compiled here, but cost about 50 us more per launch on the H200 (``loop_cuda_splitk``'s 64 launches:
-2.96 -> 6.39 ms), which a timing harness cannot add to the kernels it times. So a trial pays MLX's compile once per
+load a cubin compiled here, but its host cost per launch grows by about 0.4 us per KB of cubin (MLX copies and hashes
+the image on every call: ``scripts/precompiled_launch_cost.py``; our kernels' cubins are 11-54 KB, and
+``loop_cuda_splitk``'s 64 launches went 2.96 -> 6.39 ms), which a timing harness cannot add to the kernels it times.
+So a trial pays MLX's compile once per
 (kernel, template) and process, and the planner keeps a round's jobs of one kernel in one process
 (``harness.spec.plan.compile_group``).
 
