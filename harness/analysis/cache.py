@@ -44,7 +44,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from functools import cache
@@ -255,13 +255,14 @@ class _Writes:
 
 
 def _load_cells(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool, windowed: bool,
-                writes: _Writes, stats_out: CacheStats
+                writes: _Writes, stats_out: CacheStats, state: analysis_cache.ChipState | None = None
                 ) -> tuple[dict[int, _CommitCells], dict[int, str], dict[int, tuple[query.ChipHistory, int]],
                            dict[int, tuple[tuple[Any, ...], ...]]]:
     """Per commit id of ``commits``: its cells (stored or computed now), its fingerprint; the samples loaded; the
     fingerprints of all the chip's included runs per commit id."""
     version = code_version()
-    state = analysis_cache.chip_state(store, chip, include_dirty=include_dirty)  # the watermark: before all else
+    if state is None:  # the watermark: before all else
+        state = analysis_cache.chip_state(store, chip, include_dirty=include_dirty)
     fingerprint = {row[0]: _digest(version, include_dirty, state.runs.get(row[0], ()))[:40] for row in commits}
     kind = f"cells{_suffix(include_dirty)}"  # the commit's included runs differ with dirty ones
     name_of = {row[0]: str(row[0]) for row in commits}
@@ -591,11 +592,13 @@ def _flush(store: Store, chip: str, writes: _Writes, stats_out: CacheStats) -> N
 def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, last: int | None = None,
             include_dirty: bool = False, min_effect: float = stats.DEFAULT_MIN_EFFECT,
             alpha: float = stats.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
+            states: Mapping[str, analysis_cache.ChipState] | None = None,
             ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence], CacheStats]:
     """Every chip's histories (``history.history``) and the regression list (``regressions.regressions``),
     reusing the stored analysis of what did not change and storing what was computed (``use_cache=False``:
     computed from the samples, nothing read or written). ``timings`` gets the seconds spent on the cells (loading),
-    the histories and the regressions."""
+    the histories and the regressions. ``states``: per chip ``analysis_cache.chip_state(include_dirty=True)`` when
+    the caller read it (before anything else: its watermark), else read here."""
     timings = timings if timings is not None else {}
     stats_out = CacheStats()
     histories: dict[str, list[SeriesHistory]] = {}
@@ -615,9 +618,12 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
             continue
         writes = _Writes()
         arranged = analysis_cache.arrangement(store, chip, include_dirty=include_dirty, last=last)
+        state = (states or {}).get(chip)
+        if state is not None and not include_dirty:
+            state = analysis_cache.clean_state(state)
         per_commit, fingerprint, raw, run_fingerprints = _load_cells(
             store, chip, arranged[0], include_dirty=include_dirty, windowed=last is not None, writes=writes,
-            stats_out=stats_out)
+            stats_out=stats_out, state=state)
         summary = _assemble(chip, arranged, per_commit, fingerprint, raw, run_fingerprints)
         timings["cells"] += time.perf_counter() - start
         start = time.perf_counter()
@@ -655,15 +661,15 @@ class JobCatalogue:
     series: dict[query.SeriesKey, bool]
 
 
-def job_catalogue(store: Store, chips: Sequence[str], kinds: Sequence[str], *, use_cache: bool = True
-                  ) -> JobCatalogue:
+def job_catalogue(store: Store, chips: Sequence[str], kinds: Sequence[str], *, use_cache: bool = True,
+                  states: Mapping[str, analysis_cache.ChipState] | None = None) -> JobCatalogue:
     """``JobCatalogue`` of ``chips`` (every chip with runs; ``kinds`` must include "benchmark"): two reads of the
     whole job table (seconds on a long history), or, cached, per chip its ``analysis_cache.chip_jobs`` (kind
     ``jobs``), kept while the chip's runs are the same -- the fingerprints of all its runs, dirty ones too
     (``analysis_cache.chip_state``: a run added, deleted or gaining jobs changes them; a job's kind, key and series
     are written once) -- and none of them gained samples since (a later trial appended to a stored job may give it
     its median time: ``touched_since`` above the watermark read before the jobs). A chip whose runs changed is read
-    again, alone."""
+    again, alone. ``states``: as ``analyse``'s."""
     if "benchmark" not in kinds:
         raise ValueError("the job catalogue lists benchmark series: kinds must include 'benchmark'")
     if not use_cache:
@@ -672,7 +678,7 @@ def job_catalogue(store: Store, chips: Sequence[str], kinds: Sequence[str], *, u
     units: dict[str, set[tuple[str, str]]] = {}
     series: dict[query.SeriesKey, bool] = {}
     for chip in sorted(chips):
-        state = analysis_cache.chip_state(store, chip, include_dirty=True)  # its watermark: before the jobs
+        state = (states or {}).get(chip) or analysis_cache.chip_state(store, chip, include_dirty=True)
         key = _digest(version, sorted(kinds), sorted(state.runs.items()))[:40]
         rows = None
         try:

@@ -25,7 +25,7 @@ from harness.record import query
 from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, utcnow
 from harness.record.store import Store
 
-__all__ = ["ChipState", "Entry", "arrangement", "chip_jobs", "chip_state", "clear", "commit_history",
+__all__ = ["ChipState", "Entry", "arrangement", "chip_jobs", "chip_state", "clean_state", "clear", "commit_history",
            "correctness_rows", "read_entries", "run_prints", "touched_since", "write_entries"]
 
 
@@ -105,6 +105,8 @@ class ChipState:
     runs: dict[int, tuple[tuple[Any, ...], ...]]
     run_commit: dict[str, int]
     unfinished: set[int]  # commits with a run not finished (still writing, or abandoned unseen)
+    dirty: frozenset[str] = frozenset()  # the dirty runs among them
+    open: frozenset[str] = frozenset()  # the runs not finished
 
 
 _RUN_COLUMNS = (Run.id, Run.commit_id, Run.dirty, Run.started_at, Run.finished_at, Run.status, Run.branch)
@@ -132,14 +134,31 @@ def chip_state(store: Store, chip: str, *, include_dirty: bool = False) -> ChipS
         per_commit: dict[int, list[tuple[Any, ...]]] = {}
         run_commit: dict[str, int] = {}
         unfinished: set[int] = set()
+        dirty, open_runs = set(), set()
         for row in session.execute(runs.with_only_columns(*_RUN_COLUMNS)):
             run_id, commit_id, finished = row[0], row[1], row[4]
             run_commit[run_id] = commit_id
             if finished is None:
                 unfinished.add(commit_id)
+                open_runs.add(run_id)
+            if row[2]:
+                dirty.add(run_id)
             per_commit.setdefault(commit_id, []).append(_fingerprint(row, jobs))
     return ChipState(int(watermark), {c: tuple(sorted(rows)) for c, rows in per_commit.items()}, run_commit,
-                     unfinished)
+                     unfinished, frozenset(dirty), frozenset(open_runs))
+
+
+def clean_state(state: ChipState) -> ChipState:
+    """``chip_state(include_dirty=False)`` from ``state`` (``chip_state(include_dirty=True)``: read once, the report
+    needs both)."""
+    run_commit = {run_id: commit for run_id, commit in state.run_commit.items() if run_id not in state.dirty}
+    runs = {}
+    for commit, prints in state.runs.items():
+        kept = tuple(p for p in prints if p[0] not in state.dirty)
+        if kept:
+            runs[commit] = kept
+    return ChipState(state.watermark, runs, run_commit, {run_commit[r] for r in state.open if r in run_commit},
+                     frozenset(), state.open & run_commit.keys())
 
 
 def run_prints(store: Store, run_ids: Collection[str]) -> dict[str, tuple[Any, ...]]:

@@ -129,9 +129,13 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     timings: dict[str, float] = {}
     start = time.perf_counter()
     chips = query.chips(store)
+    # each chip's runs (and the highest sample id, before anything else), for the analysis cache's keys: read once
+    states = {chip["key"]: analysis_cache.chip_state(store, chip["key"], include_dirty=True) for chip in chips
+              } if cache else None
     catalogue = None
     if commit is None:  # every chip's jobs: what the chip pages and the variant matrix look for
-        catalogue = job_catalogue(store, [chip["key"] for chip in chips], SHOWN_KINDS, use_cache=cache)
+        catalogue = job_catalogue(store, [chip["key"] for chip in chips], SHOWN_KINDS, use_cache=cache,
+                                  states=states)
     timings["jobs"] = time.perf_counter() - start
     start = time.perf_counter()
     latest = _shown_runs(store, chips, commit, catalogue.units if catalogue is not None else None)
@@ -141,7 +145,7 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     matrix = variant_matrix(store, commit, series=catalogue.series if catalogue is not None else None)
     timings["variant matrix"] = time.perf_counter() - start
     histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
-                                        last=last, use_cache=cache, timings=timings)
+                                        last=last, use_cache=cache, timings=timings, states=states)
     start = time.perf_counter()
     noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache))
     timings["noise"] = time.perf_counter() - start

@@ -379,3 +379,22 @@ def test_the_noise_rows_are_the_uncached_ones_and_a_new_run_recomputes_its_chip_
     plain = {chip: repr(chip_noise_rows(db, runs)) for chip, runs in sorted(query.latest_runs(db)[0].items())}
     after = cache.NoiseRows(db)
     assert rows(after) == plain and after.reused == 1 and set(after.computed) == {"chip-b"}
+
+
+def test_the_clean_state_is_read_once_with_the_dirty_runs(db):
+    """``clean_state`` of ``chip_state(include_dirty=True)`` is ``chip_state(include_dirty=False)`` (a dirty run
+    and a run not finished among them), and ``analyse`` given those states equals the uncached analysis."""
+    build(db)
+    add_run(db, "chip-b", 12, grid_results(np.random.default_rng(4)), minutes=600)  # not finished
+    add_run(db, "chip-b", 12, grid_results(np.random.default_rng(6)), minutes=610, dirty=True)
+    for chip in query.chip_keys(db):
+        every = analysis_cache.chip_state(db, chip, include_dirty=True)
+        clean = analysis_cache.chip_state(db, chip)
+        derived = analysis_cache.clean_state(every)
+        assert (derived.watermark, derived.runs, derived.run_commit, derived.unfinished, derived.open) == (
+            clean.watermark, clean.runs, clean.run_commit, clean.unfinished, clean.open)
+    assert analysis_cache.chip_state(db, "chip-b", include_dirty=True).dirty
+    states = {chip: analysis_cache.chip_state(db, chip, include_dirty=True) for chip in query.chip_keys(db)}
+    plain = analysed(db, use_cache=False)[:2]
+    assert analysed(db, states=states)[:2] == plain
+    assert analysed(db, states=states)[:2] == plain
