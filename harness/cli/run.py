@@ -22,6 +22,7 @@ from rich.progress import (
 
 from harness.cli.common import DbOption, app, console
 from harness.cluster.driver import print_progress, run_on_cluster
+from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.status import count_label, is_run_failure, run_failures
 from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
@@ -55,6 +56,11 @@ def run(
     max_attempts: Annotated[int, typer.Option(help="With --executor ray: runs of a job whose node dies.")] = 2,
     resume: Annotated[str | None, typer.Option(help="An interrupted run's id: plan its suite, commit and chip "
                                                     "again and run only the jobs it has no result for.")] = None,
+    prepare_ahead: Annotated[int, typer.Option(help="Benchmark job processes of a trial round that start together "
+                                                    "and make their first calls (MLX compiles a CUDA/Metal source "
+                                                    "kernel in every process) before any of them times; they then "
+                                                    "time one after another. 1: one process at a time.",
+                                               min=1)] = defaults.PREPARE_AHEAD,
 ) -> None:
     """Run a suite on this machine's chip, store every result, render the report."""
     if executor not in ("local", "ray"):
@@ -71,7 +77,7 @@ def run(
                         None if no_report else report)
         return
     request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
-                              chip_label=chip_label, resume=resume)
+                              chip_label=chip_label, resume=resume, ahead=prepare_ahead)
     with progress_display() as (planned, progress, abandon):
         try:
             outcome = execute_run(request, progress=progress, on_planned=planned)

@@ -27,4 +27,5 @@ TIMING_MODE = "pipelined"  # "pipelined": async_eval, one sync per sample; "per-
 # the H200 the pilot picked differently from run to run for 16 of 104 series, and the two modes' timings differ by
 # 5-15 % (ms kernels) to 3x (30 us kernels), so such series cannot be compared (harness.analysis.compare.same_mode)
 ROUND_BATCH = 24  # a job process times up to this many benchmark jobs of one round (amortises MLX start-up)
+PREPARE_AHEAD = 4  # job processes of one round that start and compile their source kernels together, then time in turn
 THREADS = None  # BLAS/OpenMP threads of a timed job process: None leaves OMP_NUM_THREADS & co. as inherited

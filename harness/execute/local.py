@@ -11,9 +11,9 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from harness.core import defaults
 from harness.core.config import SOURCE_ROOT
@@ -161,48 +161,107 @@ def batches(jobs: list[Job], size: int) -> Iterator[list[Job]]:
         yield batch
 
 
+def _runnable(jobs: list[Job], on_result: OnResult, tree: str | None) -> list[Job]:
+    """The jobs that start a process; nothing to start for a variant that cannot run here (reported skipped)."""
+    if tree is not None:
+        return jobs
+    runnable = []
+    for job in jobs:
+        reason = skip_reason(job)
+        if reason:
+            on_result(job, JobResult(job.key, "skipped", reason))
+        else:
+            runnable.append(job)
+    return runnable
+
+
+@dataclass
+class _Batch:
+    """One batch's job process: its jobs, its folder (jobs.json, a result file per job, ``ready``) and its deadline."""
+
+    jobs: list[Job]
+    folder: Path
+    proc: subprocess.Popen
+    deadline_s: float
+    reported: set[int] = field(default_factory=set)
+
+
+def _start(jobs: list[Job], folder: Path, log: IO[bytes], tree: str | None, gated: bool) -> _Batch:
+    (folder / "jobs.json").write_text(json.dumps([job.to_dict() for job in jobs]))
+    gate = ["--gate", str(folder / "go")] if gated else []
+    proc = subprocess.Popen([sys.executable, "-m", "harness.execute.worker", "--batch", str(folder / "jobs.json"),
+                             str(folder), *gate],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tree or None,
+                            env={**worker_env(tree), **thread_env(jobs[0])}, start_new_session=True)
+    return _Batch(jobs, folder, proc, sum(job.timeout_s for job in jobs))
+
+
+def _await_ready(batch: _Batch, until: float) -> None:
+    """Until the batch's process has compiled and waits at its gate, has ended, or ``until`` passed (then killed:
+    its jobs run again alone)."""
+    while not (batch.folder / "ready").exists() and batch.proc.poll() is None:
+        if time.monotonic() > until:
+            kill_group(batch.proc)
+            return
+        time.sleep(0.05)
+
+
+def _time(batch: _Batch, on_result: OnResult) -> None:
+    """Open the batch's gate (if it has one), report each result as its file appears, kill it past its deadline."""
+    (batch.folder / "go").touch()
+    deadline = time.monotonic() + batch.deadline_s
+    while True:
+        ended = batch.proc.poll() is not None
+        _report_new(batch.jobs, batch.folder, batch.reported, on_result)
+        if ended or len(batch.reported) == len(batch.jobs):
+            break
+        if time.monotonic() > deadline:
+            kill_group(batch.proc)
+            break
+        time.sleep(0.05)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        batch.proc.wait(timeout=10)
+
+
+def run_together(group: list[list[Job]], on_result: OnResult, tree: str | None = None) -> None:
+    """Batches of benchmark jobs, each in its own process, timed one after another in the given order.
+
+    With more than one, the processes start together and each first compiles its source kernels (the worker's
+    ``--gate``: MLX compiles a CUDA or Metal source kernel in every process, 1.3-3.3 s a kernel on the H200) while
+    none of them times anything; then their gates open one at a time, so no two ever time at once and the waiting
+    ones sit idle. A process that dies, overruns or never gets ready has its unfinished jobs run again alone
+    (:func:`run_in_subprocess`), which records a crash or hang against the job that causes it."""
+    gated = len(group) > 1
+    with contextlib.ExitStack() as stack:
+        batches_ = []
+        for jobs in group:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-batch-")))
+            log = stack.enter_context(open(folder / "output.log", "wb"))
+            batch = _start(jobs, folder, log, tree, gated)
+            stack.callback(lambda proc=batch.proc: proc.poll() is None and kill_group(proc))
+            batches_.append(batch)
+        if gated:
+            until = time.monotonic() + max(batch.deadline_s for batch in batches_)
+            for batch in batches_:
+                _await_ready(batch, until)
+        for batch in batches_:
+            _time(batch, on_result)
+            for index, job in enumerate(batch.jobs):
+                if index not in batch.reported:
+                    on_result(job, run_in_subprocess(job, tree))
+
+
 def run_batch(jobs: list[Job], on_result: OnResult, tree: str | None = None) -> None:
     """Benchmark jobs in one process, each result reported as its file appears (:mod:`harness.execute.worker`
     ``--batch``). If the process dies or overruns the batch's time (the sum of its jobs' limits), it is killed and
     every job it did not finish runs again alone (:func:`run_in_subprocess`), which records a crash or hang against
     the job that causes it."""
-    if tree is None:
-        runnable = []
-        for job in jobs:  # nothing to start for a variant that cannot run here
-            reason = skip_reason(job)
-            if reason:
-                on_result(job, JobResult(job.key, "skipped", reason))
-            else:
-                runnable.append(job)
-        jobs = runnable
+    jobs = _runnable(jobs, on_result, tree)
     if len(jobs) < 2:
         for job in jobs:
             on_result(job, run_in_subprocess(job, tree))
         return
-    reported: set[int] = set()
-    with tempfile.TemporaryDirectory(prefix="harness-batch-") as scratch:
-        folder = Path(scratch)
-        (folder / "jobs.json").write_text(json.dumps([job.to_dict() for job in jobs]))
-        with open(folder / "output.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "harness.execute.worker", "--batch",
-                                     str(folder / "jobs.json"), str(folder)],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tree or None,
-                                    env={**worker_env(tree), **thread_env(jobs[0])}, start_new_session=True)
-            deadline = time.monotonic() + sum(job.timeout_s for job in jobs)
-            while True:
-                ended = proc.poll() is not None
-                _report_new(jobs, folder, reported, on_result)
-                if ended or len(reported) == len(jobs):
-                    break
-                if time.monotonic() > deadline:
-                    kill_group(proc)
-                    break
-                time.sleep(0.05)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-    for index, job in enumerate(jobs):
-        if index not in reported:
-            on_result(job, run_in_subprocess(job, tree))
+    run_together([jobs], on_result, tree)
 
 
 def _report_new(jobs: list[Job], folder: Path, reported: set[int], on_result: OnResult) -> None:
@@ -214,13 +273,16 @@ def _report_new(jobs: list[Job], folder: Path, reported: set[int], on_result: On
 
 
 class LocalExecutor:
-    """A process per job on this machine (benchmark jobs: a batch of one round per process, :func:`run_batch`).
-    Correctness jobs may run in parallel; timed jobs run alone."""
+    """A process per job on this machine (benchmark jobs: a batch of one round per process; ``ahead`` such
+    processes start together and compile, then time one after another: :func:`run_together`). Correctness jobs may
+    run in parallel; timed jobs run alone."""
 
-    def __init__(self, parallel: int = 1, tree: str | None = None, batch: int = defaults.ROUND_BATCH):
+    def __init__(self, parallel: int = 1, tree: str | None = None, batch: int = defaults.ROUND_BATCH,
+                 ahead: int = defaults.PREPARE_AHEAD):
         self.parallel = max(1, parallel)
         self.tree = tree
         self.batch = max(1, batch)
+        self.ahead = max(1, ahead)
         self.modes: dict[str, str] = {}  # job key -> the timing mode its first trial used (see _settled)
 
     def _run(self, job: Job) -> JobResult:
@@ -246,12 +308,22 @@ class LocalExecutor:
                 self.modes.setdefault(job.key, result.mode)
             on_result(job, result)
 
+        group: list[list[Job]] = []  # batches of one round that start together (run_together)
         for batch in batches(jobs, self.batch):
-            batch = [self._settled(job) for job in batch]
-            if len(batch) > 1:
-                run_batch(batch, settle, self.tree)
-            else:
-                settle(batch[0], self._run(batch[0]))
+            if group and (len(group) == self.ahead or batch[0].trial != group[0][0].trial):
+                run_together(group, settle, self.tree)
+                group = []
+            # settled as it joins a group: a group holds one round, so earlier rounds have all reported
+            runnable = _runnable([self._settled(job) for job in batch], settle, self.tree)
+            if len(runnable) > 1:
+                group.append(runnable)
+            elif runnable:  # a job alone, in its place in the order
+                if group:
+                    run_together(group, settle, self.tree)
+                    group = []
+                settle(runnable[0], self._run(runnable[0]))
+        if group:
+            run_together(group, settle, self.tree)
 
     def _settled(self, job: Job) -> Job:
         """A later trial of a job whose timing mode was "auto" runs in the mode its first trial chose: every trial

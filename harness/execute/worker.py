@@ -2,15 +2,19 @@
 measures, never decides.
 
 Usage (by the executors): ``python -m harness.execute.worker JOB.json RESULT.json``, or
-``python -m harness.execute.worker --batch JOBS.json RESULTS_DIR`` (one result file ``RESULTS_DIR/<i>.json`` per job,
-written as each finishes). A batch shares one process's start-up (MLX and the GPU take about a second to start);
-a crash or hang here kills only this process, and the executor re-runs the batch's unfinished jobs one per process.
+``python -m harness.execute.worker --batch JOBS.json RESULTS_DIR [--gate GO]`` (one result file ``RESULTS_DIR/<i>.json``
+per job, written as each finishes). A batch shares one process's start-up (MLX and the GPU take about a second to
+start); a crash or hang here kills only this process, and the executor re-runs the batch's unfinished jobs one per
+process. With ``--gate`` the process first compiles its jobs' source kernels (:func:`prepare`), writes
+``RESULTS_DIR/ready`` and waits until the file ``GO`` exists before it times anything: the executor starts a few
+batches together so their compiles overlap, and opens their gates one at a time (harness/execute/local.py).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -91,16 +95,62 @@ def run_job(job: Job) -> JobResult:
 
 
 def write_result(result: JobResult, path: Path) -> None:
+    write_result_text(json.dumps(result.to_dict()), path)
+
+
+def write_result_text(text: str, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result.to_dict()))
+    tmp.write_text(text)
     tmp.replace(path)  # atomic: a half-written result is never read
+
+
+def prepare(jobs: list[Job]) -> int:
+    """One call of each benchmark job whose variant is a source kernel (not the MLX ops'), its result discarded:
+    MLX compiles such a kernel at its first call in a process (1.3-3.3 s on the H200, and MLX keeps none across
+    processes: kernels/cuda_compile.py). Returns how many ran; a failure is left for the job itself to report."""
+    prepared = 0
+    for job in jobs:
+        if not isinstance(job, KernelJob) or job.kind != "benchmark":
+            continue
+        try:
+            kernel, variant = _load_kernel(job)
+            if variant.backend == "mlx" or variant.unsupported(job.dtype):
+                continue
+            import mlx.core as mx
+
+            mx.eval(variant.fn(**kernel.make_inputs(job.shape, job.dtype, job.seed)))
+            mx.synchronize()
+            prepared += 1
+        except Exception:  # noqa: BLE001 - the job reports it when it runs
+            continue
+    if prepared:
+        import mlx.core as mx
+
+        mx.clear_cache()  # the inputs' buffers: the processes waiting at their gates hold only their compiled kernels
+    return prepared
+
+
+def wait_for(gate: Path, poll_s: float = 0.02) -> bool:
+    """Wait until ``gate`` exists; False if the process that started this one is gone (nobody will open it)."""
+    parent = os.getppid()
+    while not gate.exists():
+        if os.getppid() != parent:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def main(argv: list[str]) -> int:
     if argv[0] == "--batch":
-        jobs, results = json.loads(Path(argv[1]).read_text()), Path(argv[2])
-        for index, data in enumerate(jobs):
-            write_result(run_job(job_from_dict(data)), results / f"{index}.json")
+        jobs = [job_from_dict(data) for data in json.loads(Path(argv[1]).read_text())]
+        results = Path(argv[2])
+        if argv[3:4] == ["--gate"]:
+            prepared = prepare(jobs)
+            write_result_text(f"{prepared}\n", results / "ready")
+            if not wait_for(Path(argv[4])):
+                return 1
+        for index, job in enumerate(jobs):
+            write_result(run_job(job), results / f"{index}.json")
         return 0
     job_path, result_path = Path(argv[0]), Path(argv[1])
     write_result(run_job(job_from_dict(json.loads(job_path.read_text()))), result_path)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core import chip as chip_id
+from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.job import Job, JobResult, RunContext
 from harness.core.status import is_run_failure
@@ -40,6 +41,7 @@ class LocalRunRequest(RunRequest):
 
     chip_label: str | None = None  # override the detected chip key
     resume: str | None = None  # an interrupted run's id: run only its missing jobs (harness run --resume)
+    ahead: int = defaults.PREPARE_AHEAD  # job processes that compile together, then time in turn (LocalExecutor)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class RunStopped(KeyboardInterrupt):
     """The process was asked to stop (SIGTERM: `harness submit --timeout` or `ray job stop` stopping the driver, a
     service manager): its runs are finished as "stopped", as Ctrl-C finishes them as "interrupted"."""
 
+
+
+def _local_executor(request: LocalRunRequest, tree: str | None) -> LocalExecutor:
+    return LocalExecutor(parallel=request.parallel, tree=tree, ahead=request.ahead)
 
 def stop_status(exc: BaseException) -> str:
     """The status a run ends with when ``exc`` (a KeyboardInterrupt) ends it."""
@@ -188,7 +194,7 @@ def execute_run(request: LocalRunRequest, progress: Progress | None = None,
         context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
                              suite=suite.suite.name, executor="local",
                              options={"suite": suite.source, **_replay_options(request)})
-        return run_planned(db, jobs, LocalExecutor(parallel=request.parallel, tree=target.tree), context,
+        return run_planned(db, jobs, _local_executor(request, target.tree), context,
                            progress=progress)
     finally:
         db.close()
@@ -228,7 +234,7 @@ def _resume(request: LocalRunRequest, progress: Progress | None,
             on_planned(len(jobs))
         context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
                              suite=suite.suite.name, executor="local")
-        return run_planned(db, todo, LocalExecutor(parallel=request.parallel, tree=target.tree), context,
+        return run_planned(db, todo, _local_executor(request, target.tree), context,
                            progress=progress, resume=Resume(request.resume, stored.statuses))
     finally:
         db.close()
