@@ -169,9 +169,11 @@ def run_prints(store: Store, run_ids: Collection[str]) -> dict[str, tuple[Any, .
     ids = sorted(set(run_ids))
     with store.session() as session:
         jobs = _job_id_summaries(session, ids)
+        # each job's highest sample id from the index (one seek a job, not every sample's entry), then per run
+        per_job = select(func.max(Sample.id)).where(Sample.job_id == JobRecord.id).scalar_subquery()
         newest = dict(session.execute(
-            select(JobRecord.run_id, func.max(Sample.id)).join(Sample, Sample.job_id == JobRecord.id)
-            .where(JobRecord.run_id.in_(ids)).group_by(JobRecord.run_id)).all())
+            select(JobRecord.run_id, func.max(per_job)).where(JobRecord.run_id.in_(ids))
+            .group_by(JobRecord.run_id)).all())
         return {row[0]: (*_fingerprint(row, jobs), int(newest.get(row[0]) or 0))
                 for row in session.execute(select(*_RUN_COLUMNS).where(Run.id.in_(ids)))}
 

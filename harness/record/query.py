@@ -946,10 +946,15 @@ def correctness_statuses(store: Store, chip: str, *, include_dirty: bool = False
     """``(commit id, job key, status)`` of every correctness job of the chip's clean runs (all with
     ``include_dirty``), unordered."""
     with store.session() as session:
-        return _plain_rows(session, _run_filter(
-            select(Run.commit_id, JobRecord.key, JobRecord.status).select_from(JobRecord)
-            .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
-            .where(JobRecord.kind.in_(EVENT_KINDS)))
+        return _plain_rows(session, select(Run.commit_id, JobRecord.key, JobRecord.status).select_from(JobRecord)
+                           .join(Run, JobRecord.run_id == Run.id)
+                           .where(JobRecord.run_id.in_(_chip_runs(chip, include_dirty)),
+                                  JobRecord.kind.in_(EVENT_KINDS)))
+
+
+def _chip_runs(chip: str, include_dirty: bool):
+    """The chip's (clean) run ids as a subquery: SQLite then reads their jobs by index instead of the job table."""
+    return _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
 
 
 def failing_correctness_jobs(store: Store, chip: str, *, include_dirty: bool = False) -> list[tuple]:
@@ -957,13 +962,13 @@ def failing_correctness_jobs(store: Store, chip: str, *, include_dirty: bool = F
     correctness job and repository test (``CODE_FAILURES``) of the chip's clean runs (all with ``include_dirty``),
     in run start order, then job order. A test's ``kernel`` is its selection and its ``check`` its node id."""
     with store.session() as session:
-        rows = session.execute(_run_filter(
+        rows = session.execute(
             select(Run.commit_id, JobRecord.key, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
                    JobRecord.shape_key, JobRecord.check_name, JobRecord.status, JobRecord.detail, JobRecord.kind,
                    JobRecord.name)
-            .select_from(JobRecord).join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id),
-            chip, include_dirty)
-            .where(JobRecord.kind.in_(EVENT_KINDS), JobRecord.status.in_(CODE_FAILURES))
+            .select_from(JobRecord).join(Run, JobRecord.run_id == Run.id)
+            .where(JobRecord.run_id.in_(_chip_runs(chip, include_dirty)), JobRecord.kind.in_(EVENT_KINDS),
+                   JobRecord.status.in_(CODE_FAILURES))
             .order_by(Run.started_at, JobRecord.id))
         return [(*row[:6], row.name if row.kind == "test" else row.check_name, *row[7:9]) for row in rows]
 

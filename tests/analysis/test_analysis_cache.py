@@ -333,9 +333,11 @@ def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_ch
     assert cached == plain and read == ["chip-b"]
 
 
-def test_the_reads_of_a_few_commits_use_the_job_index(sqlite_db):
-    """``query.commit_timing_modes`` (the regression families' modes, a few commits at a time) reads the chip's runs
-    first, then their jobs by index: joined the other way, SQLite scanned the whole job table on every call."""
+@pytest.mark.parametrize("read", ["commit_timing_modes", "correctness_statuses", "failing_correctness_jobs"])
+def test_the_reads_of_a_chip_use_the_job_index(sqlite_db, read, monkeypatch):
+    """A chip's jobs are read through its runs first, then their jobs by index (``query.commit_timing_modes``, the
+    regression families' modes a few commits at a time; the correctness rows): joined the other way, SQLite scanned
+    the whole job table on every call."""
     from sqlalchemy import event
 
     build(sqlite_db)
@@ -344,17 +346,44 @@ def test_the_reads_of_a_few_commits_use_the_job_index(sqlite_db):
     def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
         statements.append((statement, parameters))
 
+    plain_rows = query._plain_rows
+
+    def kept_rows(session, statement):  # noqa: ANN001, ANN202 - reads through the DBAPI cursor: no hook sees it
+        statements.append((str(statement.compile(dialect=session.get_bind().dialect,
+                                                 compile_kwargs={"literal_binds": True})), ()))
+        return plain_rows(session, statement)
+
+    monkeypatch.setattr(query, "_plain_rows", kept_rows)
     event.listen(sqlite_db.engine, "before_cursor_execute", keep)
     try:
         with sqlite_db.session() as session:
             commit_ids = session.scalars(select(Commit.id).limit(2)).all()
-        assert query.commit_timing_modes(sqlite_db, "chip-a", commit_ids)
+        if read == "commit_timing_modes":
+            assert query.commit_timing_modes(sqlite_db, "chip-a", commit_ids)
+        else:
+            assert getattr(query, read)(sqlite_db, "chip-a")  # chip A fails a check at two commits
     finally:
         event.remove(sqlite_db.engine, "before_cursor_execute", keep)
-    (statement, parameters), = [(s, p) for s, p in statements if "timing_mode" in s]
+    (statement, parameters), = [(s, p) for s, p in statements if "FROM job" in s]
     with sqlite_db.engine.connect() as conn:
         plan = [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
     assert not any(step.startswith("SCAN job") for step in plan), plan
+
+
+def test_run_prints_name_each_runs_highest_sample(db):
+    """``analysis_cache.run_prints`` ends with each run's highest sample id (per job from the index, then the run's
+    highest), 0 for a run without samples."""
+    from harness.record.models import JobRecord, Sample
+
+    build(db)
+    with db.session() as session:
+        runs = session.scalars(select(Run.id)).all()
+        expected = {run: max((sample_id for (sample_id,) in session.execute(
+            select(Sample.id).join(JobRecord, Sample.job_id == JobRecord.id).where(JobRecord.run_id == run))),
+            default=0) for run in runs}
+    empty = add_run(db, "chip-b", 13, [], minutes=700)
+    found = analysis_cache.run_prints(db, [*runs, empty])
+    assert {run: found[run][-1] for run in runs} == expected and found[empty][-1] == 0
 
 
 def test_the_noise_rows_are_the_uncached_ones_and_a_new_run_recomputes_its_chip_only(db):
