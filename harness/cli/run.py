@@ -59,7 +59,8 @@ def run(
     prepare_ahead: Annotated[int, typer.Option(help="Benchmark job processes of a trial round that start together "
                                                     "and make their first calls (MLX compiles a CUDA/Metal source "
                                                     "kernel in every process) before any of them times; they then "
-                                                    "time one after another. 1: one process at a time.",
+                                                    "time one after another. 1: one process at a time. Local runs "
+                                                    "(on a Ray cluster each node runs one process at a time).",
                                                min=1)] = defaults.PREPARE_AHEAD,
 ) -> None:
     """Run a suite on this machine's chip, store every result, render the report."""
