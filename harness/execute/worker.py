@@ -116,7 +116,7 @@ def prepare(jobs: list[Job]) -> int:
             kernel, variant = _load_kernel(job)
             if variant.backend == "mlx" or variant.unsupported(job.dtype):
                 continue
-            import mlx.core as mx
+            import mlx.core as mx  # heavy, and loaded by _load_kernel already: only a job process needs it
 
             mx.eval(variant.fn(**kernel.make_inputs(job.shape, job.dtype, job.seed)))
             mx.synchronize()
@@ -124,7 +124,7 @@ def prepare(jobs: list[Job]) -> int:
         except Exception:  # noqa: BLE001 - the job reports it when it runs
             continue
     if prepared:
-        import mlx.core as mx
+        import mlx.core as mx  # heavy: as above
 
         mx.clear_cache()  # the inputs' buffers: the processes waiting at their gates hold only their compiled kernels
     return prepared
