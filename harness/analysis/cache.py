@@ -40,14 +40,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import multiprocessing
-import os
 import struct
 import sys
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from functools import cache
@@ -258,8 +255,7 @@ class _Writes:
 
 
 def _load_cells(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool, windowed: bool,
-                writes: _Writes, stats_out: CacheStats, state: analysis_cache.ChipState | None = None,
-                prefetched: Callable[[], tuple[query.ChipHistory, npt.NDArray[np.bool_]] | None] | None = None
+                writes: _Writes, stats_out: CacheStats, state: analysis_cache.ChipState | None = None
                 ) -> tuple[dict[int, _CommitCells], dict[int, str], dict[int, tuple[query.ChipHistory, int]],
                            dict[int, tuple[tuple[Any, ...], ...]]]:
     """Per commit id of ``commits``: its cells (stored or computed now), its fingerprint; the samples loaded; the
@@ -313,8 +309,7 @@ def _load_cells(store: Store, chip: str, commits: list[tuple], *, include_dirty:
     new_rows: dict[str, analysis_cache.Entry] = {}
     new_series: dict[str, analysis_cache.Entry] = {}
     if missing:
-        loaded = prefetched() if prefetched is not None and missing == commits else None
-        data, has_jobs = loaded or analysis_cache.commit_history(store, chip, missing, include_dirty=include_dirty)
+        data, has_jobs = analysis_cache.commit_history(store, chip, missing, include_dirty=include_dirty)
         data_sorted = by_series_key(data)
         for index, row in enumerate(data_sorted.commits):
             raw[row[0]] = (data_sorted, index)
@@ -610,33 +605,7 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     per_chip: list[list[RegressionEvidence]] = []
     for key in ("cells", "histories", "regressions"):
         timings.setdefault(key, 0.0)
-    start = time.perf_counter()
-    prefetch = _Prefetch(store, sorted(chips), include_dirty=include_dirty, last=last) if use_cache else None
-    if prefetch is not None and prefetch.chips and states is None:  # the watermarks: before any sample is read
-        states = {chip: analysis_cache.chip_state(store, chip, include_dirty=True) for chip in chips}
-    if prefetch is not None:
-        prefetch.start()
-    timings["cells"] += time.perf_counter() - start
-    try:
-        _analyse_chips(store, sorted(chips), change_points=change_points, last=last, include_dirty=include_dirty,
-                       min_effect=min_effect, alpha=alpha, use_cache=use_cache, timings=timings, states=states,
-                       prefetch=prefetch, stats_out=stats_out, histories=histories, per_chip=per_chip)
-    finally:
-        if prefetch is not None:
-            prefetch.close()
-    if use_cache:
-        log.info("analysis cache: %s", stats_out.summary())
-    correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
-    performance = [e for events in per_chip for e in events if e.kind == "performance"]
-    return histories, correctness + performance, stats_out
-
-
-def _analyse_chips(store: Store, chips: Sequence[str], *, change_points: bool, last: int | None, include_dirty: bool,
-                   min_effect: float, alpha: float, use_cache: bool, timings: dict[str, float],
-                   states: Mapping[str, analysis_cache.ChipState] | None, prefetch: _Prefetch | None,
-                   stats_out: CacheStats, histories: dict[str, list[SeriesHistory]],
-                   per_chip: list[list[RegressionEvidence]]) -> None:
-    for chip in chips:
+    for chip in sorted(chips):
         start = time.perf_counter()
         if not use_cache:
             histories[chip] = history_module.history(store, chip, include_dirty=include_dirty, last=last,
@@ -648,15 +617,13 @@ def _analyse_chips(store: Store, chips: Sequence[str], *, change_points: bool, l
             timings["regressions"] += time.perf_counter() - start
             continue
         writes = _Writes()
-        arranged = (prefetch.arranged.get(chip) if prefetch is not None else None) or analysis_cache.arrangement(
-            store, chip, include_dirty=include_dirty, last=last)
+        arranged = analysis_cache.arrangement(store, chip, include_dirty=include_dirty, last=last)
         state = (states or {}).get(chip)
         if state is not None and not include_dirty:
             state = analysis_cache.clean_state(state)
         per_commit, fingerprint, raw, run_fingerprints = _load_cells(
             store, chip, arranged[0], include_dirty=include_dirty, windowed=last is not None, writes=writes,
-            stats_out=stats_out, state=state,
-            prefetched=(lambda chip=chip: prefetch.result(chip)) if prefetch is not None else None)
+            stats_out=stats_out, state=state)
         summary = _assemble(chip, arranged, per_commit, fingerprint, raw, run_fingerprints)
         timings["cells"] += time.perf_counter() - start
         start = time.perf_counter()
@@ -673,91 +640,11 @@ def _analyse_chips(store: Store, chips: Sequence[str], *, change_points: bool, l
         start = time.perf_counter()
         _flush(store, chip, writes, stats_out)
         timings["cells"] += time.perf_counter() - start
-
-
-_FORKED_STORE: Store | None = None  # the parent's store, in a prefetching child (``_Prefetch``)
-
-
-def _load_in_child(chip: str, commits: list[tuple], include_dirty: bool
-                   ) -> tuple[query.ChipHistory, npt.NDArray[np.bool_]]:
-    store = _FORKED_STORE
-    assert store is not None
-    return analysis_cache.commit_history(store, chip, commits, include_dirty=include_dirty)
-
-
-class _Prefetch:
-    """A chip with no stored cells (a first report, a new code version) has every commit's samples read: the most
-    costly step of a full rebuild (~10 s a chip at 1,000 commits x 400 series, mostly turning SQLite's rows into
-    Python's), run here for all such chips at once in forked worker processes, one per core (at most 4), while
-    the parent analyses the chips in turn; each gets ``analysis_cache.commit_history`` of the chip's commits, the
-    call ``_load_cells`` would make (it takes the result only when it finds every commit missing; it loads them
-    itself when a worker failed). Only where ``fork`` is the platform's way (Linux), with two chips or more, two
-    cores or more and a database in a file or a server (an in-memory SQLite one is not shared)."""
-
-    def __init__(self, store: Store, chips: Sequence[str], *, include_dirty: bool, last: int | None) -> None:
-        self.store, self.include_dirty = store, include_dirty
-        self.arranged: dict[str, tuple[list[tuple], list[int], list[bool], list[int]]] = {}
-        self.chips: list[str] = []
-        self.futures: dict[str, Any] = {}
-        self.pool: Any = None
-        cores = os.cpu_count() or 1
-        if sys.platform != "linux" or cores < 2 or len(chips) < 2 or _in_memory(store.url):
-            return
-        kind = f"cells{_suffix(include_dirty)}"
-        for chip in chips:
-            if not analysis_cache.has_entries(store, chip, kind):
-                self.arranged[chip] = analysis_cache.arrangement(store, chip, include_dirty=include_dirty, last=last)
-                if self.arranged[chip][0]:
-                    self.chips.append(chip)
-        if len(self.chips) < 2:
-            self.chips = []
-
-    def start(self) -> None:
-        if not self.chips:
-            return
-        global _FORKED_STORE
-        _FORKED_STORE = self.store
-        try:
-            self.pool = ProcessPoolExecutor(min(len(self.chips), os.cpu_count() or 1, 4),
-                                            mp_context=multiprocessing.get_context("fork"),
-                                            initializer=_forked_store_init)
-            for chip in self.chips:
-                self.futures[chip] = self.pool.submit(_load_in_child, chip, self.arranged[chip][0],
-                                                      self.include_dirty)
-        except (OSError, ValueError, RuntimeError) as exc:  # no processes here: each chip is loaded in turn
-            log.warning("analysis cache: samples not read in parallel: %s", exc)
-            self.close()
-
-    def result(self, chip: str) -> tuple[query.ChipHistory, npt.NDArray[np.bool_]] | None:
-        future = self.futures.pop(chip, None)
-        if future is None:
-            return None
-        try:
-            return future.result()
-        except Exception as exc:  # noqa: BLE001 - a worker's failure costs only time: the parent reads them
-            log.warning("analysis cache: reading %s's samples in a worker failed, read here: %s", chip, exc)
-            return None
-
-    def close(self) -> None:
-        global _FORKED_STORE
-        for future in self.futures.values():
-            future.cancel()
-        self.futures = {}
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
-        _FORKED_STORE = None
-
-
-def _forked_store_init() -> None:
-    """In a forked worker: the parent's pooled connections are the parent's (never used here); new ones are made."""
-    if _FORKED_STORE is not None:
-        _FORKED_STORE.engine.dispose(close=False)
-
-
-def _in_memory(url: str) -> bool:
-    return url.startswith("sqlite") and (url.rstrip("/") in ("sqlite:", "sqlite:/", "sqlite://", "sqlite:///")
-                                         or ":memory:" in url or "mode=memory" in url)
+    if use_cache:
+        log.info("analysis cache: %s", stats_out.summary())
+    correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
+    performance = [e for events in per_chip for e in events if e.kind == "performance"]
+    return histories, correctness + performance, stats_out
 
 
 # ---------------------------------------------------------------------------------------------------------------

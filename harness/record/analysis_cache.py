@@ -26,7 +26,7 @@ from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, u
 from harness.record.store import Store
 
 __all__ = ["ChipState", "Entry", "arrangement", "chip_jobs", "chip_state", "clean_state", "clear", "commit_history",
-           "correctness_rows", "has_entries", "read_entries", "run_prints", "touched_since", "write_entries"]
+           "correctness_rows", "read_entries", "run_prints", "touched_since", "write_entries"]
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,6 @@ def read_entries(store: Store, chip: str, kind: str, names: Collection[str] | No
     with store.session() as session:
         return {name: Entry(key, bytes(payload), watermark) for name, key, payload, watermark in
                 query._plain_rows(session, statement)}
-
-
-def has_entries(store: Store, chip: str, kind: str) -> bool:
-    """Whether the chip has any row of ``kind`` (without reading them)."""
-    with store.session() as session:
-        return session.scalar(select(AnalysisCache.name).where(AnalysisCache.chip == chip, AnalysisCache.kind == kind)
-                              .limit(1)) is not None
 
 
 def _upsert(dialect: str):

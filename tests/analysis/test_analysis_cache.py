@@ -6,7 +6,6 @@ renders the same pages."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -428,23 +427,3 @@ def test_the_clean_state_is_read_once_with_the_dirty_runs(db):
     plain = analysed(db, use_cache=False)[:2]
     assert analysed(db, states=states)[:2] == plain
     assert analysed(db, states=states)[:2] == plain
-
-
-@pytest.mark.skipif(sys.platform != "linux" or (os.cpu_count() or 1) < 2, reason="forked workers: Linux, 2 cores")
-def test_a_full_rebuild_reads_the_chips_samples_in_workers_and_equals_the_uncached_analysis(db, monkeypatch):
-    """With no stored cells the chips' samples are read in forked workers (none in this process), and the result
-    is the uncached one bit for bit; a worker that fails costs only time (the chip is read here)."""
-    build(db)
-    plain = analysed(db, use_cache=False)[:2]
-    here: list[str] = []
-    original = analysis_cache.commit_history
-    monkeypatch.setattr(analysis_cache, "commit_history", lambda store, chip, commits, **kw: here.append(chip) or
-                        original(store, chip, commits, **kw))  # a forked worker appends to its own copy
-    assert analysed(db)[:2] == plain and here == []
-    analysis_cache.clear(db)
-
-    def fails(chip, commits, include_dirty):  # noqa: ANN001, ANN202
-        raise RuntimeError("worker lost")
-
-    monkeypatch.setattr(cache, "_load_in_child", fails)
-    assert analysed(db)[:2] == plain and sorted(here) == list(CHIPS)
