@@ -27,6 +27,10 @@ What is kept, per chip (``analysis_cache.kind``):
   report, keyed by the fingerprints of everything it reads -- both sides' runs and the runs the base side's history
   floors come from (``analysis_cache.run_prints``: a run's fingerprint plus its highest sample id, read once per
   report) -- and the parameters.  Rows of pairs the report no longer shows are deleted.
+- ``noise``, one row per chip page's (chip, runs) (``NoiseRows``): its noise meters, keyed as a compare page is (the
+  runs and their history runs with their fingerprints).
+- ``jobs``: the chip's distinct jobs (``job_catalogue``: the chip pages' units, the variant matrix's series), keyed
+  by the fingerprints of all its runs, dirty ones too, with the watermark (a later trial may give a job its median).
 
 The history order, window, commit messages and correctness events are derived afresh every time (no samples read);
 histories are rebuilt from the cells.  The code version (``code_version``) hashes the analysis sources, numpy's and
