@@ -789,14 +789,20 @@ class ComparePages:
         return report
 
     def flush(self) -> None:
-        if not self.use_cache:
-            return
-        for chip, names in self.shown.items():
-            try:
-                analysis_cache.write_entries(self.store, chip, "compare", self.computed.get(chip, {}), keep=names)
-            except SQLAlchemyError as exc:  # the next report computes them again
-                log.warning("analysis cache: could not store compare rows of %s: %s", chip,
-                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        if self.use_cache:
+            _store_shown(self.store, "compare", self.shown, self.computed)
+
+
+def _store_shown(store: Store, kind: str, shown: dict[str, set[str]],
+                 computed: dict[str, dict[str, analysis_cache.Entry]]) -> None:
+    """Store each chip's rows of ``kind`` computed in this report and drop those not shown this time; a failure only
+    costs the next report the work again."""
+    for chip, names in shown.items():
+        try:
+            analysis_cache.write_entries(store, chip, kind, computed.get(chip, {}), keep=names)
+        except SQLAlchemyError as exc:
+            log.warning("analysis cache: could not store %s rows of %s: %s", kind, chip,
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -842,11 +848,5 @@ class NoiseRows:
         return rows
 
     def flush(self) -> None:
-        if not self.use_cache:
-            return
-        for chip, names in self.shown.items():
-            try:
-                analysis_cache.write_entries(self.store, chip, self.KIND, self.computed.get(chip, {}), keep=names)
-            except SQLAlchemyError as exc:  # the next report computes them again
-                log.warning("analysis cache: could not store noise rows of %s: %s", chip,
-                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        if self.use_cache:
+            _store_shown(self.store, self.KIND, self.shown, self.computed)

@@ -9,6 +9,7 @@ touching SQLAlchemy or the models.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -719,8 +720,9 @@ def _run_filter(query, chip: str, include_dirty: bool):
     return query if include_dirty else query.where(Run.dirty.is_(False))
 
 
-def _plain_rows(session: Session, statement) -> list[tuple]:
-    """DBAPI tuples of a SELECT, skipping SQLAlchemy's Row objects (seconds on millions of samples)."""
+@contextlib.contextmanager
+def _executed(session: Session, statement) -> Iterator[Any]:
+    """A DBAPI cursor that has executed the compiled SELECT (SQLAlchemy's Row objects skipped)."""
     connection = session.connection()
     compiled = statement.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
     params = compiled.construct_params()
@@ -729,25 +731,22 @@ def _plain_rows(session: Session, statement) -> list[tuple]:
     cursor = connection.connection.cursor()
     try:
         cursor.execute(str(compiled), params)
-        return cursor.fetchall()
+        yield cursor
     finally:
         cursor.close()
+
+
+def _plain_rows(session: Session, statement) -> list[tuple]:
+    """DBAPI tuples of a SELECT, skipping SQLAlchemy's Row objects (seconds on millions of samples)."""
+    with _executed(session, statement) as cursor:
+        return cursor.fetchall()
 
 
 def _plain_array(session: Session, statement, dtype: np.dtype) -> npt.NDArray[Any]:
     """``_plain_rows`` as a structured array, filled from the cursor row by row: no list of millions of tuples
     (their allocation and the garbage collector's passes over them cost a quarter of a chip's sample read)."""
-    connection = session.connection()
-    compiled = statement.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
-    params = compiled.construct_params()
-    if compiled.positional:
-        params = tuple(params[name] for name in compiled.positiontup)
-    cursor = connection.connection.cursor()
-    try:
-        cursor.execute(str(compiled), params)
+    with _executed(session, statement) as cursor:
         return np.fromiter(cursor, dtype=dtype)
-    finally:
-        cursor.close()
 
 
 _CACHE: OrderedDict[tuple, ChipHistory] = OrderedDict()
