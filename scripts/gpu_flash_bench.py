@@ -97,8 +97,8 @@ def main() -> None:
                         help="check and time only the variants whose name starts with a prefix (and SDPA)")
     parser.add_argument("--candidates", action="store_true",
                         help="also register the candidate mma tiles in dynamic shared memory that are not yet "
-                             "part of the kernel (kernels.flash_cuda_mma.mma_dynamic_variants) and the unverified "
-                             "wgmma kernels (kernels.flash_cuda_wgmma.wgmma_variants, sm_90a)")
+                             "part of the kernel (kernels.flash_cuda_mma.mma_dynamic_variants) and the wgmma tiles "
+                             "not registered (kernels.flash_cuda_wgmma.wgmma_variants, sm_90a)")
     args = parser.parse_args()
     if args.candidates:
         from kernels import flash_cuda, flash_cuda_mma, flash_cuda_wgmma
