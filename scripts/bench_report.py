@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.core.job import job_key, shape_label  # noqa: E402
 from harness.record import analysis_cache  # noqa: E402
+from harness.record import store as store_module  # noqa: E402
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run  # noqa: E402
 from harness.record.outbox import open_store  # noqa: E402
 from harness.render import site  # noqa: E402
@@ -160,6 +161,14 @@ def _insert_sql() -> tuple[str, str]:
             "INSERT INTO sample (job_id, idx, seconds, trial) VALUES (?, ?, ?, ?)")
 
 
+def _insert_samples(conn, sample_sql: str, samples: list[tuple]) -> None:
+    """The samples and, as the store writes them with every sample (``store.sample_writer``), their trials'
+    summaries."""
+    conn.exec_driver_sql(sample_sql, samples)
+    conn.exec_driver_sql("INSERT INTO trial_summary (job_id, trial, n, valid, median) VALUES (?, ?, ?, ?, ?)",
+                         store_module.trial_summaries(samples))
+
+
 def _run_row(i: int, c: int, n_series: int, *, minutes: float = 0.0) -> dict:
     start = T0 + timedelta(hours=i, minutes=c + minutes)
     return {"id": f"r{i:05d}c{c}", "commit_id": i + 1, "chip_id": c + 1, "machine_id": c + 1, "suite": "bench",
@@ -203,7 +212,7 @@ def fill(url: str, n_commits: int, n_chips: int, n_series: int, n_samples: int, 
                 jobs += more_jobs
                 samples += more_samples
             conn.exec_driver_sql(job_sql, jobs)
-            conn.exec_driver_sql(sample_sql, samples)
+            _insert_samples(conn, sample_sql, samples)
             n_jobs += len(jobs)
             n_rows += len(samples)
         counts.update(jobs=n_jobs, samples=n_rows)
@@ -233,7 +242,7 @@ def add_run(url: str, *, chip: int = 0, n_samples: int = 10, n_trials: int = 3, 
             conn.execute(insert(Commit), [_commit_row(n_commits)])
             conn.execute(insert(Run), [_run_row(n_commits, chip, len(series))])
             conn.exec_driver_sql(job_sql, jobs)
-            conn.exec_driver_sql(sample_sql, samples)
+            _insert_samples(conn, sample_sql, samples)
         return run_id
     finally:
         store.close()

@@ -312,11 +312,9 @@ def _load_cells(store: Store, chip: str, commits: list[tuple], *, include_dirty:
     raw: dict[int, tuple[query.ChipHistory, int]] = {}
     new_rows: dict[str, analysis_cache.Entry] = {}
     new_series: dict[str, analysis_cache.Entry] = {}
-    if missing:
-        data, has_jobs = analysis_cache.commit_history(store, chip, missing, include_dirty=include_dirty)
-        data_sorted = by_series_key(data)
-        for index, row in enumerate(data_sorted.commits):
-            raw[row[0]] = (data_sorted, index)
+    if missing:  # their trials' summaries: the families load the samples of the commits they judge
+        data, has_jobs = analysis_cache.commit_history(store, chip, missing, include_dirty=include_dirty,
+                                                       samples_below=history_module.MIN_TRIALS_FOR_CI)
         for commit_id, cells in _commit_cells(data, has_jobs).items():
             found[commit_id] = cells
             series_name, text = _series_digest(cells.series)

@@ -96,7 +96,8 @@ def by_series_key(data: query.ChipHistory) -> query.ChipHistory:
         data, series=[data.series[i] for i in order], counts=data.counts[:, permutation],
         offsets=data.offsets[:, permutation], trial_counts=trial_counts, trial_offsets=starts.reshape(
             trial_counts.shape), trial_starts=data.trial_starts[taken], trial_sizes=data.trial_sizes[taken],
-        trial_runs=data.trial_runs[taken], _trial_medians=None)
+        trial_runs=data.trial_runs[taken],
+        _trial_medians=None if data._trial_medians is None else data._trial_medians[taken])
 
 
 def cell_levels(data: query.ChipHistory

@@ -225,18 +225,26 @@ def arrangement(store: Store, chip: str, *, include_dirty: bool = False, last: i
         return query._arranged(session, chip, include_dirty, last)
 
 
-def commit_history(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool = False
-                   ) -> tuple[query.ChipHistory, npt.NDArray[np.bool_]]:
+def commit_history(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool = False,
+                   samples_below: int | None = None) -> tuple[query.ChipHistory, npt.NDArray[np.bool_]]:
     """The samples of the given commits only (rows of ``arrangement``'s commits) as a ``query.ChipHistory`` of
     those commits (no previous commits, all shown, one line): each cell grouped exactly as ``query.chip_history``
     groups it -- its runs in start order, their trials, each trial's samples sorted -- so everything computed
     from one cell's samples is the same bit for bit; and per (commit, series) whether a benchmark job of it is
-    there (with or without a valid sample: ``query.chip_history`` lists the series of every such job)."""
+    there (with or without a valid sample: ``query.chip_history`` lists the series of every such job).
+
+    ``samples_below``: read the trial summaries instead (``query.load_cell_trials``): every trial's median and
+    valid sample count, and the samples of the cells of fewer trials only; the history's ``trials`` then works
+    for those cells alone."""
     with store.session() as session:
-        layout = query.load_samples(session, chip, [row[0] for row in commits], include_dirty=include_dirty)
+        if samples_below is None:
+            layout = query.load_samples(session, chip, [row[0] for row in commits], include_dirty=include_dirty)
+        else:
+            layout = query.load_cell_trials(session, chip, [row[0] for row in commits], include_dirty=include_dirty,
+                                            samples_below=samples_below)
     n_commits = len(commits)
     return query.ChipHistory(chip, list(commits), [query.SeriesKey(*series, chip) for series in layout.series],
                              layout.counts, layout.offsets, layout.values, np.full(n_commits, -1, dtype=np.int64),
                              np.ones(n_commits, dtype=bool), np.zeros(n_commits, dtype=np.int64),
                              layout.trial_counts, layout.trial_offsets, layout.trial_starts, layout.trial_sizes,
-                             layout.trial_runs), layout.has_jobs
+                             layout.trial_runs, _trial_medians=layout.trial_medians), layout.has_jobs

@@ -656,8 +656,7 @@ class _Importer:
         for job_id, (samples, idx, trials) in zip(ids, self.samples, strict=True):
             rows.extend(zip(repeat(job_id), idx if idx is not None else range(len(samples)), samples,
                             trials if trials is not None else repeat(0), strict=False))
-        for start in range(0, len(rows), SAMPLE_BATCH):
-            self.write_samples(rows[start:start + SAMPLE_BATCH])
+        self.write_samples(rows)  # in one call: a job's trials are summarised whole
         self.summary.jobs_added += len(self.jobs)
         self.summary.samples_added += len(rows)
         self.jobs, self.samples, self.buffered = [], [], 0

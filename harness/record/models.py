@@ -165,6 +165,21 @@ class Sample(Base):
     trial: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # the process it came from
 
 
+class TrialSummary(Base):
+    """What the analysis of a history reads of one trial of a benchmark job: its sample count, its valid (finite,
+    positive) samples and their median (as ``np.median`` computes it; NULL with none valid).  Derived from the
+    samples and written with them (``harness.record.store.sample_writer``), so a chip's history can be analysed
+    without reading every sample; a job whose rows do not account for its ``n_samples`` is read from its samples
+    (``harness.record.query.load_cell_trials``)."""
+
+    __tablename__ = "trial_summary"
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
+    trial: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n: Mapped[int] = mapped_column(Integer)
+    valid: Mapped[int] = mapped_column(Integer)
+    median: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
 class AnalysisCache(Base):
     """A derived analysis result kept so that ``harness report`` recomputes only what changed
     (``harness.analysis.cache``): never a source of truth, any row may be deleted at any time.

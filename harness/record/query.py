@@ -27,7 +27,7 @@ from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.record import ancestry
-from harness.record.models import Chip, Commit, JobRecord, Run, Sample
+from harness.record.models import Chip, Commit, JobRecord, Run, Sample, TrialSummary
 from harness.record.store import Store
 
 
@@ -699,12 +699,16 @@ class ChipHistory:
         """The samples of one flat cell index per trial (runs in start order), each sorted."""
         first = int(self.trial_offsets.ravel()[cell])
         span = slice(first, first + int(self.trial_counts.ravel()[cell]))
+        if span.stop > span.start and int(self.trial_starts[span].min()) < 0:
+            raise ValueError(f"cell {cell}: its trials' samples were not loaded (load_cell_trials)")
         return [self.values[start:start + size]
                 for start, size in zip(self.trial_starts[span].tolist(), self.trial_sizes[span].tolist(), strict=True)]
 
     def trial_medians(self) -> npt.NDArray[np.float64]:
         """The median of every trial (as ``np.median`` computes it), in the order of the per-trial arrays."""
         if self._trial_medians is None:
+            if self.trial_starts.size and int(self.trial_starts.min()) < 0:
+                raise ValueError("trials without their samples need their medians given (load_cell_trials)")
             lower = self.values[self.trial_starts + (self.trial_sizes - 1) // 2]
             upper = self.values[self.trial_starts + self.trial_sizes // 2]
             self._trial_medians = (lower + upper) / 2.0
@@ -836,32 +840,151 @@ def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: 
                        layout.trial_offsets, layout.trial_starts, layout.trial_sizes, layout.trial_runs)
 
 
-def load_samples(session: Session, chip: str, commit_ids: Sequence[int], *, include_dirty: bool,
-                 all_runs: bool = False, kernel: str | None = None) -> SampleLayout:
-    """The benchmark samples of the chip's runs of ``commit_ids`` (index i: ``commit_ids[i]``), arranged by
-    ``arrange_samples``; ``all_runs``: every run of the chip (its commits are all in ``commit_ids``), without the
-    commit filter; ``kernel``: that kernel's series only."""
+class _ChipJobs(NamedTuple):
+    """The selection of a chip's benchmark jobs that ``load_samples`` and ``load_cell_trials`` read."""
+
+    runs: Any  # the runs' SELECT
+    run_commit: dict[str, int]  # run id -> commit index
+    run_index: dict[str, int]  # run id -> index in start order
+    kernel: str | None
+
+    def jobs(self, statement):
+        # Runs first, then their jobs by index: SQLite would otherwise scan the whole job table.
+        statement = statement.where(JobRecord.run_id.in_(self.runs), JobRecord.kind == "benchmark")
+        return statement.where(JobRecord.kernel == self.kernel) if self.kernel is not None else statement
+
+
+def _chip_jobs(session: Session, chip: str, commit_ids: Sequence[int], *, include_dirty: bool, all_runs: bool,
+               kernel: str | None) -> _ChipJobs:
     commit_index = {commit_id: i for i, commit_id in enumerate(commit_ids)}
     runs = _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
     if not all_runs:
         runs = runs.where(Run.commit_id.in_(list(commit_index)))
     run_rows = session.execute(runs.with_only_columns(Run.id, Run.commit_id)
                                .order_by(Run.started_at, Run.id)).all()
-    run_commit = {run_id: commit_index[commit_id] for run_id, commit_id in run_rows}
-    run_index = {run_id: i for i, (run_id, _) in enumerate(run_rows)}  # start order
+    return _ChipJobs(runs, {run_id: commit_index[commit_id] for run_id, commit_id in run_rows},
+                     {run_id: i for i, (run_id, _) in enumerate(run_rows)}, kernel)
 
-    def benchmark_jobs(query):
-        # Runs first, then their jobs by index: SQLite would otherwise scan the whole job table.
-        query = query.where(JobRecord.run_id.in_(runs), JobRecord.kind == "benchmark")
-        return query.where(JobRecord.kernel == kernel) if kernel is not None else query
 
-    job_rows = _plain_rows(session, benchmark_jobs(
-        select(JobRecord.id, JobRecord.run_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
-               JobRecord.shape_key)))
-    sample_rows = _plain_array(session, benchmark_jobs(
+_JOB_SERIES = (JobRecord.id, JobRecord.run_id, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
+               JobRecord.shape_key)
+
+
+def load_samples(session: Session, chip: str, commit_ids: Sequence[int], *, include_dirty: bool,
+                 all_runs: bool = False, kernel: str | None = None) -> SampleLayout:
+    """The benchmark samples of the chip's runs of ``commit_ids`` (index i: ``commit_ids[i]``), arranged by
+    ``arrange_samples``; ``all_runs``: every run of the chip (its commits are all in ``commit_ids``), without the
+    commit filter; ``kernel``: that kernel's series only."""
+    chip_jobs = _chip_jobs(session, chip, commit_ids, include_dirty=include_dirty, all_runs=all_runs, kernel=kernel)
+    job_rows = _plain_rows(session, chip_jobs.jobs(select(*_JOB_SERIES)))
+    sample_rows = _plain_array(session, chip_jobs.jobs(
         select(Sample.job_id, Sample.seconds, Sample.trial).join(JobRecord, Sample.job_id == JobRecord.id)),
         _SAMPLE_ROW)
-    return arrange_samples(job_rows, sample_rows, run_commit, run_index, len(commit_ids))
+    return arrange_samples(job_rows, sample_rows, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
+
+
+_TRIAL_ROW = np.dtype([("job", np.int64), ("trial", np.int64), ("n", np.int64), ("valid", np.int64),
+                       ("median", np.float64)])
+_IDS_PER_READ = 500
+
+
+def _job_samples(session: Session, job_ids: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+    """The samples of the given jobs as ``_SAMPLE_ROW`` rows."""
+    ids = job_ids.tolist()
+    parts = [_plain_array(session, select(Sample.job_id, Sample.seconds, Sample.trial)
+                          .where(Sample.job_id.in_(ids[start:start + _IDS_PER_READ])), _SAMPLE_ROW)
+             for start in range(0, len(ids), _IDS_PER_READ)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=_SAMPLE_ROW)
+
+
+def load_cell_trials(session: Session, chip: str, commit_ids: Sequence[int], *, include_dirty: bool,
+                     samples_below: int) -> SampleLayout:
+    """What ``load_samples`` gives of the chip's runs of ``commit_ids`` for their cells' levels and summaries, read
+    from the trial summaries (``models.TrialSummary``) instead of every sample: ``trial_medians`` holds each
+    trial's median and ``trial_sizes`` its valid sample count, equal to those ``load_samples`` gives, in the same
+    order.  Samples are read (into ``values``, ``offsets`` valid for their cells) only for the cells of fewer
+    than ``samples_below`` trials (their interval is their pooled samples') and for the jobs whose summaries do not
+    account for their ``n_samples`` (written before the summaries existed, or by other means); the other trials
+    have ``trial_starts`` -1.  With most jobs unaccounted for, this is ``load_samples``."""
+    chip_jobs = _chip_jobs(session, chip, commit_ids, include_dirty=include_dirty, all_runs=False, kernel=None)
+    job_rows = _plain_rows(session, chip_jobs.jobs(select(*_JOB_SERIES, func.coalesce(JobRecord.n_samples, 0))))
+    summary = _plain_array(session, chip_jobs.jobs(
+        select(TrialSummary.job_id, TrialSummary.trial, TrialSummary.n, TrialSummary.valid,
+               func.coalesce(TrialSummary.median, 0.0)).join(JobRecord, TrialSummary.job_id == JobRecord.id)),
+        _TRIAL_ROW)
+    job_ids = np.fromiter((row[0] for row in job_rows), dtype=np.int64, count=len(job_rows))
+    expected = np.fromiter((row[6] for row in job_rows), dtype=np.int64, count=len(job_rows))
+    series_rows = [row[:6] for row in job_rows]
+    by_id = np.argsort(job_ids)
+    job_of = by_id[np.searchsorted(job_ids[by_id], summary["job"])] if job_ids.size else summary["job"][:0]
+    accounted = np.bincount(job_of, summary["n"], minlength=job_ids.size)
+    unread = (np.bincount(job_of, minlength=job_ids.size) == 0) | (accounted != expected)
+    if unread.sum() * 2 > job_ids.size:
+        return load_samples(session, chip, commit_ids, include_dirty=include_dirty)
+    read = _job_samples(session, job_ids[unread])
+    # Trials per cell: the summaries' (valid ones) and those of the jobs read
+    layout = arrange_samples(series_rows, read, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
+    keep = ~unread[job_of] & (summary["valid"] > 0)
+    summary, job_of = summary[keep], job_of[keep]
+    n_series = layout.counts.shape[1]
+    job_cell = _job_cells(series_rows, chip_jobs.run_commit, n_series)
+    trial_counts = layout.trial_counts.ravel() + np.bincount(job_cell[job_of], minlength=layout.trial_counts.size)
+    few = (trial_counts > 0) & (trial_counts < samples_below)
+    more = np.flatnonzero(~unread & few[job_cell])  # their pooled samples give the interval: read them too
+    if more.size:
+        unread[more] = True
+        read = np.concatenate([read, _job_samples(session, job_ids[more])])
+        layout = arrange_samples(series_rows, read, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
+        keep = ~unread[job_of]
+        summary, job_of = summary[keep], job_of[keep]
+    return _merged(layout, summary, job_cell[job_of],
+                   np.fromiter((chip_jobs.run_index[row[1]] for row in series_rows), dtype=np.int64,
+                               count=len(series_rows))[job_of])
+
+
+def _job_cells(series_rows: Sequence[tuple], run_commit: dict[str, int], n_series: int) -> npt.NDArray[np.int64]:
+    """Each job's flat cell index, its series numbered as ``arrange_samples`` numbers them (first seen first)."""
+    series_index: dict[tuple, int] = {}
+    out = np.empty(len(series_rows), dtype=np.int64)
+    for i, (_, run_id, *series) in enumerate(series_rows):
+        out[i] = run_commit[run_id] * n_series + series_index.setdefault(tuple(series), len(series_index))
+    return out
+
+
+def _merged(layout: SampleLayout, summary: npt.NDArray[Any], cells: npt.NDArray[np.int64],
+            runs: npt.NDArray[np.int64]) -> SampleLayout:
+    """``layout`` (of the samples read) with the summarised trials (``summary`` rows, their flat cells and runs)
+    merged in: every cell's trials ordered by (run, trial), as ``arrange_samples`` orders them."""
+    n_read = layout.trial_starts.size
+    read_cells = np.repeat(np.arange(layout.trial_counts.size), layout.trial_counts.ravel())
+    read_runs = layout.trial_runs
+    # a (cell, run) is one job: its trials, read or summarised, come in trial order
+    first = np.concatenate([[True], (read_cells[1:] != read_cells[:-1]) | (read_runs[1:] != read_runs[:-1])]) \
+        if n_read else np.zeros(0, dtype=bool)
+    read_rank = np.arange(n_read) - np.maximum.accumulate(np.where(first, np.arange(n_read), 0))
+    order = np.lexsort((summary["trial"], runs, cells))
+    summary, cells, runs = summary[order], cells[order], runs[order]
+    first = np.concatenate([[True], (cells[1:] != cells[:-1]) | (runs[1:] != runs[:-1])]) if cells.size \
+        else np.zeros(0, dtype=bool)
+    summary_rank = np.arange(cells.size) - np.maximum.accumulate(np.where(first, np.arange(cells.size), 0))
+    all_cells = np.concatenate([read_cells, cells])
+    all_runs = np.concatenate([read_runs, runs])
+    order = np.lexsort((np.concatenate([read_rank, summary_rank]), all_runs, all_cells))
+    read_medians = (layout.values[layout.trial_starts + (layout.trial_sizes - 1) // 2]
+                    + layout.values[layout.trial_starts + layout.trial_sizes // 2]) / 2.0
+    medians = np.concatenate([read_medians, summary["median"]])[order]
+    starts = np.concatenate([layout.trial_starts, np.full(cells.size, -1, dtype=np.int64)])[order]
+    sizes = np.concatenate([layout.trial_sizes, summary["valid"]])[order]
+    shape = layout.counts.shape
+    trial_counts = np.bincount(all_cells, minlength=layout.counts.size).astype(np.int64)
+    trial_offsets = (np.concatenate([[0], np.cumsum(trial_counts)[:-1]]).astype(np.int64) if trial_counts.size
+                     else trial_counts)
+    counts = layout.counts.ravel() + np.bincount(cells, summary["valid"], minlength=layout.counts.size).astype(
+        np.int64)
+    return layout._replace(counts=counts.reshape(shape), trial_counts=trial_counts.reshape(shape),
+                           trial_offsets=trial_offsets.reshape(shape), trial_starts=starts.astype(np.int64),
+                           trial_sizes=sizes.astype(np.int64), trial_runs=all_runs[order].astype(np.int64),
+                           trial_medians=medians)
 
 
 class SampleLayout(NamedTuple):
@@ -877,6 +1000,7 @@ class SampleLayout(NamedTuple):
     trial_sizes: npt.NDArray[np.int64]
     trial_runs: npt.NDArray[np.int64]
     has_jobs: npt.NDArray[np.bool_]  # (n_commits, n_series): a benchmark job of the cell exists (samples or not)
+    trial_medians: npt.NDArray[np.float64] | None = None  # given where not every trial's samples were read
 
 
 def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple] | npt.NDArray[Any],

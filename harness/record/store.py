@@ -7,13 +7,14 @@ import os
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
@@ -27,7 +28,7 @@ from harness.core.errors import HarnessError
 from harness.core.job import Job, JobResult, per_test_key, unit_key
 from harness.core.proc import holder_is_gone, process_identity
 from harness.core.summary import summarize
-from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, utcnow
+from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, TrialSummary, utcnow
 from harness.spec import git
 
 DEFAULT_DIR = Path("harness-out")
@@ -450,13 +451,53 @@ def _test_records(run_id: str, job: Job, result: JobResult) -> list[JobRecord]:
     return list(records.values())
 
 
+def trial_summaries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, int, int, int, float | None]]:
+    """``(job_id, trial, n, valid, median)`` per (job, trial) of sample rows ``(job_id, idx, seconds, trial)``: how
+    many samples, how many valid (finite, > 0; the analysis drops the others) and the median of the valid ones as
+    ``np.median`` computes it (the mean of the two middle values of the sorted samples; None with none valid)."""
+    if not rows:
+        return []
+    count = len(rows)
+    job = np.fromiter((row[0] for row in rows), dtype=np.int64, count=count)
+    seconds = np.fromiter((row[2] for row in rows), dtype=np.float64, count=count)
+    trial = np.fromiter((row[3] for row in rows), dtype=np.int64, count=count)
+    valid = np.isfinite(seconds) & (seconds > 0)
+    order = np.lexsort((np.where(valid, seconds, np.inf), trial, job))  # per (job, trial): valid ones first, sorted
+    job, seconds, trial, valid = job[order], seconds[order], trial[order], valid[order]
+    starts = np.flatnonzero(np.concatenate([[True], (job[1:] != job[:-1]) | (trial[1:] != trial[:-1])]))
+    sizes = np.diff(np.append(starts, count))
+    n_valid = np.add.reduceat(valid.astype(np.int64), starts)
+    has = n_valid > 0
+    lower = seconds[starts + np.where(has, (n_valid - 1) // 2, 0)]
+    upper = seconds[starts + np.where(has, n_valid // 2, 0)]
+    medians = (lower + upper) / 2.0
+    return [(j, t, n, v, m if v else None) for j, t, n, v, m in zip(
+        job[starts].tolist(), trial[starts].tolist(), sizes.tolist(), n_valid.tolist(), medians.tolist(),
+        strict=True)]
+
+
 def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float, int]]], None]:
-    """The fastest bulk insert of (job_id, idx, seconds, trial) rows the database offers, in the session's transaction.
+    """The fastest bulk insert of (job_id, idx, seconds, trial) rows the database offers, in the session's
+    transaction, with the ``trial_summary`` rows of their (job, trial)s: each call must hold all the samples of the
+    trials it writes (a trial is written once).
 
     PostgreSQL (psycopg 3): COPY FROM STDIN in text format, the rows formatted at once (float repr is exact and
     PostgreSQL reads inf/nan). SQLite: executemany of plain tuples (no per-row parameter processing).
     Anything else: a Core executemany insert.
     """
+    write = _raw_sample_writer(session)
+    summaries = TrialSummary.__table__
+
+    def write_with_summaries(rows: list[tuple[int, int, float, int]]) -> None:
+        write(rows)
+        if rows:
+            session.connection().execute(insert(summaries), [
+                {"job_id": j, "trial": t, "n": n, "valid": v, "median": m} for j, t, n, v, m in trial_summaries(rows)])
+
+    return write_with_summaries
+
+
+def _raw_sample_writer(session: Session) -> Callable[[list[tuple[int, int, float, int]]], None]:
     connection = session.connection()
     dialect = connection.dialect
     table = dialect.identifier_preparer.format_table(Sample.__table__)
