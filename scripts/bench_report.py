@@ -165,8 +165,9 @@ def _insert_samples(conn, sample_sql: str, samples: list[tuple]) -> None:
     """The samples and, as the store writes them with every sample (``store.sample_writer``), their trials'
     summaries."""
     conn.exec_driver_sql(sample_sql, samples)
-    conn.exec_driver_sql("INSERT INTO trial_summary (job_id, trial, n, valid, median) VALUES (?, ?, ?, ?, ?)",
-                         store_module.trial_summaries(samples))
+    conn.exec_driver_sql("INSERT INTO trial_summary (job_id, n, trials) VALUES (?, ?, ?)", [
+        (job_id, n, records.tobytes())
+        for job_id, (n, records) in store_module.packed_summaries(store_module.trial_summaries(samples)).items()])
 
 
 def _run_row(i: int, c: int, n_series: int, *, minutes: float = 0.0) -> dict:

@@ -206,6 +206,7 @@ def _commit_cells(data: query.ChipHistory, has_jobs: npt.NDArray[np.bool_]) -> d
             "mean_log": summaries.mean_log, "squares": summaries.squares, "runs": summaries.runs}
     keys = [(s.kernel, s.variant, s.dtype, s.shape_key) for s in data.series]
     out = {}
+    seen: dict[bytes, tuple[tuple[tuple[str, str, str, str], ...], bytes]] = {}  # most commits share their series
     for c, row in enumerate(data.commits):
         span = slice(c * n_series, (c + 1) * n_series)
         # the commit's series: those with a benchmark job in its runs (even one without a valid sample)
@@ -215,9 +216,12 @@ def _commit_cells(data: query.ChipHistory, has_jobs: npt.NDArray[np.bool_]) -> d
         last_cell = span.stop - 1
         stop = int(summaries.run_offsets[last_cell] + summaries.runs[last_cell]) if n_series else 0
         arrays["run_levels"] = summaries.run_levels[first:stop].copy()
-        series = tuple(keys[i] for i in keep.tolist())
+        if (known := seen.get(keep.tobytes())) is None:
+            series = tuple(keys[i] for i in keep.tolist())
+            known = seen[keep.tobytes()] = (series, repr(series).encode())  # as _digest writes a non-bytes part
+        series, written = known
         body = b"".join(np.ascontiguousarray(arrays[name], dtype=dtype).tobytes() for name, dtype in _ARRAYS)
-        out[row[0]] = _CommitCells(series, arrays, _digest(series, body)[:40])
+        out[row[0]] = _CommitCells(series, arrays, _digest(written, body)[:40])
     return out
 
 

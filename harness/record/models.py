@@ -166,18 +166,16 @@ class Sample(Base):
 
 
 class TrialSummary(Base):
-    """What the analysis of a history reads of one trial of a benchmark job: its sample count, its valid (finite,
-    positive) samples and their median (as ``np.median`` computes it; NULL with none valid).  Derived from the
-    samples and written with them (``harness.record.store.sample_writer``), so a chip's history can be analysed
-    without reading every sample; a job whose rows do not account for its ``n_samples`` is read from its samples
-    (``harness.record.query.load_cell_trials``)."""
+    """What the analysis of a history reads of a benchmark job's trials, derived from its samples and written with
+    them (``harness.record.store.sample_writer``), so a chip's history is analysed without reading every sample:
+    ``n``, the samples summarised, and ``trials``, per trial in trial order a ``store.TRIAL_RECORD`` (trial number,
+    valid -- finite, positive -- sample count, their median as ``np.median`` computes it).  A job whose ``n`` is not
+    its ``n_samples`` is read from its samples (``harness.record.query.load_cell_trials``)."""
 
     __tablename__ = "trial_summary"
     job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
-    trial: Mapped[int] = mapped_column(Integer, primary_key=True)
     n: Mapped[int] = mapped_column(Integer)
-    valid: Mapped[int] = mapped_column(Integer)
-    median: Mapped[float | None] = mapped_column(Float, nullable=True)
+    trials: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class AnalysisCache(Base):

@@ -28,7 +28,7 @@ from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample, TrialSummary
-from harness.record.store import Store
+from harness.record.store import TRIAL_RECORD, Store
 
 
 @dataclass
@@ -692,13 +692,13 @@ class ChipHistory:
 
     def samples(self, cell: int) -> npt.NDArray[np.float64]:
         """Pooled samples (every trial's) of one flat cell index, sorted."""
-        start = self.offsets.ravel()[cell]
-        return np.sort(self.values[start:start + self.counts.ravel()[cell]])
+        start = self.offsets.flat[cell]
+        return np.sort(self.values[start:start + self.counts.flat[cell]])
 
     def trials(self, cell: int) -> list[npt.NDArray[np.float64]]:
         """The samples of one flat cell index per trial (runs in start order), each sorted."""
-        first = int(self.trial_offsets.ravel()[cell])
-        span = slice(first, first + int(self.trial_counts.ravel()[cell]))
+        first = int(self.trial_offsets.flat[cell])
+        span = slice(first, first + int(self.trial_counts.flat[cell]))
         if span.stop > span.start and int(self.trial_starts[span].min()) < 0:
             raise ValueError(f"cell {cell}: its trials' samples were not loaded (load_cell_trials)")
         return [self.values[start:start + size]
@@ -883,8 +883,6 @@ def load_samples(session: Session, chip: str, commit_ids: Sequence[int], *, incl
     return arrange_samples(job_rows, sample_rows, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
 
 
-_TRIAL_ROW = np.dtype([("job", np.int64), ("trial", np.int64), ("n", np.int64), ("valid", np.int64),
-                       ("median", np.float64)])
 _IDS_PER_READ = 500
 
 
@@ -907,48 +905,39 @@ def load_cell_trials(session: Session, chip: str, commit_ids: Sequence[int], *, 
     account for their ``n_samples`` (written before the summaries existed, or by other means); the other trials
     have ``trial_starts`` -1.  With most jobs unaccounted for, this is ``load_samples``."""
     chip_jobs = _chip_jobs(session, chip, commit_ids, include_dirty=include_dirty, all_runs=False, kernel=None)
-    job_rows = _plain_rows(session, chip_jobs.jobs(select(*_JOB_SERIES, func.coalesce(JobRecord.n_samples, 0))))
-    summary = _plain_array(session, chip_jobs.jobs(
-        select(TrialSummary.job_id, TrialSummary.trial, TrialSummary.n, TrialSummary.valid,
-               func.coalesce(TrialSummary.median, 0.0)).join(JobRecord, TrialSummary.job_id == JobRecord.id)),
-        _TRIAL_ROW)
-    job_ids = np.fromiter((row[0] for row in job_rows), dtype=np.int64, count=len(job_rows))
-    expected = np.fromiter((row[6] for row in job_rows), dtype=np.int64, count=len(job_rows))
-    series_rows = [row[:6] for row in job_rows]
-    by_id = np.argsort(job_ids)
-    job_of = by_id[np.searchsorted(job_ids[by_id], summary["job"])] if job_ids.size else summary["job"][:0]
-    accounted = np.bincount(job_of, summary["n"], minlength=job_ids.size)
-    unread = (np.bincount(job_of, minlength=job_ids.size) == 0) | (accounted != expected)
+    job_rows = _plain_rows(session, chip_jobs.jobs(
+        select(*_JOB_SERIES, func.coalesce(JobRecord.n_samples, 0), func.coalesce(TrialSummary.n, -1),
+               TrialSummary.trials).outerjoin(TrialSummary, TrialSummary.job_id == JobRecord.id)))
+    index = _job_index(job_rows, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
+    job_ids, job_cell = index.job_ids, index.job_cells
+    unread = np.fromiter((row[6] != row[7] for row in job_rows), dtype=bool, count=len(job_rows))
     if unread.sum() * 2 > job_ids.size:
         return load_samples(session, chip, commit_ids, include_dirty=include_dirty)
+    payloads, sizes, width = [], [], TRIAL_RECORD.itemsize
+    for i in np.flatnonzero(~unread).tolist():
+        payload = job_rows[i][8]
+        if len(payload) % width:  # not a summary this harness wrote: read the samples
+            unread[i] = True
+        else:
+            payloads.append(payload)
+            sizes.append(len(payload) // width)
+    summary = np.frombuffer(b"".join(payloads), dtype=TRIAL_RECORD)
+    job_of = np.repeat(np.flatnonzero(~unread), sizes).astype(np.int64)
     read = _job_samples(session, job_ids[unread])
     # Trials per cell: the summaries' (valid ones) and those of the jobs read
-    layout = arrange_samples(series_rows, read, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
+    layout = _arranged_samples(index, read)
     keep = ~unread[job_of] & (summary["valid"] > 0)
     summary, job_of = summary[keep], job_of[keep]
-    n_series = layout.counts.shape[1]
-    job_cell = _job_cells(series_rows, chip_jobs.run_commit, n_series)
     trial_counts = layout.trial_counts.ravel() + np.bincount(job_cell[job_of], minlength=layout.trial_counts.size)
     few = (trial_counts > 0) & (trial_counts < samples_below)
     more = np.flatnonzero(~unread & few[job_cell])  # their pooled samples give the interval: read them too
     if more.size:
         unread[more] = True
         read = np.concatenate([read, _job_samples(session, job_ids[more])])
-        layout = arrange_samples(series_rows, read, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
+        layout = _arranged_samples(index, read)
         keep = ~unread[job_of]
         summary, job_of = summary[keep], job_of[keep]
-    return _merged(layout, summary, job_cell[job_of],
-                   np.fromiter((chip_jobs.run_index[row[1]] for row in series_rows), dtype=np.int64,
-                               count=len(series_rows))[job_of])
-
-
-def _job_cells(series_rows: Sequence[tuple], run_commit: dict[str, int], n_series: int) -> npt.NDArray[np.int64]:
-    """Each job's flat cell index, its series numbered as ``arrange_samples`` numbers them (first seen first)."""
-    series_index: dict[tuple, int] = {}
-    out = np.empty(len(series_rows), dtype=np.int64)
-    for i, (_, run_id, *series) in enumerate(series_rows):
-        out[i] = run_commit[run_id] * n_series + series_index.setdefault(tuple(series), len(series_index))
-    return out
+    return _merged(layout, summary, job_cell[job_of], index.job_runs[job_of])
 
 
 def _merged(layout: SampleLayout, summary: npt.NDArray[Any], cells: npt.NDArray[np.int64],
@@ -1010,20 +999,43 @@ def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple] | np
     -> commit index; ``run_index``: run id -> its index in start order. Each cell's samples are contiguous, grouped
     by (run, trial), each trial's samples sorted: everything computed from one cell depends on that cell's samples
     only."""
+    return _arranged_samples(_job_index(job_rows, run_commit, run_index, n_commits), sample_rows)
+
+
+class _JobIndex(NamedTuple):
+    """Benchmark job rows numbered: the series (first seen first) and per job its id, flat cell and run index."""
+
+    series: list[tuple[str, str, str, str]]
+    job_ids: npt.NDArray[np.int64]
+    job_cells: npt.NDArray[np.int64]  # commit index * n_series + series index
+    job_runs: npt.NDArray[np.int64]
+    n_runs: int
+    has_jobs: npt.NDArray[np.bool_]
+
+
+def _job_index(job_rows: Sequence[tuple], run_commit: dict[str, int], run_index: dict[str, int],
+               n_commits: int) -> _JobIndex:
+    """``job_rows``: (job id, run id, kernel, variant, dtype, shape key, ...)."""
     series_index: dict[tuple[str, str, str, str], int] = {}
     job_ids = np.empty(len(job_rows), dtype=np.int64)
     job_cells = np.empty(len(job_rows), dtype=np.int64)
     job_commit = np.empty(len(job_rows), dtype=np.int64)
     job_run = np.empty(len(job_rows), dtype=np.int64)
-    for i, (job_id, run_id, *series) in enumerate(job_rows):
-        job_ids[i] = job_id
-        job_commit[i] = run_commit[run_id]
-        job_run[i] = run_index[run_id]
-        job_cells[i] = series_index.setdefault(tuple(series), len(series_index))
+    for i, row in enumerate(job_rows):
+        job_ids[i] = row[0]
+        job_commit[i] = run_commit[row[1]]
+        job_run[i] = run_index[row[1]]
+        job_cells[i] = series_index.setdefault(tuple(row[2:6]), len(series_index))
     n_series = len(series_index)
     has_jobs = np.zeros((n_commits, n_series), dtype=bool)
     has_jobs[job_commit, job_cells] = True
     job_cells += job_commit * n_series
+    return _JobIndex(list(series_index), job_ids, job_cells, job_run, len(run_index), has_jobs)
+
+
+def _arranged_samples(index: _JobIndex, sample_rows: Sequence[tuple] | npt.NDArray[Any]) -> SampleLayout:
+    job_ids, job_cells, job_run, has_jobs = index.job_ids, index.job_cells, index.job_runs, index.has_jobs
+    n_commits, n_series = has_jobs.shape
     samples = (sample_rows if isinstance(sample_rows, np.ndarray)
                else np.fromiter(sample_rows, dtype=_SAMPLE_ROW, count=len(sample_rows)))
     del sample_rows
@@ -1037,7 +1049,7 @@ def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple] | np
     if trial.size and trial.min() < 0:
         trial = np.unique(trial, return_inverse=True)[1].reshape(-1)
     per_run = int(trial.max()) + 1 if trial.size else 1
-    per_cell = per_run * max(len(run_index), 1)
+    per_cell = per_run * max(index.n_runs, 1)
     keys = cells * per_cell + job_run[job_of] * per_run + trial
     by_trial = np.argsort(keys, kind="stable")  # the rows come nearly in this order: much faster than a lexsort
     keys, values = keys[by_trial], seconds[by_trial]
@@ -1054,9 +1066,9 @@ def arrange_samples(job_rows: Sequence[tuple], sample_rows: Sequence[tuple] | np
     trial_offsets = (np.concatenate([[0], np.cumsum(trial_counts)[:-1]]).astype(np.int64) if trial_counts.size
                      else trial_counts)
     shape = (n_commits, n_series)
-    return SampleLayout(list(series_index), counts.reshape(shape), offsets.reshape(shape), values,
+    return SampleLayout(list(index.series), counts.reshape(shape), offsets.reshape(shape), values,
                         trial_counts.reshape(shape), trial_offsets.reshape(shape), starts.astype(np.int64),
-                        sizes.astype(np.int64), (keys[starts] // per_run % max(len(run_index), 1)).astype(np.int64),
+                        sizes.astype(np.int64), (keys[starts] // per_run % max(index.n_runs, 1)).astype(np.int64),
                         has_jobs)
 
 

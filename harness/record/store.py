@@ -11,13 +11,16 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
+from sqlalchemy import Engine, bindparam, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
@@ -451,10 +454,10 @@ def _test_records(run_id: str, job: Job, result: JobResult) -> list[JobRecord]:
     return list(records.values())
 
 
-def trial_summaries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, int, int, int, float | None]]:
-    """``(job_id, trial, n, valid, median)`` per (job, trial) of sample rows ``(job_id, idx, seconds, trial)``: how
-    many samples, how many valid (finite, > 0; the analysis drops the others) and the median of the valid ones as
-    ``np.median`` computes it (the mean of the two middle values of the sorted samples; None with none valid)."""
+def trial_summaries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, int, int, int, float]]:
+    """``(job_id, trial, n, valid, median)`` per (job, trial) of sample rows ``(job_id, idx, seconds, trial)``, in
+    (job, trial) order: how many samples, how many valid (finite, > 0; the analysis drops the others) and the median
+    of the valid ones as ``np.median`` computes it (the mean of the two middle values; nan with none valid)."""
     if not rows:
         return []
     count = len(rows)
@@ -470,29 +473,63 @@ def trial_summaries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, int, int, 
     has = n_valid > 0
     lower = seconds[starts + np.where(has, (n_valid - 1) // 2, 0)]
     upper = seconds[starts + np.where(has, n_valid // 2, 0)]
-    medians = (lower + upper) / 2.0
-    return [(j, t, n, v, m if v else None) for j, t, n, v, m in zip(
-        job[starts].tolist(), trial[starts].tolist(), sizes.tolist(), n_valid.tolist(), medians.tolist(),
-        strict=True)]
+    medians = np.where(has, (lower + upper) / 2.0, np.nan)
+    return list(zip(job[starts].tolist(), trial[starts].tolist(), sizes.tolist(), n_valid.tolist(),
+                    medians.tolist(), strict=True))
+
+
+# One trial in ``TrialSummary.trials``: the bytes of these records, one per trial in trial order.
+TRIAL_RECORD = np.dtype([("trial", "<i8"), ("valid", "<i8"), ("median", "<f8")])
+
+
+def packed_summaries(summaries: Sequence[tuple[int, int, int, int, float]]
+                     ) -> dict[int, tuple[int, npt.NDArray[Any]]]:
+    """``trial_summaries`` rows per job: its sample count and its ``TRIAL_RECORD`` array."""
+    out: dict[int, tuple[int, npt.NDArray[Any]]] = {}
+    for job_id, group in groupby(summaries, key=itemgetter(0)):
+        trials = list(group)
+        records = np.array([(t, v, m) for _, t, _, v, m in trials], dtype=TRIAL_RECORD)
+        out[job_id] = (sum(n for _, _, n, _, _ in trials), records)
+    return out
+
+
+def unpacked_trials(payload: bytes) -> npt.NDArray[Any] | None:
+    """The ``TRIAL_RECORD`` array of a ``TrialSummary.trials`` value; None if it is not one."""
+    if len(payload) % TRIAL_RECORD.itemsize:
+        return None
+    return np.frombuffer(payload, dtype=TRIAL_RECORD)
 
 
 def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float, int]]], None]:
     """The fastest bulk insert of (job_id, idx, seconds, trial) rows the database offers, in the session's
-    transaction, with the ``trial_summary`` rows of their (job, trial)s: each call must hold all the samples of the
-    trials it writes (a trial is written once).
+    transaction, with their jobs' ``TrialSummary`` rows (a job's existing trials kept, the new ones merged in):
+    each call must hold all the samples of the trials it writes (a trial is written once).
 
     PostgreSQL (psycopg 3): COPY FROM STDIN in text format, the rows formatted at once (float repr is exact and
     PostgreSQL reads inf/nan). SQLite: executemany of plain tuples (no per-row parameter processing).
     Anything else: a Core executemany insert.
     """
     write = _raw_sample_writer(session)
-    summaries = TrialSummary.__table__
+    table = TrialSummary.__table__
 
     def write_with_summaries(rows: list[tuple[int, int, float, int]]) -> None:
         write(rows)
-        if rows:
-            session.connection().execute(insert(summaries), [
-                {"job_id": j, "trial": t, "n": n, "valid": v, "median": m} for j, t, n, v, m in trial_summaries(rows)])
+        new = packed_summaries(trial_summaries(rows))
+        if not new:
+            return
+        connection = session.connection()
+        jobs = sorted(new)
+        for start in range(0, len(jobs), 500):
+            part = jobs[start:start + 500]
+            for job_id, n, payload in connection.execute(select(table.c.job_id, table.c.n, table.c.trials)
+                                                         .where(table.c.job_id.in_(part))).all():
+                old = unpacked_trials(payload)
+                added, records = new[job_id]
+                merged = records if old is None else np.concatenate([old, records])
+                new[job_id] = (added + (n if old is not None else 0), np.sort(merged, order="trial", kind="stable"))
+            connection.execute(delete(table).where(table.c.job_id.in_(part)))
+        connection.execute(insert(table), [{"job_id": job_id, "n": n, "trials": records.tobytes()}
+                                           for job_id, (n, records) in new.items()])
 
     return write_with_summaries
 

@@ -4,10 +4,11 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-01 06:00:00.000000
 
-``trial_summary``: per (benchmark job, trial) its sample count, valid sample count and median, written with the
-samples (``harness.record.store.sample_writer``) so that a history is analysed without reading every sample.  The
-upgrade fills it from the stored samples, a bounded number of jobs at a time; a job it misses (or any job whose rows
-do not add up to its ``n_samples``) is still read from its samples.  Dropping it (downgrade) loses only time.
+``trial_summary``: per benchmark job the samples it summarises and, packed, per trial its valid sample count and
+median, written with the samples (``harness.record.store.sample_writer``) so that a history is analysed without
+reading every sample.  The upgrade fills it from the stored samples, a bounded number of jobs at a time; a job
+without a summary (or whose ``n`` is not its ``n_samples``) is still read from its samples.  Dropping it (downgrade)
+loses only time.
 """
 
 import logging
@@ -29,27 +30,22 @@ def upgrade() -> None:
     op.create_table(
         'trial_summary',
         sa.Column('job_id', sa.Integer(), nullable=False),
-        sa.Column('trial', sa.Integer(), nullable=False),
         sa.Column('n', sa.Integer(), nullable=False),
-        sa.Column('valid', sa.Integer(), nullable=False),
-        sa.Column('median', sa.Float(), nullable=True),
+        sa.Column('trials', sa.LargeBinary(), nullable=False),
         sa.ForeignKeyConstraint(['job_id'], ['job.id'], ondelete='CASCADE'),
-        sa.PrimaryKeyConstraint('job_id', 'trial'),
+        sa.PrimaryKeyConstraint('job_id'),
     )
     _fill(op.get_bind())
 
 
 def _fill(connection: sa.Connection) -> None:
-    from harness.record.store import trial_summaries  # the one rule for a trial's summary
+    from harness.record.store import packed_summaries, trial_summaries  # the one rule for a trial's summary
 
     total = connection.execute(sa.text('SELECT count(*) FROM sample')).scalar() or 0
     if total > _SAY_ABOVE:  # minutes on tens of millions of samples: say why the command waits
         log.warning("summarising the trials of %d stored samples (once, for the schema's revision 0005)", total)
-
-    sample, summary = sa.table('sample', sa.column('job_id'), sa.column('idx'), sa.column('seconds'),
-                               sa.column('trial')), sa.table('trial_summary', sa.column('job_id'),
-                                                             sa.column('trial'), sa.column('n'),
-                                                             sa.column('valid'), sa.column('median'))
+    sample = sa.table('sample', sa.column('job_id'), sa.column('idx'), sa.column('seconds'), sa.column('trial'))
+    summary = sa.table('trial_summary', sa.column('job_id'), sa.column('n'), sa.column('trials'))
     after = -1
     while True:
         jobs = (sa.select(sample.c.job_id).distinct().where(sample.c.job_id > after).order_by(sample.c.job_id)
@@ -59,9 +55,9 @@ def _fill(connection: sa.Connection) -> None:
             return
         rows = connection.execute(sa.select(sample.c.job_id, sample.c.idx, sample.c.seconds, sample.c.trial)
                                   .where(sample.c.job_id > after, sample.c.job_id <= last)).all()
-        summaries = trial_summaries(rows)
-        connection.execute(summary.insert(), [dict(zip(("job_id", "trial", "n", "valid", "median"), row,
-                                                       strict=True)) for row in summaries])
+        packed = packed_summaries(trial_summaries(rows))
+        connection.execute(summary.insert(), [{"job_id": job_id, "n": n, "trials": records.tobytes()}
+                                              for job_id, (n, records) in packed.items()])
         after = last
 
 
