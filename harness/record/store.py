@@ -20,6 +20,8 @@ import numpy as np
 import numpy.typing as npt
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, bindparam, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
@@ -155,11 +157,23 @@ def _pg_args(parsed) -> dict[str, Any]:
     return {"connect_timeout": 10} if parsed.get_backend_name() == "postgresql" else {}
 
 
+class NewerSchemaError(HarnessError):
+    """The database was migrated by a newer harness: this one does not know its schema revision."""
+
+
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (idempotent)."""
+    """Bring the schema to the newest Alembic revision (idempotent); a database at a revision this harness does
+    not know (written by a newer one) is refused, untouched."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
+    script = ScriptDirectory.from_config(config)
     with engine.begin() as connection:
+        current = MigrationContext.configure(connection).get_current_heads()
+        known = {revision.revision for revision in script.walk_revisions()}
+        if unknown := sorted(set(current) - known):
+            raise NewerSchemaError(
+                f"the database's schema is at revision {', '.join(unknown)}, newer than this harness knows "
+                f"(up to {script.get_current_head()}): it was written by a newer harness; upgrade this checkout")
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
@@ -200,6 +214,9 @@ def open_database(url: str | None = None, *, must_exist: bool = False) -> Store:
         engine.dispose()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise HarnessError(f"cannot open database {mask_url(url)}: {reason}") from None
+    except NewerSchemaError as exc:
+        engine.dispose()
+        raise HarnessError(f"cannot open database {mask_url(url)}: {exc}") from None
     return Store(engine, url)
 
 

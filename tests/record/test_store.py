@@ -36,6 +36,29 @@ def test_migrations_are_idempotent(db):
     assert count(db, Run) == 0
 
 
+def test_a_database_written_by_a_newer_harness_is_refused_in_one_line_and_left_untouched(db_url):
+    """Its schema revision is one this harness does not know: Alembic's traceback became one clear error (exit 2
+    from the CLI), and nothing is migrated or written."""
+    import subprocess
+    import sys
+
+    from sqlalchemy import text
+
+    store.open_database(db_url).close()
+    engine = store.make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(HarnessError, match="revision 9999, newer than this harness knows .*upgrade this checkout"):
+        store.open_database(db_url)
+    done = subprocess.run([sys.executable, "-m", "harness", "compare", "HEAD~1", "HEAD", "--db", db_url],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "newer than this harness knows" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "9999"
+    engine.dispose()
+
+
 def test_a_result_written_twice_is_stored_once(db):
     run_id = new_run(db)
     job = bench_job()
