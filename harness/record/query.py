@@ -903,7 +903,7 @@ def load_cell_trials(session: Session, chip: str, commit_ids: Sequence[int], *, 
     order.  Samples are read (into ``values``, ``offsets`` valid for their cells) only for the cells of fewer
     than ``samples_below`` trials (their interval is their pooled samples') and for the jobs whose summaries do not
     account for their ``n_samples`` (written before the summaries existed, or by other means); the other trials
-    have ``trial_starts`` -1.  With most jobs unaccounted for, this is ``load_samples``."""
+    have ``trial_starts`` -1.  With samples to read for most jobs, this is ``load_samples``."""
     chip_jobs = _chip_jobs(session, chip, commit_ids, include_dirty=include_dirty, all_runs=False, kernel=None)
     job_rows = _plain_rows(session, chip_jobs.jobs(
         select(*_JOB_SERIES, func.coalesce(JobRecord.n_samples, 0), func.coalesce(TrialSummary.n, -1),
@@ -931,6 +931,8 @@ def load_cell_trials(session: Session, chip: str, commit_ids: Sequence[int], *, 
     trial_counts = layout.trial_counts.ravel() + np.bincount(job_cell[job_of], minlength=layout.trial_counts.size)
     few = (trial_counts > 0) & (trial_counts < samples_below)
     more = np.flatnonzero(~unread & few[job_cell])  # their pooled samples give the interval: read them too
+    if (unread.sum() + more.size) * 2 > job_ids.size:  # mostly single runs of few trials: one query reads them
+        return load_samples(session, chip, commit_ids, include_dirty=include_dirty)
     if more.size:
         unread[more] = True
         read = np.concatenate([read, _job_samples(session, job_ids[more])])
