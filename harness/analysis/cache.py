@@ -82,6 +82,7 @@ from harness.analysis.regressions import (
     performance_regressions,
 )
 from harness.core import defaults, stats, trials
+from harness.core.errors import first_line
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
 
@@ -592,7 +593,7 @@ def _flush(store: Store, chip: str, writes: _Writes, stats_out: CacheStats) -> N
         except SQLAlchemyError as exc:  # a read-only database, a lock held too long: the next report recomputes
             stats_out.write_errors += 1
             log.warning("analysis cache: could not store %s rows of %s: %s", kind, chip,
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+                        first_line(exc))
 
 
 def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, last: int | None = None,
@@ -703,7 +704,7 @@ def job_catalogue(store: Store, chips: Sequence[str], kinds: Sequence[str], *, u
                     key, json.dumps(rows, separators=(",", ":")).encode(), state.watermark)})
             except SQLAlchemyError as exc:  # the next report reads them again
                 log.warning("analysis cache: could not store the jobs of %s: %s", chip,
-                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+                            first_line(exc))
         for kind, job_key, kernel, variant, dtype, shape_key, measured in rows:
             units.setdefault(chip, set()).add(query._unit_of(kind, job_key, kernel))
             if kind == "benchmark":
@@ -804,7 +805,7 @@ def _store_shown(store: Store, kind: str, shown: dict[str, set[str]],
             analysis_cache.write_entries(store, chip, kind, computed.get(chip, {}), keep=names)
         except SQLAlchemyError as exc:
             log.warning("analysis cache: could not store %s rows of %s: %s", kind, chip,
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+                        first_line(exc))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -22,6 +22,12 @@ class Summary:
     n: int
 
 
+def sorted_medians(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The median of each run ``values[start:start + size]`` of sorted values (size >= 1), as ``np.median``
+    computes it: the middle value, or the mean of the two middle ones."""
+    return (values[starts + (sizes - 1) // 2] + values[starts + sizes // 2]) / 2.0
+
+
 def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """Median and the order-statistic CI of ``harness.core.stats.median_ci`` (the one the verdicts use).
 

@@ -309,21 +309,23 @@ class LocalExecutor:
             on_result(job, result)
 
         group: list[list[Job]] = []  # batches of one round that start together (run_together)
+
+        def start_group() -> None:
+            if group:
+                run_together(group, settle, self.tree)
+                group.clear()
+
         for batch in batches(jobs, self.batch):
             if group and (len(group) == self.ahead or batch[0].trial != group[0][0].trial):
-                run_together(group, settle, self.tree)
-                group = []
+                start_group()
             # settled as it joins a group: a group holds one round, so earlier rounds have all reported
             runnable = _runnable([self._settled(job) for job in batch], settle, self.tree)
             if len(runnable) > 1:
                 group.append(runnable)
             elif runnable:  # a job alone, in its place in the order
-                if group:
-                    run_together(group, settle, self.tree)
-                    group = []
+                start_group()
                 settle(runnable[0], self._run(runnable[0]))
-        if group:
-            run_together(group, settle, self.tree)
+        start_group()
 
     def _settled(self, job: Job) -> Job:
         """A later trial of a job whose timing mode was "auto" runs in the mode its first trial chose: every trial

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
+from harness.core.summary import sorted_medians
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample, TrialSummary
 from harness.record.store import TRIAL_RECORD, Store
@@ -709,9 +710,7 @@ class ChipHistory:
         if self._trial_medians is None:
             if self.trial_starts.size and int(self.trial_starts.min()) < 0:
                 raise ValueError("trials without their samples need their medians given (load_cell_trials)")
-            lower = self.values[self.trial_starts + (self.trial_sizes - 1) // 2]
-            upper = self.values[self.trial_starts + self.trial_sizes // 2]
-            self._trial_medians = (lower + upper) / 2.0
+            self._trial_medians = sorted_medians(self.values, self.trial_starts, self.trial_sizes)
         return self._trial_medians
 
     def trial_cells(self) -> npt.NDArray[np.int64]:
@@ -942,27 +941,30 @@ def load_cell_trials(session: Session, chip: str, commit_ids: Sequence[int], *, 
     return _merged(layout, summary, job_cell[job_of], index.job_runs[job_of])
 
 
+def _rank_in_groups(cells: npt.NDArray[np.int64], runs: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Each entry's position within its run of equal (cell, run) pairs (the arrays sorted by them)."""
+    if cells.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    index = np.arange(cells.size)
+    first = np.concatenate([[True], (cells[1:] != cells[:-1]) | (runs[1:] != runs[:-1])])
+    return index - np.maximum.accumulate(np.where(first, index, 0))
+
+
 def _merged(layout: SampleLayout, summary: npt.NDArray[Any], cells: npt.NDArray[np.int64],
             runs: npt.NDArray[np.int64]) -> SampleLayout:
     """``layout`` (of the samples read) with the summarised trials (``summary`` rows, their flat cells and runs)
     merged in: every cell's trials ordered by (run, trial), as ``arrange_samples`` orders them."""
-    n_read = layout.trial_starts.size
     read_cells = np.repeat(np.arange(layout.trial_counts.size), layout.trial_counts.ravel())
     read_runs = layout.trial_runs
     # a (cell, run) is one job: its trials, read or summarised, come in trial order
-    first = np.concatenate([[True], (read_cells[1:] != read_cells[:-1]) | (read_runs[1:] != read_runs[:-1])]) \
-        if n_read else np.zeros(0, dtype=bool)
-    read_rank = np.arange(n_read) - np.maximum.accumulate(np.where(first, np.arange(n_read), 0))
+    read_rank = _rank_in_groups(read_cells, read_runs)
     order = np.lexsort((summary["trial"], runs, cells))
     summary, cells, runs = summary[order], cells[order], runs[order]
-    first = np.concatenate([[True], (cells[1:] != cells[:-1]) | (runs[1:] != runs[:-1])]) if cells.size \
-        else np.zeros(0, dtype=bool)
-    summary_rank = np.arange(cells.size) - np.maximum.accumulate(np.where(first, np.arange(cells.size), 0))
+    summary_rank = _rank_in_groups(cells, runs)
     all_cells = np.concatenate([read_cells, cells])
     all_runs = np.concatenate([read_runs, runs])
     order = np.lexsort((np.concatenate([read_rank, summary_rank]), all_runs, all_cells))
-    read_medians = (layout.values[layout.trial_starts + (layout.trial_sizes - 1) // 2]
-                    + layout.values[layout.trial_starts + layout.trial_sizes // 2]) / 2.0
+    read_medians = sorted_medians(layout.values, layout.trial_starts, layout.trial_sizes)
     medians = np.concatenate([read_medians, summary["median"]])[order]
     starts = np.concatenate([layout.trial_starts, np.full(cells.size, -1, dtype=np.int64)])[order]
     sizes = np.concatenate([layout.trial_sizes, summary["valid"]])[order]

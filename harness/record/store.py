@@ -29,10 +29,10 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLA
 from sqlalchemy.orm import Session, sessionmaker
 
 from harness.core.chip import ChipIdentity
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, first_line
 from harness.core.job import Job, JobResult, per_test_key, unit_key
 from harness.core.proc import holder_is_gone, process_identity
-from harness.core.summary import summarize
+from harness.core.summary import sorted_medians, summarize
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, TrialSummary, utcnow
 from harness.spec import git
 
@@ -149,8 +149,7 @@ def make_engine(url: str, *, must_exist: bool = False, given_as: str = "--db") -
     try:
         return create_engine(parsed, pool_pre_ping=True, connect_args=_pg_args(parsed))
     except Exception as exc:  # noqa: BLE001 - unknown driver, missing driver package
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HarnessError(f"cannot use database {mask_url(url)}: {reason}") from None
+        raise HarnessError(f"cannot use database {mask_url(url)}: {first_line(exc)}") from None
 
 
 def _pg_args(parsed) -> dict[str, Any]:
@@ -408,7 +407,8 @@ def _add_trial(session: Session, record: JobRecord, result: JobResult,
     record.duration_s += result.duration_s
     if result.samples:
         first = session.scalar(select(func.coalesce(func.max(Sample.idx) + 1, 0)).where(Sample.job_id == record.id))
-        sample_writer(session)([(record.id, first + i, s, result.trial) for i, s in enumerate(result.samples)])
+        sample_writer(session, append=True)([(record.id, first + i, s, result.trial)
+                                             for i, s in enumerate(result.samples)])
         everything = list(session.scalars(select(Sample.seconds).where(Sample.job_id == record.id)))
         record.trials = len(set(session.scalars(select(Sample.trial).where(Sample.job_id == record.id))))
         record.inner = record.inner or result.inner
@@ -488,9 +488,7 @@ def trial_summaries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, int, int, 
     sizes = np.diff(np.append(starts, count))
     n_valid = np.add.reduceat(valid.astype(np.int64), starts)
     has = n_valid > 0
-    lower = seconds[starts + np.where(has, (n_valid - 1) // 2, 0)]
-    upper = seconds[starts + np.where(has, n_valid // 2, 0)]
-    medians = np.where(has, (lower + upper) / 2.0, np.nan)
+    medians = np.where(has, sorted_medians(seconds, starts, np.maximum(n_valid, 1)), np.nan)
     return list(zip(job[starts].tolist(), trial[starts].tolist(), sizes.tolist(), n_valid.tolist(),
                     medians.tolist(), strict=True))
 
@@ -517,10 +515,11 @@ def unpacked_trials(payload: bytes) -> npt.NDArray[Any] | None:
     return np.frombuffer(payload, dtype=TRIAL_RECORD)
 
 
-def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float, int]]], None]:
+def sample_writer(session: Session, *, append: bool = False) -> Callable[[list[tuple[int, int, float, int]]], None]:
     """The fastest bulk insert of (job_id, idx, seconds, trial) rows the database offers, in the session's
-    transaction, with their jobs' ``TrialSummary`` rows (a job's existing trials kept, the new ones merged in):
-    each call must hold all the samples of the trials it writes (a trial is written once).
+    transaction, with their jobs' ``TrialSummary`` rows: each call must hold all the samples of the trials it writes
+    (a trial is written once). ``append``: the jobs may have trials stored already (a later trial), kept and merged
+    with the new ones; else they are new jobs.
 
     PostgreSQL (psycopg 3): COPY FROM STDIN in text format, the rows formatted at once (float repr is exact and
     PostgreSQL reads inf/nan). SQLite: executemany of plain tuples (no per-row parameter processing).
@@ -535,7 +534,7 @@ def sample_writer(session: Session) -> Callable[[list[tuple[int, int, float, int
         if not new:
             return
         connection = session.connection()
-        jobs = sorted(new)
+        jobs = sorted(new) if append else []
         for start in range(0, len(jobs), 500):
             part = jobs[start:start + 500]
             for job_id, n, payload in connection.execute(select(table.c.job_id, table.c.n, table.c.trials)

@@ -60,6 +60,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from harness.analysis import records
 from harness.analysis.records import HistoryPoints
+from harness.core.errors import first_line
 from harness.core.status import is_code_failure
 from harness.record import analysis_cache, query
 from harness.record.store import Store
@@ -277,7 +278,7 @@ class SiteManifests:
             entry = analysis_cache.read_entries(self.store, self.CHIP, self.KIND, [self._name(folder)]).get(
                 self._name(folder))
         except SQLAlchemyError as exc:
-            log.warning("site manifest unreadable, every page rendered: %s", _first_line(exc))
+            log.warning("site manifest unreadable, every page rendered: %s", first_line(exc))
             return Manifest()
         return Manifest() if entry is None else Manifest.from_bytes(entry.payload)
 
@@ -286,19 +287,14 @@ class SiteManifests:
             analysis_cache.write_entries(self.store, self.CHIP, self.KIND, {
                 self._name(folder): analysis_cache.Entry(render_version()[:32], manifest.to_bytes())})
         except SQLAlchemyError as exc:  # the next build renders every page
-            log.warning("site manifest not stored: %s", _first_line(exc))
+            log.warning("site manifest not stored: %s", first_line(exc))
 
     def forget(self, folder: Path) -> None:
         try:
             others = set(analysis_cache.read_entries(self.store, self.CHIP, self.KIND)) - {self._name(folder)}
             analysis_cache.write_entries(self.store, self.CHIP, self.KIND, {}, keep=others)
         except SQLAlchemyError as exc:
-            log.warning("site manifest not removed: %s", _first_line(exc))
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+            log.warning("site manifest not removed: %s", first_line(exc))
 
 
 @dataclass
