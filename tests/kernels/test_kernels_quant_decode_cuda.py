@@ -134,9 +134,10 @@ def test_the_batched_launch_is_the_per_layer_launch_bit_for_bit_and_keeps_every_
 
 
 # --- what the H200 recorded: the built-in suite with these kernels, compiled by MLX's JIT in every process
-# (h200-202d829.bundle) and through the harness's cubin cache (h200-2d82df7.bundle, kernels/cuda_compile.py) ------
+# (h200-202d829.bundle, and h200-3c1c045.bundle at the commit that closed the kernel work) and through the harness's
+# cubin cache (h200-2d82df7.bundle, kernels/cuda_compile.py) ----------------------------------------------------------
 
-H200_BUNDLES = ("h200-202d829.bundle", "h200-2d82df7.bundle")
+H200_BUNDLES = ("h200-202d829.bundle", "h200-2d82df7.bundle", "h200-3c1c045.bundle")
 LAYER_CHECKS = {"layer_parity", "layers_differ", "stride_adversarial", "reference"}
 
 

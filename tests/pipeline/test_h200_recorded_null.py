@@ -1,9 +1,14 @@
-"""A fresh null pair recorded on the H200: `harness compare` of two runs of identical kernels, as a user runs it.
+"""Fresh null pairs recorded on the H200: `harness compare` of two runs of identical kernels, as a user runs it.
 
-reports/examples/h200-2d82df7.bundle (the whole built-in suite, 3 trials) and h200-trial-cost-r3-e5bd9ab.bundle (its
-benchmark sections, 3 trials, 9 minutes later) were measured at two commits whose kernels are identical (e5bd9ab
-only adds scripts). The between-run noise is real: a Mann-Whitney test of one side's samples against the other's,
-the rule of evidence from one process's samples, flags most of the series.
+- reports/examples/h200-2d82df7.bundle (the whole built-in suite, 3 trials) and h200-trial-cost-r3-e5bd9ab.bundle
+  (its benchmark sections, 3 trials, 9 minutes later), at two commits whose kernels are identical (e5bd9ab only adds
+  scripts);
+- h200-3c1c045.bundle (the whole built-in suite, 3 trials) and h200-trial-cost-r3-3c1c045.bundle (its benchmark
+  sections with --prepare-ahead 4, started 10 minutes after the first ended and stopped at the call's time limit
+  with 29 of 869 job executions left: 7 series have 2 trials on that side), two runs of one commit, compared by run id.
+
+The between-run noise is real: a Mann-Whitney test of one side's samples against the other's, the rule of evidence
+from one process's samples, flags most of the series.
 """
 
 from __future__ import annotations
@@ -12,34 +17,46 @@ import json
 import sqlite3
 from collections import defaultdict
 
+import pytest
 from scipy.stats import mannwhitneyu
 
 from testkit.e2e import harness
 from testkit.paths import ROOT
 
 EXAMPLES = ROOT / "reports" / "examples"
-BASE, HEAD = "2d82df7", "e5bd9ab"
+# (base bundle, head bundle, base ref, head ref, series, series with fewer than 3 trials on a side)
+PAIRS = [
+    ("h200-2d82df7.bundle", "h200-trial-cost-r3-e5bd9ab.bundle", "2d82df7", "e5bd9ab", 233, 0),
+    ("h200-3c1c045.bundle", "h200-trial-cost-r3-3c1c045.bundle", "ec62ee687a1041a1884371abe93b6783",
+     "9999100a2c5a43ddbadb0681cc33d463", 254, 7),
+]
 
 
-def test_two_h200_runs_of_identical_kernels_flag_nothing_and_leave_few_inconclusive(tmp_path):
+@pytest.mark.parametrize(("base_bundle", "head_bundle", "base", "head", "series", "short"), PAIRS,
+                         ids=["2d82df7-e5bd9ab", "3c1c045-runs"])
+def test_two_h200_runs_of_identical_kernels_flag_nothing_and_leave_few_inconclusive(
+        tmp_path, base_bundle, head_bundle, base, head, series, short):
     db = f"sqlite:///{tmp_path / 'null.db'}"
-    for bundle in ("h200-2d82df7.bundle", "h200-trial-cost-r3-e5bd9ab.bundle"):
+    for bundle in (base_bundle, head_bundle):
         assert harness("import", "--db", db, str(EXAMPLES / bundle), cwd=tmp_path).returncode == 0
-    done = harness("compare", BASE, HEAD, "--db", db, "--format", "json", cwd=tmp_path)
+    done = harness("compare", base, head, "--db", db, "--format", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     counts, rows = report["counts"], report["rows"]
-    assert len(rows) == 233 and all(row["trials_base"] == row["trials_head"] == 3 for row in rows)
+    assert len(rows) == series and all(row["trials_base"] == 3 for row in rows)
+    assert sum(row["trials_head"] < 3 for row in rows) == short
     assert counts["regressed"] == counts["improved"] == counts["broken"] == 0
-    assert counts["inconclusive"] <= 0.10 * len(rows)  # the goal: at most 10 % (19 of 233 when recorded)
+    # the goal: at most 10 % (19 of 233 and 7 of 254 when recorded)
+    assert counts["inconclusive"] <= 0.10 * len(rows)
 
     # The same data is a hard null for a rule that takes one process's samples as the whole noise
     samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     with sqlite3.connect(tmp_path / "null.db") as con:
-        for sha, series, seconds in con.execute(
-                "SELECT c.sha, j.kernel || j.variant || j.dtype || j.shape_key, s.seconds FROM sample s "
+        for run, sha, key, seconds in con.execute(
+                "SELECT r.id, c.sha, j.kernel || j.variant || j.dtype || j.shape_key, s.seconds FROM sample s "
                 "JOIN job j ON j.id = s.job_id JOIN run r ON r.id = j.run_id JOIN \"commit\" c ON c.id = r.commit_id "
                 "WHERE j.kind = 'benchmark' AND j.status = 'passed'"):
-            samples[series][sha[:7]].append(seconds)
-    flagged = sum(mannwhitneyu(sides[BASE], sides[HEAD]).pvalue < 0.05 for sides in samples.values())
-    assert flagged > 0.4 * len(samples)  # 141 of 233 when recorded
+            side = base if base in (run, sha[:7]) else head
+            samples[key][side].append(seconds)
+    flagged = sum(mannwhitneyu(sides[base], sides[head]).pvalue < 0.05 for sides in samples.values())
+    assert flagged > 0.4 * len(samples)  # 141 of 233 and 126 of 254 when recorded
