@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import uuid
@@ -453,8 +454,15 @@ def record_result(store: Store, run_id: str, job: Job, result: JobResult,
                     sample_writer(session)([(record.id, i, s, result.trial) for i, s in enumerate(result.samples)])
                 session.add_all(_test_records(run_id, job, result))  # a pytest job's tests, in the same transaction
         except IntegrityError:
-            return False  # a concurrent writer stored it first
+            if _job_is_stored(store, run_id, job.key):
+                return False  # a concurrent writer stored it first
+            raise  # anything else (a run that is not there, a value the column refuses) must not vanish
     return True
+
+
+def _job_is_stored(store: Store, run_id: str, key: str) -> bool:
+    with store.session() as session:
+        return session.scalar(select(JobRecord.id).where(JobRecord.run_id == run_id, JobRecord.key == key)) is not None
 
 
 def _test_records(run_id: str, job: Job, result: JobResult) -> list[JobRecord]:
@@ -529,7 +537,7 @@ def sample_writer(session: Session, *, append: bool = False) -> Callable[[list[t
     table = TrialSummary.__table__
 
     def write_with_summaries(rows: list[tuple[int, int, float, int]]) -> None:
-        write(rows)
+        write(_without_nan(rows))
         new = packed_summaries(trial_summaries(rows))
         if not new:
             return
@@ -548,6 +556,16 @@ def sample_writer(session: Session, *, append: bool = False) -> Callable[[list[t
                                            for job_id, (n, records) in new.items()])
 
     return write_with_summaries
+
+
+def _without_nan(rows: list[tuple[int, int, float, int]]) -> list[tuple[int, int, float, int]]:
+    """The rows with a sample that is not a number as +inf. SQLite reads a NaN as NULL, which the sample column
+    refuses (the job's whole write failed); to the analysis both are an invalid sample (valid: finite and > 0), so
+    every backend stores +inf and reads the same."""
+    if not any(seconds != seconds for _, _, seconds, _ in rows):  # noqa: PLR0124 -- NaN is the value unequal to itself
+        return rows
+    return [(job, idx, seconds if seconds == seconds else math.inf, trial)  # noqa: PLR0124
+            for job, idx, seconds, trial in rows]
 
 
 def _raw_sample_writer(session: Session) -> Callable[[list[tuple[int, int, float, int]]], None]:

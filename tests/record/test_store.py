@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from sqlalchemy import func, select
 
 from harness.core.chip import ChipIdentity
 from harness.core.errors import HarnessError
 from harness.core.job import FunctionJob, InstallJob, JobResult, KernelJob, PytestJob
-from harness.record import outbox, query, store
-from harness.record.models import JobRecord, Run, Sample
+from harness.record import bundle, outbox, query, store
+from harness.record.models import JobRecord, Run, Sample, TrialSummary
 from testkit.migrations import downgraded
 
 CHIP = ChipIdentity(key="test-chip", backend="cpu", device_name="Test", architecture="x86_64", memory_bytes=141 << 30)
@@ -67,6 +69,44 @@ def test_a_result_written_twice_is_stored_once(db):
     assert store.record_result(db, run_id, job, result) is False
     assert count(db, JobRecord) == 1 and count(db, Sample) == 3
     assert store.stored_keys(db, run_id) == {job.key}
+
+
+def test_a_sample_that_is_not_a_number_keeps_its_job_and_is_stored_as_an_invalid_sample(db, tmp_path):
+    """SQLite reads a NaN as NULL, which the sample column refuses: the write failed with an IntegrityError that was
+    taken for a concurrent writer's, and the job was lost without a word. A NaN is stored as +inf on every backend:
+    to the statistics both are invalid (valid: finite and > 0), so nothing else changes."""
+    run_id = new_run(db)
+    job, later = bench_job(), bench_job("w")
+    nan = float("nan")
+    assert store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=[1.0, nan, 3.0])) is True
+    assert store.record_result(db, run_id, later, JobResult(later.key, "passed", samples=[2.0, 2.0], trial=0))
+    assert store.record_result(db, run_id, later, JobResult(later.key, "passed", samples=[nan, 4.0], trial=1))
+    with db.session() as session:
+        stored = {key: sorted(seconds for seconds, in session.execute(
+            select(Sample.seconds).join(JobRecord).where(JobRecord.key == key))) for key in (job.key, later.key)}
+        medians = dict(session.execute(select(JobRecord.key, JobRecord.median_s)).all())
+    assert stored == {job.key: [1.0, 3.0, float("inf")], later.key: [2.0, 2.0, 4.0, float("inf")]}
+    assert medians == {job.key: 2.0, later.key: 2.0}  # the medians of the valid samples, as before the write
+    with db.session() as session:  # the trial summaries count the NaN as a sample, not as a valid one
+        summaries = {key: (n, store.unpacked_trials(payload)[["trial", "valid"]].tolist()) for key, n, payload in
+                     session.execute(select(JobRecord.key, TrialSummary.n, TrialSummary.trials).join(JobRecord))}
+    assert summaries == {job.key: (3, [(0, 2)]), later.key: (4, [(0, 2), (1, 1)])}
+
+    bundle.export_bundle(db, tmp_path / "nan.bundle")  # and a bundle carries the invalid sample as it is stored
+    copy = outbox.open_store(f"sqlite:///{tmp_path / 'copy.db'}")
+    try:
+        bundle.import_bundle(copy, tmp_path / "nan.bundle")
+        with copy.session() as session:
+            assert sorted(session.scalars(select(Sample.seconds))) == [1.0, 2.0, 2.0, 3.0, 4.0, math.inf, math.inf]
+    finally:
+        copy.close()
+
+
+def test_an_integrity_error_that_is_not_a_concurrent_write_is_raised_not_swallowed(db):
+    job = bench_job()
+    with pytest.raises(Exception, match="(?i)foreign key|integrity|violates"):
+        store.record_result(db, "no-such-run", job, JobResult(job.key, "passed", samples=[1.0]))
+    assert count(db, JobRecord) == 0
 
 
 def test_running_the_same_commit_again_is_a_new_run_with_new_samples(db):
