@@ -60,7 +60,8 @@ def run(
                                                     "and make their first calls (MLX compiles a CUDA/Metal source "
                                                     "kernel in every process) before any of them times; they then "
                                                     "time one after another. 1: one process at a time. Local runs "
-                                                    "(on a Ray cluster each node runs one process at a time).",
+                                                    "(on a Ray cluster each node runs one process at a time). "
+                                                    "Default: this machine's CPU cores, at most 16.",
                                                min=1)] = defaults.PREPARE_AHEAD,
 ) -> None:
     """Run a suite on this machine's chip, store every result, render the report."""

@@ -7,6 +7,8 @@ harness.core.stats's docstring (thresholds) and harness.execute.timing's (timing
 
 from __future__ import annotations
 
+import os
+
 # Verdicts
 MIN_EFFECT = 0.02  # the smallest relative change in a median that is reported as a change
 ALPHA = 0.05  # false discovery rate across a grid (Benjamini-Hochberg), or one test's level
@@ -27,5 +29,8 @@ TIMING_MODE = "pipelined"  # "pipelined": async_eval, one sync per sample; "per-
 # the H200 the pilot picked differently from run to run for 16 of 104 series, and the two modes' timings differ by
 # 5-15 % (ms kernels) to 3x (30 us kernels), so such series cannot be compared (harness.analysis.compare.same_mode)
 ROUND_BATCH = 24  # a job process times up to this many benchmark jobs of one round (amortises MLX start-up)
-PREPARE_AHEAD = 4  # job processes of one round that start and compile their source kernels together, then time in turn
+# Job processes of one round that start and compile their source kernels together (one core each), then time in
+# turn. The H200's built-in benchmark sections (16 cores), 3 trials: 16 at once 482.5 s, 4 at once not done in
+# 560.5 s (about 580 s); 1 trial: 169.0 s and 187.2 s, one after the other. More than 16: not measured.
+PREPARE_AHEAD = min(16, os.cpu_count() or 1)
 THREADS = None  # BLAS/OpenMP threads of a timed job process: None leaves OMP_NUM_THREADS & co. as inherited

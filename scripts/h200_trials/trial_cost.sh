@@ -4,7 +4,7 @@
 # compiles each CUDA source kernel in every job process, kernels/cuda_compile.py). One step per device call:
 #   trial_cost.sh 1   -- trials = 1 (what one run cost before trials)
 #   trial_cost.sh 3   -- trials = 3 (the default)
-# AHEAD: `harness run --prepare-ahead` (default 4; 1 times the processes strictly one after another).
+# AHEAD: `harness run --prepare-ahead` (default 16; 1 times the processes strictly one after another).
 # Wall seconds go to $OUT/trial-cost.txt, the run as $OUT/trials-R.bundle. Needs MLX (source .whlB/setup.sh) and a
 # git clone of the project as the working directory's repository.
 set -uo pipefail
@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORK=${WORK:-$HOME/trial-cost}
 OUT=${OUT:-$WORK/out}
 LIMIT=${LIMIT:-540}
-AHEAD=${AHEAD:-4}
+AHEAD=${AHEAD:-16}
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 export HARNESS_CACHE=$WORK/cache-$R MLX_PTX_CACHE_DIR=$WORK/ptx-$R
 mkdir -p "$WORK" "$OUT"
