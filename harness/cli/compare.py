@@ -40,7 +40,7 @@ HELP = "\n\n".join((
     "samples) or a run id (that run only). A commit compared with itself pools the same runs on both sides, so it "
     "is trivially unchanged; to compare two runs of one commit, pass their run ids.",
     "Every series present on both sides gets a verdict (regressed, improved, unchanged, inconclusive). The unit of "
-    "evidence is a trial (one job process; a run measures each benchmark in [timing] trials of them): the spread "
+    "evidence is a trial (one job process; a run measures each benchmark in \\[timing] trials of them): the spread "
     "between trials, floored by the spread of the series' recent runs on the base branch, gives a t interval of "
     "the ratio, with Benjamini-Hochberg control across the whole grid. With one trial a side and no history the "
     "noise is unknown and the verdict is inconclusive, with the trials that would settle it. 'noise' is the spread "
@@ -71,7 +71,7 @@ def compare(
     repo: Annotated[str, typer.Option(help="With --ab: the repository whose commits BASE and HEAD are.")] = ".",
     suite: Annotated[str | None, typer.Option(help="With --ab: suite file (default: the built-in suite, or the "
                                                    "commit's harness.toml).")] = None,
-    trials: Annotated[int | None, typer.Option(help="With --ab: trials per side (default: the suite's [timing] "
+    trials: Annotated[int | None, typer.Option(help="With --ab: trials per side (default: the suite's \\[timing] "
                                                     "trials, at least 4 when the suite has fewer than 3 series: a "
                                                     "lone series' change must also show by rank).", min=1)] = None,
     chip_label: Annotated[str | None, typer.Option(help="With --ab: override the detected chip key.")] = None,

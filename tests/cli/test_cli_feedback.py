@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from harness.cli.run import LineProgress, duration
 from testkit.e2e import harness, write_suite
@@ -150,3 +153,33 @@ def test_a_run_in_a_terminal_shows_an_eta_column(repo: Path):
     done = harness("run", "--suite", str(suite), "--no-report", cwd=repo, env={"TTY_INTERACTIVE": "1"})
     assert done.returncode == 0, done.stderr
     assert "ETA" in done.stderr and "progress: " not in done.stderr
+
+
+# --- help texts ------------------------------------------------------------------------------------------------
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()):
+    """Every (command path, click command) of the app, sub-groups included."""
+    for name, command in group.commands.items():
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+
+
+def test_bracketed_words_in_help_texts_are_printed_not_taken_for_markup():
+    """Rich reads "[timing]" as a markup tag and drops it: `compare --help` said "a run measures each benchmark in
+    trials of them" where the source says "[timing] trials"."""
+    from harness.cli.main import app  # every verb registered
+
+    group = typer.main.get_command(app)
+    checked = 0
+    for path, command in _commands(group):
+        texts = [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]
+        words = {word for text in texts for word in re.findall(r"\[[a-z_]+\]", text.replace("\\[", "["))}
+        if not words:
+            continue
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"}, terminal_width=400).output
+        for word in words:
+            assert word in shown, f"{' '.join(path)} --help lost {word}"
+        checked += 1
+    assert checked, "no help text has a bracketed word: the test checks nothing"
