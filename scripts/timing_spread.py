@@ -17,7 +17,8 @@ to ``--json``:
 Kernels (GPU sizes; ``--cpu`` shrinks them, and uses float32, since MLX's CPU float16 is emulated and slow):
 
 - ``sdpa2048``, ``sdpa8192``: causal ``mx.fast.scaled_dot_product_attention``, B=1 H=32 D=128 float16, S=2048 and
-  8192 (``--cpu``: H=2, S=128 and 256);
+  8192 (``--cpu``: H=2, S=128 and 256); ``sdpa1024``: the same at S=1024 with H=16, a kernel of about 25 us whose
+  pipelined timing can follow the host's pace (``--cpu``: S=64);
 - ``matmul4096``: a 4096^2 float16 matmul (``--cpu``: 256^2);
 - ``chain50``: 50 tiny elementwise ops on 1024 elements, launch-bound (the same with ``--cpu``).
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -43,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.execute.timing import TimingProtocol, measure_mlx, relative_spread  # noqa: E402
 
-KERNELS = ("sdpa2048", "sdpa8192", "matmul4096", "chain50")
+KERNELS = ("sdpa1024", "sdpa2048", "sdpa8192", "matmul4096", "chain50")
 MODES = ("per-call", "pipelined", "auto")
 
 
@@ -55,8 +57,8 @@ def build(kernel: str, cpu: bool):
     name = str(dtype).rsplit(".", 1)[-1]
     key = mx.random.key(0)
     if kernel.startswith("sdpa"):
-        seq = {"sdpa2048": 128, "sdpa8192": 256}[kernel] if cpu else int(kernel[4:])
-        heads, dim = (2 if cpu else 32), 128
+        seq = {"sdpa1024": 64, "sdpa2048": 128, "sdpa8192": 256}[kernel] if cpu else int(kernel[4:])
+        heads, dim = (2 if cpu else 16 if kernel == "sdpa1024" else 32), 128
         q, k, v = (mx.random.normal((1, heads, seq, dim), key=sub).astype(dtype) for sub in mx.random.split(key, 3))
         mx.eval(q, k, v)
         scale = dim**-0.5
@@ -86,6 +88,8 @@ def build(kernel: str, cpu: bool):
 
 def child(args: argparse.Namespace) -> None:
     """One fresh process: time one kernel in one mode, print one JSON line."""
+    if args.cpus != "all":
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
     import mlx.core as mx
 
     if args.cpu:
@@ -105,9 +109,18 @@ def child(args: argparse.Namespace) -> None:
                       "process_s": time.perf_counter() - start}))
 
 
-def run_child(kernel: str, mode: str, args: argparse.Namespace) -> dict:
+def parse_cpus(text: str) -> set[int]:
+    """"5" or "5,6" or "4-7" -> the CPU numbers."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def run_child(kernel: str, mode: str, cpus: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--kernel", kernel, "--mode", mode,
-               "--samples", str(args.samples)] + (["--cpu"] if args.cpu else [])
+               "--samples", str(args.samples), "--cpus", cpus] + (["--cpu"] if args.cpu else [])
     proc = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -143,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="run on MLX's CPU device, with small sizes and float32")
     parser.add_argument("--json", type=Path, help="also write the summary and every process's record here")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="a process is killed after this long")
+    parser.add_argument("--affinities", default="all",
+                        help="semicolon-separated CPU sets each process is pinned to, each a setting of its own: "
+                             "'all' (not pinned), '5', '5,6', '4-7' (default all)")
+    parser.add_argument("--cpus", default="all", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -158,28 +175,35 @@ def main(argv: list[str] | None = None) -> int:
         if name not in MODES:
             parser.error(f"unknown mode {name!r}: one of {', '.join(MODES)}")
     start = time.perf_counter()
-    records: dict[tuple[str, str], list[dict]] = {(k, m): [] for k in kernels for m in modes}
+    affinities = args.affinities.split(";")
+    for cpus in affinities:
+        if cpus != "all":
+            parse_cpus(cpus)  # a bad set fails here, before any process starts
+    records: dict[tuple[str, str, str], list[dict]] = {(k, m, c): [] for k in kernels for m in modes
+                                                        for c in affinities}
     for round_ in range(args.processes):  # rounds: drift of the machine hits every setting alike
         for kernel in kernels:
             for mode in modes:
-                records[kernel, mode].append(run_child(kernel, mode, args))
+                for cpus in affinities:
+                    records[kernel, mode, cpus].append(run_child(kernel, mode, cpus, args))
         print(f"round {round_ + 1}/{args.processes} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     first = next(iter(records.values()))[0]
     print(f"device: {first['device']}; {args.processes} processes per setting, {args.samples} samples each, "
           f"default protocol otherwise")
-    header = (f"{'kernel':<11} {'mode':<9} {'ms/call':>9} {'between%':>8} {'within%':>7} {'inner':>6} "
+    header = (f"{'kernel':<11} {'mode':<9} {'cpus':<6} {'ms/call':>9} {'between%':>8} {'within%':>7} {'inner':>6} "
               f"{'auto chose':<22} {'pilot p/c %':>11} {'rt us':>6}")
     print(header)
     print("-" * len(header))
     results = []
-    for (kernel, mode), recs in records.items():
+    for (kernel, mode, cpus), recs in records.items():
         s = summarize_setting(recs)
         chose = " ".join(f"{m}x{n}" for m, n in sorted(s["modes_used"].items())) if mode == "auto" else ""
         pilot = (f"{s['pilot_pipelined_pct']:.1f}/{s['pilot_per_call_pct']:.1f}"
                  if s["pilot_pipelined_pct"] is not None else "-")
-        print(f"{kernel:<11} {mode:<9} {s['median_ms']:>9.4f} {s['between_pct']:>8.2f} {s['within_pct']:>7.2f} "
-              f"{s['inner']:>6g} {chose:<22} {pilot:>11} {s['round_trip_us']:>6.1f}")
-        results.append({"kernel": kernel, "mode": mode, "sizes": recs[0]["sizes"], **s, "processes": recs})
+        print(f"{kernel:<11} {mode:<9} {cpus:<6} {s['median_ms']:>9.4f} {s['between_pct']:>8.2f} "
+              f"{s['within_pct']:>7.2f} {s['inner']:>6g} {chose:<22} {pilot:>11} {s['round_trip_us']:>6.1f}")
+        results.append({"kernel": kernel, "mode": mode, "cpus": cpus, "sizes": recs[0]["sizes"], **s,
+                        "processes": recs})
     print(f"total {time.perf_counter() - start:.1f} s")
     if args.json:
         args.json.write_text(json.dumps({"device": first["device"], "processes": args.processes,
