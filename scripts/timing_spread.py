@@ -106,7 +106,7 @@ def child(args: argparse.Namespace) -> None:
                       "median_s": statistics.median(m.samples), "within": relative_spread(m.samples),
                       "round_trip_s": m.round_trip_s, "pilot_spread_pipelined": m.pilot_spread_pipelined,
                       "pilot_spread_per_call": m.pilot_spread_per_call, "warmup_s": m.warmup_s,
-                      "process_s": time.perf_counter() - start}))
+                      "process_s": time.perf_counter() - start, "affinity": sorted(os.sched_getaffinity(0))}))
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -177,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     affinities = args.affinities.split(";")
     for cpus in affinities:
-        if cpus != "all":
-            parse_cpus(cpus)  # a bad set fails here, before any process starts
+        try:
+            if cpus != "all":
+                parse_cpus(cpus)  # a bad set fails here, before any process starts
+        except ValueError:
+            parser.error(f"bad CPU set {cpus!r}: 'all', or CPU numbers and ranges such as '5', '5,6', '4-7'")
     records: dict[tuple[str, str, str], list[dict]] = {(k, m, c): [] for k in kernels for m in modes
                                                         for c in affinities}
     for round_ in range(args.processes):  # rounds: drift of the machine hits every setting alike
