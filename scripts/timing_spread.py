@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.execute.timing import TimingProtocol, measure_mlx, relative_spread  # noqa: E402
 
 KERNELS = ("sdpa1024", "sdpa2048", "sdpa8192", "matmul4096", "chain50")
+SDPA_SIZES = {"sdpa1024": (1024, 16, 64), "sdpa2048": (2048, 32, 128), "sdpa8192": (8192, 32, 256)}  # S, H, --cpu S
 MODES = ("per-call", "pipelined", "auto")
 
 
@@ -57,8 +58,8 @@ def build(kernel: str, cpu: bool):
     name = str(dtype).rsplit(".", 1)[-1]
     key = mx.random.key(0)
     if kernel.startswith("sdpa"):
-        seq = {"sdpa1024": 64, "sdpa2048": 128, "sdpa8192": 256}[kernel] if cpu else int(kernel[4:])
-        heads, dim = (2 if cpu else 16 if kernel == "sdpa1024" else 32), 128
+        seq, heads, cpu_seq = SDPA_SIZES[kernel]
+        seq, heads, dim = (cpu_seq, 2, 128) if cpu else (seq, heads, 128)
         q, k, v = (mx.random.normal((1, heads, seq, dim), key=sub).astype(dtype) for sub in mx.random.split(key, 3))
         mx.eval(q, k, v)
         scale = dim**-0.5
@@ -88,8 +89,9 @@ def build(kernel: str, cpu: bool):
 
 def child(args: argparse.Namespace) -> None:
     """One fresh process: time one kernel in one mode, print one JSON line."""
-    if args.cpus != "all":
-        os.sched_setaffinity(0, parse_cpus(args.cpus))
+    cpus = parse_cpus(args.cpus)
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     import mlx.core as mx
 
     if args.cpu:
@@ -109,8 +111,10 @@ def child(args: argparse.Namespace) -> None:
                       "process_s": time.perf_counter() - start, "affinity": sorted(os.sched_getaffinity(0))}))
 
 
-def parse_cpus(text: str) -> set[int]:
-    """"5" or "5,6" or "4-7" -> the CPU numbers."""
+def parse_cpus(text: str) -> set[int] | None:
+    """"5" or "5,6" or "4-7" -> the CPU numbers; "all" (not pinned) -> None. ValueError for anything else."""
+    if text == "all":
+        return None
     cpus: set[int] = set()
     for part in text.split(","):
         low, _, high = part.partition("-")
@@ -178,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     affinities = args.affinities.split(";")
     for cpus in affinities:
         try:
-            if cpus != "all":
-                parse_cpus(cpus)  # a bad set fails here, before any process starts
+            parse_cpus(cpus)  # a bad set fails here, before any process starts
         except ValueError:
             parser.error(f"bad CPU set {cpus!r}: 'all', or CPU numbers and ranges such as '5', '5,6', '4-7'")
     records: dict[tuple[str, str, str], list[dict]] = {(k, m, c): [] for k in kernels for m in modes
