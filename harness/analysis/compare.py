@@ -70,7 +70,8 @@ def compare(
                                      min_effect=min_effect, alpha=alpha, broken=broken,
                                      incomparable={key for key in common
                                                    if not same_mode(base_modes.get(key), head_modes.get(key))})
-    rows = sorted((_row(key, c, pairs[key]) for key, c in verdicts.items()), key=_row_order)
+    host_paced = query.host_paced_series(store, base_side.run_ids) | query.host_paced_series(store, head_side.run_ids)
+    rows = sorted((_row(key, c, pairs[key], key in host_paced) for key, c in verdicts.items()), key=_row_order)
     counts = {verdict: 0 for verdict in stats.VERDICTS}
     for row in rows:
         counts[row.verdict] += 1
@@ -123,8 +124,8 @@ def _pooled_median(side: list) -> float:
     return float(np.median(np.concatenate(side))) if side else float("nan")
 
 
-def _row(key: query.SeriesKey, c: trials.TrialComparison, pair: tuple[list, list]) -> CompareRow:
+def _row(key: query.SeriesKey, c: trials.TrialComparison, pair: tuple[list, list], host_paced: bool) -> CompareRow:
     return CompareRow(key, c.verdict, c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted, c.n_base, c.n_head,
                       c.more_samples_needed, _pooled_median(pair[0]), _pooled_median(pair[1]),
                       trials_base=c.trials_base, trials_head=c.trials_head, more_trials_needed=c.more_trials_needed,
-                      basis=c.basis, noise=c.noise, detectable=c.detectable)
+                      basis=c.basis, noise=c.noise, detectable=c.detectable, host_paced=host_paced)

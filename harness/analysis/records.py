@@ -143,6 +143,8 @@ class CompareRow(_Plain):
     basis: str = ""  # the spread that decided: "trials" (between processes), "history" (between runs), "none"
     noise: float = float("nan")  # that spread, as a log sd per trial or run
     detectable: float = float("nan")  # the smallest relative change this comparison could detect
+    host_paced: bool = False  # either side's device waited for its host (harness.core.pacing): a kernel-only
+    # change may not show, and the time follows the host's pace
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ class VariantCell(_Plain):
     more_samples_needed: int
     run_ids: tuple[str, ...] = ()  # the runs compared: the newest that measured both series, or every run of --commit
     sha: str = ""  # their commit
+    host_paced: bool = False  # the variant or its default was host-paced (harness.core.pacing)
 
 
 @dataclass(frozen=True)

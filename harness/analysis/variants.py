@@ -105,10 +105,12 @@ def _cell_runs(presence: _Presence, defaults: Mapping[str, str], pooled: bool) -
     return chosen
 
 
-def _cell(key: Cell, default: str, verdict: stats.VariantVerdict, runs: tuple[str, ...], sha: str) -> VariantCell:
+def _cell(key: Cell, default: str, verdict: stats.VariantVerdict, runs: tuple[str, ...], sha: str, *,
+          host_paced: bool = False) -> VariantCell:
     kernel, dtype, shape_key, variant, chip = key
     return VariantCell(kernel=kernel, variant=variant, dtype=dtype, shape_key=shape_key, chip=chip,
-                       default_variant=default, **dataclasses.asdict(verdict), run_ids=runs, sha=sha)
+                       default_variant=default, **dataclasses.asdict(verdict), run_ids=runs, sha=sha,
+                       host_paced=host_paced)
 
 
 def _first_line(text: str) -> str:
@@ -160,6 +162,7 @@ def variant_matrix(
     used = sorted({run for runs in cell_runs.values() for run in runs})
     by_run = {run: query.series_trials(store, [run]) for run in used}
     modes = {run: query.timing_modes(store, [run]) for run in used}
+    host_paced = query.host_paced_series(store, used)
     failures = [CorrectnessFailure(*row) for row in query.correctness_failures(store, side.run_ids if side else used)]
     if side is not None:  # the commit's runs pooled: a failure in any of them gates every cell of its chip
         failed = {(run, f.kernel, f.variant) for f in failures for run in side.runs.get(f.chip, ())}
@@ -193,7 +196,9 @@ def variant_matrix(
                          mode_of(runs, kernel, variant, dtype, shape_key, chip) or None):
             mixed.add(cell)
     verdicts = trials.variant_trials_grid(grid, min_effect=min_effect, alpha=alpha, broken=broken, incomparable=mixed)
-    cells = {key: _cell(key, defaults[key[0]], verdict, cell_runs[key], presence.shas[cell_runs[key][0]])
+    cells = {key: _cell(key, defaults[key[0]], verdict, cell_runs[key], presence.shas[cell_runs[key][0]],
+                        host_paced=any(SeriesKey(key[0], name, key[1], key[2], key[4]) in host_paced
+                                       for name in (key[3], defaults[key[0]])))
              for key, verdict in sorted(verdicts.items())}
     per_chip: dict[tuple[str, tuple[str, str], str], dict[str, stats.VariantVerdict]] = {}
     for (kernel, dtype, shape_key, variant, chip), verdict in verdicts.items():

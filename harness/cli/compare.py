@@ -10,6 +10,7 @@ import typer
 from harness.cli.common import DbOption, FdrOption, MinEffectOption, app, console
 from harness.cli.run import progress_display  # the same progress as `harness run`
 from harness.cli.tables import (
+    HOST_PACED_NOTE,
     change,
     check_format,
     check_thresholds,
@@ -117,10 +118,12 @@ def _measure_ab(base: str, head: str, *, repo: str, suite: str | None, db: str |
 
 
 def _noise(row) -> str:
-    """The spread the verdict used, and where it came from (between trials, or the series' run history)."""
+    """The spread the verdict used, where it came from (between trials, or the series' run history), and whether
+    the host set the pace."""
+    paced = ", host-paced" if row.host_paced else ""
     if row.basis == "none" or row.noise != row.noise:
-        return "unknown"
-    return f"{percent(math.expm1(row.noise))} ({row.basis})"
+        return "unknown" + paced
+    return f"{percent(math.expm1(row.noise))} ({row.basis}){paced}"
 
 
 def _side_line(name: str, side) -> str:
@@ -167,6 +170,8 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
         notes.append(f"{counts['unchanged']} unchanged series not listed (--all lists them)")
     if report.only_base or report.only_head:
         notes.append(f"{report.only_base} series only on base, {report.only_head} only on head (not compared)")
+    if paced := sum(row.host_paced for row in report.rows):
+        notes.append(f"{paced} series host-paced: {HOST_PACED_NOTE}")
     for chip_key, gap in sorted(apart.items()):
         notes.append(f"{chip_key}: one side is a single run measured {gap / 3600:.1f} h from the other: its trials "
                      f"share one session, so a shift of the whole run is not in their spread (more runs settle it)")

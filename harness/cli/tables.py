@@ -16,6 +16,9 @@ from harness.core.errors import HarnessError
 FORMATS = ("text", "json", "markdown")
 
 
+HOST_PACED_NOTE = ("the device waited for the host's calls (harness.core.pacing), so their time is the host's pace, "
+                   "which differs between processes, and a change in the kernel alone may not show")
+
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise HarnessError(f"--format must be text, json or markdown, not {fmt!r}")

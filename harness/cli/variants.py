@@ -8,6 +8,7 @@ import typer
 
 from harness.cli.common import DbOption, FdrOption, MinEffectOption, app
 from harness.cli.tables import (
+    HOST_PACED_NOTE,
     change,
     check_format,
     check_thresholds,
@@ -23,7 +24,7 @@ from harness.core import defaults
 from harness.record.outbox import open_store
 
 CELL_HEADERS = ("outcome", "kernel", "variant", "vs default", "dtype", "shape", "change", "ratio", "95% CI",
-                "p (BH)", "n default/variant")
+                "p (BH)", "n default/variant", "paced by")
 
 
 HELP = "\n\n".join((
@@ -102,11 +103,14 @@ def _render(matrix, fmt: str, all_cells: bool) -> None:
             emit_table(console, fmt, title, CELL_HEADERS,
                        [(c.outcome, c.kernel, c.variant, c.default_variant, c.dtype, c.shape_key, change(c.ratio),
                          ratio(c.ratio), interval(c.ci_low, c.ci_high), pvalue(c.p_adjusted),
-                         f"{c.n_default}/{c.n_variant}") for c in cells])
+                         f"{c.n_default}/{c.n_variant}", "host" if c.host_paced else "") for c in cells])
         elif fmt == "markdown":
             print(f"\n_{markdown_text(title)}_")
         else:
             console.print(title)
+    if paced := sum(c.host_paced for c in matrix.cells):
+        line = f"{paced} cell(s) host-paced (the variant or its default): {HOST_PACED_NOTE}"
+        print(f"\n_{line}_" if fmt == "markdown" else line)
     if matrix.correctness_failures:
         line = f"{len(matrix.correctness_failures)} correctness failure(s) in these runs: their cells are broken"
         print(f"\n_{line}_" if fmt == "markdown" else line)

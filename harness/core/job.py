@@ -305,6 +305,7 @@ class JobResult:
     trial: int = 0  # the job's trial these samples are from (harness.core.job.JobBase.trial)
     mode: str = ""  # how the samples were timed: "pipelined" or "per-call" (harness.execute.timing)
     round_trip_s: float | None = None  # the host's round trip (a trivial eval + sync), measured apart
+    backlog_calls: float | None = None  # pipelined: calls queued on the device as the host issued a sample's last
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -147,4 +147,5 @@ def run_function(job: FunctionJob) -> JobResult:
                      samples=measurement.samples, inner=measurement.inner, warmup_s=measurement.warmup_s,
                      warmup_calls=measurement.warmup_calls, flops=flops, bytes_moved=bytes_moved,
                      mode=measurement.mode if _is_mlx(first) else "",
-                     round_trip_s=measurement.round_trip_s if _is_mlx(first) else None)
+                     round_trip_s=measurement.round_trip_s if _is_mlx(first) else None,
+                     backlog_calls=measurement.backlog_calls if _is_mlx(first) else None)

@@ -40,6 +40,11 @@ The host's round trip is measured apart, after the warm-up: the median of :data:
 calls-and-waits (for MLX, ``mx.eval`` + ``mx.synchronize()`` of a one-element array). It is what per-call mode adds
 to every call, and it tells a slow host from a slow kernel.
 
+A pipelined sample also records the device's *backlog*: the calls it still had to run when the host had issued the
+last one (``Measurement.backlog_calls``, the median over samples). Device-paced kernels keep a queue; host-paced
+ones (a call is built and launched more slowly than the device runs it) leave none, and their time per call is the
+host's pace, not the kernel's (``harness.core.pacing``: the measurements and the threshold).
+
 :func:`measure` times any callable with a given ``sync`` (a plain Python callable with a no-op sync too: its mode
 then makes no difference); :func:`measure_mlx` times an MLX function with the protocol's mode.
 """
@@ -51,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
-from harness.core import defaults
+from harness.core import defaults, pacing
 
 MODES = ("auto", "pipelined", "per-call")
 PILOT_SAMPLES = 5  # pilot samples per mode (interleaved) in "auto"
@@ -61,6 +66,7 @@ PILOT_MIN_INNER = 8  # no pilot (pipelined) when fewer pipelined calls fill a sa
 SPREAD_RATIO = 1.5  # "auto" falls back to per-call when the pipelined pilot spread is over this many times ...
 SPREAD_FLOOR = 0.01  # ... the per-call one and over this (relative spread, IQR / median)
 ROUND_TRIP_REPEATS = 20  # trivial call-and-waits whose median is the host's round trip
+BACKLOG_MIN_INNER = int(2 * pacing.HOST_PACED_BACKLOG)  # fewer calls a sample: no backlog recorded (it could not build)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class Measurement:
     round_trip_s: float  # median seconds of one trivial call-and-wait, measured apart
     pilot_spread_pipelined: float | None = None  # "auto"'s pilot: relative spread (IQR / median) of each mode;
     pilot_spread_per_call: float | None = None  # None when no pilot ran
+    backlog_calls: float | None = None  # pipelined: the calls still queued when the host had issued a sample's
+    # last one (median over samples); None per-call or with too few calls a sample (harness.core.pacing)
 
 
 def relative_spread(samples: list[float]) -> float:
@@ -122,6 +130,24 @@ def _timed(call: Callable[[], None], sync: Callable[[], None], inner: int, mode:
             call()
             sync()
     return perf_counter() - start
+
+
+def _sample(call: Callable[[], None], sync: Callable[[], None], inner: int, mode: str) -> tuple[float, float | None]:
+    """One sample: (seconds for ``inner`` calls in ``mode``, the device's backlog in calls when the host had issued
+    the last one). The backlog is None per-call (nothing queues) and when ``inner`` is under
+    :data:`BACKLOG_MIN_INNER` (too few calls for a backlog to build)."""
+    if mode != "pipelined":
+        return _timed(call, sync, inner, mode), None
+    sync()
+    start = perf_counter()
+    for _ in range(inner):
+        call()
+    issued = perf_counter()
+    sync()
+    elapsed = perf_counter() - start
+    if inner < BACKLOG_MIN_INNER or elapsed <= 0:
+        return elapsed, None
+    return elapsed, (elapsed - (issued - start)) * inner / elapsed
 
 
 def warm_up(call: Callable[[], None], sync: Callable[[], None], protocol: TimingProtocol,
@@ -208,10 +234,12 @@ def measure(call: Callable[[], None], sync: Callable[[], None], protocol: Timing
         mode, inner, spread_pipelined, spread_per_call = pilot(call, sync, protocol)
     else:
         inner = calibrate_inner(call, sync, protocol, mode)
-    samples = [_timed(call, sync, inner, mode) / inner for _ in range(protocol.samples)]
-    return Measurement(samples=samples, inner=inner, warmup_s=warm_s, warmup_calls=warm_calls, mode=mode,
-                       round_trip_s=trip, pilot_spread_pipelined=spread_pipelined,
-                       pilot_spread_per_call=spread_per_call)
+    timed = [_sample(call, sync, inner, mode) for _ in range(protocol.samples)]
+    backlogs = [backlog for _, backlog in timed if backlog is not None]
+    return Measurement(samples=[elapsed / inner for elapsed, _ in timed], inner=inner, warmup_s=warm_s,
+                       warmup_calls=warm_calls, mode=mode, round_trip_s=trip, pilot_spread_pipelined=spread_pipelined,
+                       pilot_spread_per_call=spread_per_call,
+                       backlog_calls=statistics.median(backlogs) if backlogs else None)
 
 
 def measure_mlx(fn: Callable[[], object], protocol: TimingProtocol, *, mode: str | None = None) -> Measurement:

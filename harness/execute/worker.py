@@ -66,7 +66,7 @@ def _benchmark(job: KernelJob, kernel, variant) -> JobResult:
                      samples=measurement.samples, inner=measurement.inner, warmup_s=measurement.warmup_s,
                      warmup_calls=measurement.warmup_calls, flops=float(kernel.flops(job.shape)),
                      bytes_moved=float(kernel.bytes_moved(job.shape, job.dtype)), mode=measurement.mode,
-                     round_trip_s=measurement.round_trip_s)
+                     round_trip_s=measurement.round_trip_s, backlog_calls=measurement.backlog_calls)
 
 
 def run_job(job: Job) -> JobResult:

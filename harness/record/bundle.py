@@ -31,13 +31,16 @@ from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample
 from harness.record.store import Store, mask_url, sample_writer
 
 FORMAT = "mlx-harness-bundle"
-VERSION = 3  # what export writes
-READABLE = (1, 2, 3)  # what import reads
+VERSION = 4  # what export writes
+READABLE = (1, 2, 3, 4)  # what import reads
 # Fields an older record lacks, and what they read as. Version 1 (before migration 0002): parents unknown, no
-# branch. Version 2 (before migration 0003): one trial per job, timing mode and round trip not recorded.
-_V2_DEFAULTS: dict[str, dict[str, Any]] = {"job": {"trials": 1, "timing_mode": "", "round_trip_s": None}}
+# branch. Version 2 (before migration 0003): one trial per job, timing mode and round trip not recorded. Version 3
+# (before migration 0006): no pipelined backlog.
+_V3_DEFAULTS: dict[str, dict[str, Any]] = {"job": {"backlog_calls": None}}
+_V2_DEFAULTS: dict[str, dict[str, Any]] = {"job": {"trials": 1, "timing_mode": "", "round_trip_s": None,
+                                                   **_V3_DEFAULTS["job"]}}
 _V1_DEFAULTS: dict[str, dict[str, Any]] = {"commit": {"parents": None}, "run": {"branch": ""}, **_V2_DEFAULTS}
-OLD_DEFAULTS: dict[int, dict[str, dict[str, Any]]] = {1: _V1_DEFAULTS, 2: _V2_DEFAULTS}
+OLD_DEFAULTS: dict[int, dict[str, dict[str, Any]]] = {1: _V1_DEFAULTS, 2: _V2_DEFAULTS, 3: _V3_DEFAULTS}
 GZIP_MAGIC = b"\x1f\x8b"
 COMPRESS_LEVEL = 1  # JSON floats gain little from harder work: level 6 is ~5x slower for ~8% less
 READ_CHUNK = 1 << 18  # compressed bytes read at a time

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from harness.core import defaults
+from harness.core import defaults, pacing
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.core.summary import sorted_medians
@@ -60,7 +60,8 @@ class RunView:
 JOB_FIELDS = ("key", "kind", "name", "kernel", "variant", "dtype", "shape", "shape_key", "check_name", "status",
               "detail", "output_tail", "max_error", "tolerance", "duration_s", "node", "attempts", "n_samples",
               "inner", "warmup_s", "median_s", "ci_low_s", "ci_high_s", "iqr_rel", "flops", "bytes_moved",
-              "achieved_flops", "achieved_bytes_per_s", "pct_peak", "bound", "trials", "timing_mode", "round_trip_s")
+              "achieved_flops", "achieved_bytes_per_s", "pct_peak", "bound", "trials", "timing_mode", "round_trip_s",
+              "backlog_calls")
 
 
 def _job_dict(record: JobRecord) -> dict[str, Any]:
@@ -289,6 +290,19 @@ def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
                 .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")):
             modes.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), set()).add(mode or "")
     return _joined_modes(modes)
+
+
+def host_paced_series(store: Store, run_ids: Sequence[str]) -> set[SeriesKey]:
+    """The benchmark series of the given runs that were host-paced in any of their jobs (``harness.core.pacing``:
+    the device waited for the host's calls, so the time per call is the host's pace, not the kernel's)."""
+    with store.session() as session:
+        rows = session.execute(
+            select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
+                   JobRecord.backlog_calls)
+            .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark",
+                   JobRecord.backlog_calls.is_not(None)))
+        return {SeriesKey(*row[:5]) for row in rows if pacing.host_paced(row[5])}
 
 
 def _joined_modes(modes: dict[Any, set[str]]) -> dict[Any, str]:

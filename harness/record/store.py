@@ -376,6 +376,7 @@ def _job_record(run_id: str, job: Job, result: JobResult, peaks: tuple[float | N
         record.inner, record.warmup_s, record.warmup_calls = result.inner, result.warmup_s, result.warmup_calls
         record.flops, record.bytes_moved = result.flops, result.bytes_moved
         record.timing_mode, record.round_trip_s = result.mode, result.round_trip_s
+        record.backlog_calls = result.backlog_calls
         _summarize_samples(record, result.samples, peaks)
     return record
 
@@ -415,9 +416,16 @@ def _add_trial(session: Session, record: JobRecord, result: JobResult,
         record.inner = record.inner or result.inner
         record.timing_mode = record.timing_mode or result.mode
         record.round_trip_s = record.round_trip_s if record.round_trip_s is not None else result.round_trip_s
+        record.backlog_calls = least(record.backlog_calls, result.backlog_calls)  # host-paced in any trial shows
         record.flops, record.bytes_moved = record.flops or result.flops, record.bytes_moved or result.bytes_moved
         _summarize_samples(record, everything, peaks)
     return True
+
+
+def least(first: float | None, second: float | None) -> float | None:
+    """The smaller of two optional values (None where both are)."""
+    known = [value for value in (first, second) if value is not None]
+    return min(known) if known else None
 
 
 def apply_roofline(record: JobRecord, peak_flops: float | None, peak_bytes_per_s: float | None) -> None:

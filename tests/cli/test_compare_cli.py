@@ -110,6 +110,34 @@ def test_variants_lists_the_divergent_variant_first_with_both_cells(planted, cap
     assert code == 0 and "#### Divergent: wins on one chip, loses on another (1)" in out
 
 
+def test_host_paced_series_are_marked_in_compare_and_variants(tmp_path: Path, capsys):
+    """A series whose device waited for the host's calls (its recorded backlog under the threshold) is marked in
+    both verbs' tables and JSON, with one note saying what that means; the others are not."""
+    db = f"sqlite:///{tmp_path / 'paced.db'}"
+    handle = outbox.open_store(db)
+    rng = np.random.default_rng(2)
+    for commit in (1, 2):
+        results = grid_results(rng)
+        for job, result in results:
+            result.mode = "pipelined"
+            result.backlog_calls = 1.5 if (job.variant, job.shape["S"]) == ("flash_bq16_bk32", 64) else 18.0
+        add_run(handle, "chip-a", commit, results, minutes=10 * commit)
+    handle.close()
+    code, out, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", db, "--format", "json")
+    paced = [row["key"] for row in json.loads(out)["rows"] if row["host_paced"]]
+    assert paced == [{"kernel": "flash_prefill", "variant": "flash_bq16_bk32", "dtype": "float32",
+                      "shape_key": "B=1,D=32,H=1,S=64", "chip": "chip-a"}]
+    code, out, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", db, "--all", "--format", "markdown")
+    marked = [line for line in out.splitlines() if line.startswith("| ") and "host-paced" in line]
+    assert len(marked) == 1 and "| flash_bq16_bk32 |" in marked[0] and "S=64" in marked[0]
+    assert "1 series host-paced: the device waited for the host's calls" in out
+    code, out, _ = cli(capsys, "variants", "--db", db, "--format", "json")
+    cells = {(c["variant"], c["shape_key"]): c["host_paced"] for c in json.loads(out)["cells"]}
+    assert cells[("flash_bq16_bk32", "B=1,D=32,H=1,S=64")] and not cells[("flash_bq16_bk32", "B=1,D=32,H=1,S=128")]
+    code, out, _ = cli(capsys, "variants", "--db", db, "--all")
+    assert "1 cell(s) host-paced (the variant or its default)" in " ".join(out.split())
+
+
 def one_run_db(tmp_path: Path) -> str:
     db = f"sqlite:///{tmp_path / 'results.db'}"
     handle = outbox.open_store(db)

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from harness.core import pacing
 from harness.core.summary import median_ci, summarize
 from harness.execute import timing
 from harness.execute.timing import (
@@ -185,3 +186,53 @@ def test_small_samples_and_summary():
         median_ci([])
     s = summarize([1.0, 2.0, 3.0, 4.0, 5.0])
     assert s.median == 3.0 and s.n == 5 and s.iqr_rel == pytest.approx(2.0 / 3.0)
+
+
+class QueuedDevice:
+    """A device on a virtual clock that runs issued calls in order: issuing one costs the host ``host_s``, running
+    it costs the device ``device_s``, starting when both it has been issued and the previous call has finished;
+    ``sync`` waits for the last one."""
+
+    def __init__(self, monkeypatch, host_s: float, device_s: float):
+        self.now = self.device_free = 0.0
+        self.host_s, self.device_s = host_s, device_s
+        monkeypatch.setattr(timing, "perf_counter", lambda: self.now)
+
+    def call(self) -> None:
+        self.now += self.host_s
+        self.device_free = max(self.device_free, self.now) + self.device_s
+
+    def sync(self) -> None:
+        self.now = max(self.now, self.device_free)
+
+
+BACKLOG = dict(warmup_s=0.0, warmup_calls=1, min_sample_s=10.0, samples=3, max_inner=40)
+
+
+def test_a_device_paced_sample_leaves_a_backlog_and_a_host_paced_one_none(monkeypatch):
+    device_paced = QueuedDevice(monkeypatch, host_s=20e-6, device_s=100e-6)
+    m = measure(device_paced.call, device_paced.sync, TimingProtocol(**BACKLOG), mode="pipelined")
+    # 40 calls of 100 us issued 20 us apart: when the last is issued (at 0.8 ms) 3.2 ms of 4.02 ms are left.
+    assert m.backlog_calls == pytest.approx(40 * (4.02e-3 - 0.8e-3) / 4.02e-3)
+    assert not pacing.host_paced(m.backlog_calls)
+    assert m.samples[0] == pytest.approx(4.02e-3 / 40)  # the device's pace (plus the first call's issue)
+    host_paced = QueuedDevice(monkeypatch, host_s=100e-6, device_s=20e-6)
+    m = measure(host_paced.call, host_paced.sync, TimingProtocol(**BACKLOG), mode="pipelined")
+    assert m.backlog_calls == pytest.approx(40 * 20e-6 / 4.02e-3)  # only the last call's run is left
+    assert pacing.host_paced(m.backlog_calls)
+    assert m.samples[0] == pytest.approx(4.02e-3 / 40)  # the same time per call: only the backlog tells them apart
+
+
+def test_no_backlog_is_recorded_per_call_or_with_too_few_calls_to_build_one(monkeypatch):
+    fake = QueuedDevice(monkeypatch, host_s=100e-6, device_s=20e-6)
+    assert measure(fake.call, fake.sync, TimingProtocol(**BACKLOG), mode="per-call").backlog_calls is None
+    few = {**BACKLOG, "max_inner": timing.BACKLOG_MIN_INNER - 1}
+    assert measure(fake.call, fake.sync, TimingProtocol(**few), mode="pipelined").backlog_calls is None
+    enough = {**BACKLOG, "max_inner": timing.BACKLOG_MIN_INNER}
+    assert measure(fake.call, fake.sync, TimingProtocol(**enough), mode="pipelined").backlog_calls is not None
+
+
+def test_host_paced_means_a_backlog_under_the_threshold():
+    assert pacing.host_paced(0.0) and pacing.host_paced(pacing.HOST_PACED_BACKLOG - 0.01)
+    assert not pacing.host_paced(pacing.HOST_PACED_BACKLOG) and not pacing.host_paced(18.0)
+    assert not pacing.host_paced(None)  # not recorded: not claimed either way

@@ -110,6 +110,22 @@ def test_trials_are_stored_per_trial_once_each_and_a_failed_trial_shows(sqlite_u
     db.close()
 
 
+def test_a_job_is_host_paced_when_any_of_its_trials_was(sqlite_url):
+    db = outbox.open_store(sqlite_url)
+    jobs = {name: bench_job("flash_prefill", name, {"B": 1, "H": 1, "S": 64, "D": 32}) for name in ("a", "b", "c")}
+    run_id = add_run(db, "chip-a", 1, [], minutes=0)
+    backlogs = {"a": (18.0, 1.5, None), "b": (18.0, None, 17.0), "c": (None, None, None)}  # per trial
+    for name, per_trial in backlogs.items():
+        for trial, backlog in enumerate(per_trial):
+            store.record_result(db, run_id, jobs[name], JobResult(jobs[name].key, "passed", samples=[1.0, 1.1],
+                                                                  inner=8, mode="pipelined", trial=trial,
+                                                                  backlog_calls=backlog))
+    stored = {row["variant"]: row["backlog_calls"] for row in query.get_run(db, run_id).jobs}
+    assert stored == {"a": 1.5, "b": 17.0, "c": None}  # the least recorded backlog: host-paced in any trial shows
+    assert {key.variant for key in query.host_paced_series(db, [run_id])} == {"a"}
+    db.close()
+
+
 def test_history_medians_come_from_the_base_commit_and_its_first_parent_ancestors(sqlite_url):
     import numpy as np
     from sqlalchemy import update

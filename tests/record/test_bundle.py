@@ -81,7 +81,8 @@ def fill(db: store.Store) -> dict[str, str]:
     bench = job("benchmark", "flash_prefill", "flash_bq16_bk32", 4096, "float16")
     store.record_result(db, runs["mac"], bench, JobResult(bench.key, "passed", samples=samples(rng, 1.5e-3, 200),
                                                           inner=4, warmup_s=0.5, warmup_calls=3, flops=3.2e10,
-                                                          bytes_moved=1.6e8, duration_s=2.5, node="local"))
+                                                          bytes_moved=1.6e8, duration_s=2.5, node="local",
+                                                          mode="pipelined", round_trip_s=8e-5, backlog_calls=17.5))
     store.finalize_roofline(db, runs["mac"])
     store.finish_run(db, runs["mac"], "failed")
 
@@ -434,9 +435,9 @@ def empty(path: Path) -> None:
     path.write_bytes(b"")
 
 
-def version_4(path: Path) -> None:
+def version_5(path: Path) -> None:
     header, payload = split(path)
-    write(path, {**header, "version": 4}, payload)
+    write(path, {**header, "version": 5}, payload)
 
 
 def altered(path: Path) -> None:
@@ -453,7 +454,8 @@ def newer_field(path: Path) -> None:
     (corrupt, "error: bundle b.bundle is corrupted or truncated: "),
     (truncate, "error: bundle b.bundle is corrupted or truncated: the file ends early"),
     (not_a_bundle, "error: b.bundle is not a harness bundle (no 'mlx-harness-bundle' header)"),
-    (version_4, "error: bundle format version 4 is not supported (this harness reads versions 1, 2, 3): b.bundle"),
+    (version_5, "error: bundle format version 5 is not supported (this harness reads versions 1, 2, 3, 4): "
+                "b.bundle"),
 ])
 def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source, damage, message):
     path = export_bundle(source[0], tmp_path / "b.bundle").path
@@ -474,7 +476,7 @@ def test_cli_bad_bundles_give_one_line_and_write_nothing(tmp_path: Path, source,
     (plain_text, "bundle {} is corrupted or truncated: not gzip-compressed"),
     (empty, "bundle {} is corrupted or truncated: the file is empty"),
     (other_gzip, "{} is not a harness bundle (no 'mlx-harness-bundle' header)"),
-    (newer_field, "bundle {} is not a valid version 3 bundle: a job record has fields this harness does not know: "
+    (newer_field, "bundle {} is not a valid version 4 bundle: a job record has fields this harness does not know: "
                   "energy_j (written by a newer harness?)"),
 ])
 def test_more_bad_bundles(tmp_path: Path, source, damage, message):
@@ -525,15 +527,18 @@ def test_parents_branches_and_link_commits_travel(tmp_path: Path, target):
         fresh.close()
 
 
+V4_FIELDS = (("job", "backlog_calls"),)
 V3_FIELDS = (("job", "trials"), ("job", "timing_mode"), ("job", "round_trip_s"), ("job", "sample_trial"))
 
 
 def as_version(path: Path, version: int, keep: tuple[str, ...] = ()) -> Path:
-    """The bundle as a version 1 or 2 harness wrote it: version 2 without the trial fields of version 3, version 1
-    also without commit parents and run branch (fields named in ``keep`` are left)."""
+    """The bundle as a version 1, 2 or 3 harness wrote it: version 3 without the backlog of version 4, version 2
+    also without the trial fields of version 3, version 1 also without commit parents and run branch (fields named
+    in ``keep`` are left)."""
     header, payload = split(path)
     records = [json.loads(line) for line in payload.splitlines()]
-    dropped = V3_FIELDS + ((("commit", "parents"), ("run", "branch")) if version == 1 else ())
+    dropped = V4_FIELDS + (V3_FIELDS if version <= 2 else ()) + (
+        (("commit", "parents"), ("run", "branch")) if version == 1 else ())
     for record in records:
         for kind, name in dropped:
             if record["type"] == kind and name not in keep:
@@ -555,6 +560,20 @@ def test_a_version_2_bundle_imports_as_one_trial_per_job(tmp_path: Path, source,
         assert set(session.scalars(select(Sample.trial))) == {0}
 
 
+def test_a_version_3_bundle_imports_with_the_backlog_unknown(tmp_path: Path, source, target):
+    v3 = as_version(export_bundle(source[0], tmp_path / "v3.bundle").path, 3)
+    assert import_bundle(target, v3).runs_added == 3
+    with target.session() as session:
+        assert set(session.scalars(select(JobRecord.backlog_calls))) == {None}
+        assert "pipelined" in set(session.scalars(select(JobRecord.timing_mode)))  # version 3's fields kept
+
+
+def test_a_version_3_bundle_with_a_backlog_is_refused(tmp_path: Path, source, target):
+    v3 = as_version(export_bundle(source[0], tmp_path / "v3.bundle").path, 3, keep=("backlog_calls",))
+    with pytest.raises(HarnessError, match="does not know: backlog_calls"):
+        import_bundle(target, v3)
+
+
 def test_trials_survive_a_round_trip(tmp_path: Path, target):
     src = outbox.open_store(f"sqlite:///{tmp_path / 'src.db'}")
     rng = np.random.default_rng(3)
@@ -572,15 +591,15 @@ def test_a_version_1_bundle_imports_with_unknown_parents_and_heals_later(tmp_pat
     with src.session() as session:
         session.execute(update(Commit).values(parents=["c0" * 20]))
         session.execute(update(Run).values(branch="main"))
-    v2 = export_bundle(src, tmp_path / "v2.bundle").path
+    current = export_bundle(src, tmp_path / "current.bundle").path
     v1 = as_version_1(export_bundle(src, tmp_path / "v1.bundle").path)
-    assert read_header(v1)["version"] == 1 and read_header(v2)["version"] == 3
+    assert read_header(v1)["version"] == 1 and read_header(current)["version"] == bundle.VERSION
     assert import_bundle(target, v1).runs_added == 3
     with target.session() as session:
         assert set(session.scalars(select(Commit.parents))) == {None}
         assert set(session.scalars(select(Run.branch))) == {""}
     assert {run.id: run.branch for run in query.runs(target)}[runs["mac"]] == "main"  # the commit's branch
-    again = import_bundle(target, v2)  # the same runs, from a version 2 bundle: parents filled in
+    again = import_bundle(target, current)  # the same runs, from a current bundle: parents filled in
     assert (again.runs_added, again.commits_added) == (0, 0)
     with target.session() as session:
         assert list(session.scalars(select(Commit.parents))) == [["c0" * 20]] * 2
