@@ -32,7 +32,8 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
+from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
 from harness.core.status import CORRECTNESS_KINDS, PASSES, drop_explained_selections, is_code_failure
@@ -131,9 +132,37 @@ def commit_anchor(sha: str) -> str:
     return "c-" + re.sub(r"[^A-Za-z0-9]", "", sha)[:16]
 
 
+class _TemplateCodeCache(FileSystemBytecodeCache):
+    """The templates' compiled code kept between processes, in jinja2's per-user folder of the temporary
+    directory: a report runs as a process of its own, and compiling the templates was about 0.3 s of each. jinja2
+    compiles a template again when its source or jinja2 itself changed, but not when the environment's options
+    did: the files are named by a digest of this module, where they are set. A folder that cannot be read or
+    written costs a compile, never a page."""
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except OSError:
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _template_code_cache() -> _TemplateCodeCache | None:
+    options = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    try:
+        return _TemplateCodeCache(pattern=f"__harness_reports_{options}_%s.cache")
+    except (OSError, RuntimeError):  # no safe folder of this user's (jinja2 checks its owner and mode)
+        return None
+
+
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("reports", "templates"), autoescape=select_autoescape(default=True),
-                      trim_blocks=True, lstrip_blocks=True)
+                      trim_blocks=True, lstrip_blocks=True, bytecode_cache=_template_code_cache())
     env.filters.update(time=fmt_time, rate=fmt_rate, num=fmt_num, chip_page=chip_page_name, scaled=fmt_scaled,
                        p=fmt_p, when=fmt_when, first_line=first_line, ratio_ci=fmt_ratio_ci,
                        anchor=commit_anchor)
@@ -651,9 +680,14 @@ def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
     info: dict[str, Any] = {}
     after: dict[str, set[str]] = defaultdict(set)
     waiting: dict[str, int] = defaultdict(int)
+    merged: set[tuple[str, ...]] = set()
     for series in series_list:
+        shas = tuple(series.points.shas)
+        if shas in merged:  # most series of a chip have the same commits: a second time adds nothing
+            continue
+        merged.add(shas)
         previous = None
-        for index, sha in enumerate(series.points.shas):
+        for index, sha in enumerate(shas):
             if sha not in first_seen:
                 first_seen[sha] = len(first_seen)
                 info[sha] = series.points[index]
