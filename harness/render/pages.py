@@ -102,7 +102,20 @@ _SCALARS = frozenset({str, int, float, bool, type(None), datetime})
 # generated repr shows every field exactly (a float's repr is exact): fingerprinted by their text, in one call.
 _BY_REPR = frozenset({records.CompareRow, records.CompareReport, records.Side, records.CorrectnessFailure,
                       records.ChangeFlag, records.RegressionEvidence, query.SeriesKey, query.RunBrief,
-                      query.JobSamples})
+                      query.JobSamples, evidence_pages.CompareRowLink})
+
+
+def _exact(value: Any) -> bool:
+    """Whether ``repr(value)`` shows every part of it exactly: a plain value, a record of ``_BY_REPR``, or a list,
+    tuple or dict of such (a compare page's rows and its runs per series: hundreds of them, in one call)."""
+    kind = type(value)
+    if kind in _SCALARS or kind in _BY_REPR:
+        return True
+    if kind is list or kind is tuple:
+        return all(_exact(item) for item in value)
+    if kind is dict:
+        return all(_exact(key) and _exact(item) for key, item in value.items())
+    return False
 
 
 class Fingerprint:
@@ -127,7 +140,7 @@ class Fingerprint:
     def feed(self, value: Any) -> None:
         put = self._put
         kind = type(value)
-        if kind in _BY_REPR or (kind in (list, tuple) and all(type(item) in _SCALARS for item in value)):
+        if kind in _BY_REPR or (kind in (list, tuple, dict) and _exact(value)):
             put(b"r", kind.__qualname__.encode() + repr(value).encode("utf-8", "surrogatepass"))
         elif value is None or isinstance(value, bool | int | float):
             put(b"v", repr(value).encode())
