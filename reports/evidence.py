@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from markupsafe import Markup
 
 from reports import strip
@@ -210,7 +209,7 @@ def _samples_page(data: Any, compare: ComparePage | None) -> SamplesPage:
             kept = strip.finite_positive(values)
             stored += len(values)
             drawn += len(kept)
-            median = float(np.median(kept)) if kept else None
+            median = strip.median(kept) if kept else None
             columns.append(strip.Column(f"{side} · run {run.id[:8]}", trial, kept, SIDE_COLORS[side],
                                         f"{side} run {run.id[:8]} trial {trial}: median "
                                         f"{_fmt_time(median) if median else '–'} of {len(kept)} samples"))

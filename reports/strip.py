@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 
 from reports.svg import nice_ticks
 
-__all__ = ["Column", "UNITS", "strip_plot", "time_unit"]
+__all__ = ["Column", "UNITS", "median", "strip_plot", "time_unit"]
 
 UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
 GOLDEN = 0.6180339887498949
@@ -45,6 +45,16 @@ def time_unit(largest: float) -> tuple[str, float]:
 
 def _num(value: float) -> str:
     return f"{value:.4g}"
+
+
+def median(values: Sequence[float]) -> float:
+    """``np.median`` of a few values, bit for bit (an even count: the middle two's sum halved, as numpy's mean of
+    them; nan when one is), without numpy's cost per call: a samples page takes two per trial."""
+    if any(value != value for value in values):
+        return math.nan
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def strip_plot(columns: Sequence[Column], *, label: str, width: int = 760, height: int = 320,
@@ -92,23 +102,26 @@ def strip_plot(columns: Sequence[Column], *, label: str, width: int = 760, heigh
                          f'stroke-dasharray="4 3"/>')
         parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{top + inner_h + 30}" text-anchor="middle" class="tick" '
                      f'font-weight="600">{escape(text)}</text>')
+    unit_text = str(escape(unit))
+    # each sample's sideways offset by its rank (the same for every column): jitter * half * 0.8
+    offsets = [(((rank * GOLDEN) % 1.0) * 2.0 - 1.0) * half * 0.8 for rank in range(max(map(len, arrays)))]
+    span = hi - lo
     for i, (column, values) in enumerate(zip(columns, arrays, strict=True)):
         cx = left + (i + 0.5) * step
         parts.append(f'<text x="{cx:.1f}" y="{top + inner_h + 14}" text-anchor="middle" class="tick">'
                      f"T{column.trial}</text>")
-        points = [f'<g class="samples" fill="{escape(column.color)}" fill-opacity="0.6" '
-                  f'data-trial="{column.trial}">']
-        for rank, value in enumerate(values.tolist()):
-            jitter = ((rank * GOLDEN) % 1.0) * 2.0 - 1.0
-            points.append(f'<circle cx="{cx + jitter * half * 0.8:.1f}" cy="{sy(value):.1f}" r="2.6">'
-                          f"<title>trial {column.trial}, sample {rank + 1}: {_num(value / scale)} "
-                          f"{escape(unit)}</title></circle>")
+        listed = values.tolist()
+        trial = column.trial
+        points = [f'<g class="samples" fill="{escape(column.color)}" fill-opacity="0.6" data-trial="{trial}">']
+        points += [f'<circle cx="{cx + offsets[rank]:.1f}" cy="{top + (hi - value / scale) * inner_h / span:.1f}" '
+                   f'r="2.6"><title>trial {trial}, sample {rank + 1}: {value / scale:.4g} {unit_text}</title></circle>'
+                   for rank, value in enumerate(listed)]  # sy(value), inline: thousands of points a page
         points.append("</g>")
         parts.append("".join(points))
         if values.size:
-            median = float(np.median(values))
-            my = sy(median)
-            title = column.title or f"trial {column.trial}: median {_num(median / scale)} {unit} of {values.size}"
+            level = median(listed)
+            my = sy(level)
+            title = column.title or f"trial {column.trial}: median {_num(level / scale)} {unit} of {values.size}"
             parts.append(f'<line class="median" x1="{cx - half:.1f}" x2="{cx + half:.1f}" y1="{my:.1f}" '
                          f'y2="{my:.1f}" stroke="#111827" stroke-width="2.5"><title>{escape(title)}</title></line>')
     parts.append("</svg>")
