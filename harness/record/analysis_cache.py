@@ -199,16 +199,22 @@ def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -
     return found
 
 
-def chip_jobs(store: Store, chip: str, kinds: Collection[str]) -> list[tuple[str, str, str, str, str, str, bool]]:
+def chip_jobs(store: Store, chip: str, kinds: Collection[str], *, runs: Collection[str] | None = None
+              ) -> list[tuple[str, str, str, str, str, str, bool]]:
     """The distinct (kind, key, kernel, variant, dtype, shape key, measured) of the jobs of ``kinds`` in all the
-    chip's runs (dirty ones too), sorted; ``measured``: the job has a median time. What ``query.job_units`` and
-    ``query.benchmark_series`` read of the chip (the runs first, then their jobs by index)."""
-    runs = select(Run.id).join(Chip, Run.chip_id == Chip.id).where(Chip.key == chip)
+    chip's runs (dirty ones too; ``runs``: in those runs only), sorted; ``measured``: the job has a median time. What
+    ``query.job_units`` and ``query.benchmark_series`` read of the chip (the runs first, then their jobs by index)."""
+    if runs is not None:
+        if not runs:
+            return []
+        chosen: Any = sorted(runs)
+    else:
+        chosen = select(Run.id).join(Chip, Run.chip_id == Chip.id).where(Chip.key == chip)
     with store.session() as session:
         rows = session.execute(
             select(JobRecord.kind, JobRecord.key, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
                    JobRecord.shape_key, JobRecord.median_s.is_not(None)).distinct()
-            .where(JobRecord.run_id.in_(runs), JobRecord.kind.in_(sorted(kinds)))).all()
+            .where(JobRecord.run_id.in_(chosen), JobRecord.kind.in_(sorted(kinds)))).all()
     return sorted((*row[:6], bool(row[6])) for row in rows)
 
 

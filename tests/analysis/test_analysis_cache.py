@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -301,8 +302,9 @@ def test_report_no_cache_stores_nothing_and_renders_the_same_pages(db, tmp_path)
 
 def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_chip(db, monkeypatch):
     """``job_catalogue`` (the chip pages' units, the variant matrix's series) equals the two reads of the whole job
-    table, cold and warm; a new run reads its chip again, alone; a later trial that gives a stored job its first
-    median time (a job with no sample yet: unmeasured) is seen."""
+    table, cold and warm; a new run reads its chip again, alone, and of it the new run's jobs alone; a later trial
+    that gives a stored job its first median time (a job with no sample yet: unmeasured) is seen (the chip read
+    whole)."""
     build(db)
     chips = query.chip_keys(db)
 
@@ -310,27 +312,32 @@ def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_ch
         return (cache.job_catalogue(db, chips, site.SHOWN_KINDS),
                 cache.job_catalogue(db, chips, site.SHOWN_KINDS, use_cache=False))
 
-    read: list[str] = []
+    read: list[tuple[str, list[str] | None]] = []
     original = analysis_cache.chip_jobs
-    monkeypatch.setattr(analysis_cache, "chip_jobs", lambda store, chip, kinds: read.append(chip) or original(
-        store, chip, kinds))
+
+    def reading(target: store.Store, chip: str, kinds: Collection[str], *, runs: Collection[str] | None = None
+                ) -> list:
+        read.append((chip, None if runs is None else sorted(runs)))
+        return original(target, chip, kinds, runs=runs)
+
+    monkeypatch.setattr(analysis_cache, "chip_jobs", reading)
     cached, plain = both()
-    assert cached == plain and read == list(chips)
-    assert both()[0] == plain and read == list(chips)  # warm: nothing read
+    assert cached == plain and read == [(chip, None) for chip in chips]
+    assert both()[0] == plain and read == [(chip, None) for chip in chips]  # warm: nothing read
     job = bench_job("swiglu", "unfused", {"B": 1, "H": 1, "S": 999, "D": 32})  # a new series, not measured yet
     run_id = add_run(db, "chip-b", 12, [(job, JobResult(job.key, "failed", detail="no sample", trial=0))],
                      minutes=500)
     finished(db, run_id)
     read.clear()
     cached, plain = both()
-    assert cached == plain and read == ["chip-b"]
+    assert cached == plain and read == [("chip-b", [run_id])]
     assert plain.series[query.SeriesKey("swiglu", "unfused", "float32", job.labels.shape_key, "chip-b")] is False
     store.record_result(db, run_id, job, JobResult(job.key, "passed", samples=timings(np.random.default_rng(2),
                                                                                       1e-3), inner=1, trial=1))
     read.clear()
     cached, plain = both()
     assert plain.series[query.SeriesKey("swiglu", "unfused", "float32", job.labels.shape_key, "chip-b")] is True
-    assert cached == plain and read == ["chip-b"]
+    assert cached == plain and read == [("chip-b", None)]
 
 
 @pytest.mark.parametrize("read", ["commit_timing_modes", "correctness_statuses", "failing_correctness_jobs"])
