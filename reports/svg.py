@@ -371,18 +371,17 @@ def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bo
             line = _points(xs[drawn], py[drawn])
             layer.append(f'<polyline class="line" stroke="{color}"{dash_attr} points="{line}"/>')
         out.append(f'<g class="{sc.cls}">{"".join(layer)}</g>')
-    targets = []
+    indices = first.tolist()
+    if titles is not None and s.bucket_title:
+        labels = list(map(s.bucket_title, indices, last.tolist(), *titles))
+    else:
+        labels = list(map(s.point_title, indices))
     rows = zip(*(h.tolist() for h in heights), strict=True)
-    for j, (i, i_last, cx, hs) in enumerate(zip(first.tolist(), last.tolist(), xs.tolist(), rows, strict=True)):
-        if titles is None:
-            title = s.point_title(i)
-        elif s.bucket_title:
-            title = s.bucket_title(i, i_last, titles[0][j], titles[1][j])
-        else:
-            title = s.point_title(i)
-        circles = "".join(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"/>' if math.isfinite(cy) else ""
-                          for cy in hs)
-        targets.append(f'<a href="{_esc(s.point_href(i))}"><title>{_esc(title)}</title>{circles}</a>')
+    isfinite = math.isfinite
+    # one hover target per point or bucket (a big plot has hundreds a series): built in one comprehension
+    targets = [f'<a href="{_esc(href)}"><title>{_esc(title)}</title>'
+               + "".join([f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"/>' for cy in hs if isfinite(cy)]) + "</a>"
+               for href, title, cx, hs in zip(map(s.point_href, indices), labels, xs.tolist(), rows, strict=True)]
     if targets:
         out.append(f'<g class="{"pts" if n <= max_points else "hits"}" fill="{color}">{"".join(targets)}</g>')
     for m in sorted(s.markers, key=lambda m: m.kind in ("step", "drift"), reverse=True):
