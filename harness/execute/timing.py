@@ -40,6 +40,13 @@ The host's round trip is measured apart, after the warm-up: the median of :data:
 calls-and-waits (for MLX, ``mx.eval`` + ``mx.synchronize()`` of a one-element array). It is what per-call mode adds
 to every call, and it tells a slow host from a slow kernel.
 
+- ``device`` (MLX's CUDA backend; elsewhere ``pipelined``): the device's own clock. A hold kernel keeps the stream
+  busy while the host queues a span of calls behind it, and stamp kernels read the GPU clock when the hold ends and
+  after the calls (``harness.execute.device_clock``): a sample is the slope between spans of 4 and 12 calls, so
+  neither the host's pace nor a launch's fixed cost is in it. For kernels shorter than the host's work per call
+  (host-paced, below) it is the only mode that sees the kernel: on the H200 causal SDPA at S=1024 took 22.5-22.7 us
+  a call in five fresh processes, where pipelined said 28-37 us.
+
 A pipelined sample also records the device's *backlog*: the calls it still had to run when the host had issued the
 last one (``Measurement.backlog_calls``, the median over samples). Device-paced kernels keep a queue; host-paced
 ones (a call is built and launched more slowly than the device runs it) leave none, and their time per call is the
@@ -52,13 +59,21 @@ then makes no difference); :func:`measure_mlx` times an MLX function with the pr
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
 from harness.core import defaults, pacing
+from harness.execute import device_clock
+from harness.execute.device_clock import Span
 
-MODES = ("auto", "pipelined", "per-call")
+MODES = ("auto", "pipelined", "per-call", "device")
+DEVICE_CALLS = (4, 12)  # "device": a sample is the slope of the device time between this many queued calls (fewer
+# than the ~18 calls MLX lets queue on the H200, so the host never waits while the hold runs)
+DEVICE_HOLD_S = 0.002  # "device": the hold the host queues a span's calls behind, doubled while too short ...
+DEVICE_HOLD_MAX_S = 0.128  # ... up to this; beyond, the calls cannot all be queued: pipelined instead
+DEVICE_HOLD_MARGIN = 0.5  # a span counts only if the host issued its calls within this fraction of the hold
 PILOT_SAMPLES = 5  # pilot samples per mode (interleaved) in "auto"
 PILOT_FRACTION = 0.25  # a pilot sample times this fraction of the mode's calibrated inner loop
 PILOT_MIN_INNER = 8  # no pilot (pipelined) when fewer pipelined calls fill a sample: a call is then over
@@ -217,19 +232,30 @@ def pilot(call: Callable[[], None], sync: Callable[[], None],
 
 
 def measure(call: Callable[[], None], sync: Callable[[], None], protocol: TimingProtocol, *,
-            mode: str = "per-call", probe: Callable[[], None] | None = None) -> Measurement:
+            mode: str = "per-call", probe: Callable[[], None] | None = None, span: Span | None = None
+            ) -> Measurement:
     """Warm up, pick the mode (``auto``: :func:`pilot`), calibrate, then take ``samples`` samples of s per call.
 
     ``call`` issues one call, ``sync`` waits until all issued calls have finished (a no-op for a plain Python
     callable, which then times the same in every mode). ``mode`` is "per-call" (the default, whatever the
-    protocol says: the protocol's mode is :func:`measure_mlx`'s), "pipelined" or "auto". ``probe`` is the trivial
-    call-and-wait of the round trip; without it ``sync`` alone is timed.
+    protocol says: the protocol's mode is :func:`measure_mlx`'s), "pipelined", "auto" or "device" (with ``span``,
+    the device clock's: :func:`device_samples`; pipelined without one, or when the calls cannot all be queued
+    behind the hold). ``probe`` is the trivial call-and-wait of the round trip; without it ``sync`` alone is timed.
     """
     if mode not in MODES:
         raise ValueError(f"timing mode {mode!r} is none of {', '.join(MODES)}")
-    warm_s, warm_calls = warm_up(call, sync, protocol, "pipelined" if mode == "auto" else mode)
+    if mode == "device" and span is None:
+        mode = "pipelined"  # no device clock here (only MLX's CUDA backend has one)
+    warm_s, warm_calls = warm_up(call, sync, protocol, mode if mode in ("pipelined", "per-call") else "pipelined")
     trip = round_trip(probe or sync)
     spread_pipelined = spread_per_call = None
+    if mode == "device":
+        assert span is not None
+        on_device = device_samples(span, protocol.samples)
+        if on_device is not None:
+            return Measurement(samples=on_device, inner=DEVICE_CALLS[1], warmup_s=warm_s, warmup_calls=warm_calls,
+                               mode="device", round_trip_s=trip)
+        mode = "pipelined"
     if mode == "auto":
         mode, inner, spread_pipelined, spread_per_call = pilot(call, sync, protocol)
     else:
@@ -240,6 +266,42 @@ def measure(call: Callable[[], None], sync: Callable[[], None], protocol: Timing
                        warmup_calls=warm_calls, mode=mode, round_trip_s=trip, pilot_spread_pipelined=spread_pipelined,
                        pilot_spread_per_call=spread_per_call,
                        backlog_calls=statistics.median(backlogs) if backlogs else None)
+
+
+def device_samples(span: Span, samples: int) -> list[float] | None:
+    """``samples`` device seconds per call, each the slope between spans of :data:`DEVICE_CALLS` queued calls
+    (the stamp's own launch cancels out). A span pair the host did not issue well inside the hold doubles the
+    hold; past :data:`DEVICE_HOLD_MAX_S`, or when too few slopes come out positive, None (time it otherwise)."""
+    few, many = DEVICE_CALLS
+    hold, taken, tries = DEVICE_HOLD_S, [], 0
+    while len(taken) < samples:
+        tries += 1
+        if tries > 3 * samples:
+            return None
+        (short, issued_short), (long, issued_long) = span(few, hold), span(many, hold)
+        if max(issued_short, issued_long) > DEVICE_HOLD_MARGIN * hold:
+            if hold >= DEVICE_HOLD_MAX_S:
+                return None
+            hold *= 2
+            continue
+        if long > short:
+            taken.append((long - short) / (many - few))
+    return taken
+
+
+def _device_span(issue: Callable[[], None]) -> Span | None:
+    """The device clock's span function, tried once (its two kernels compile and run), or None with a one-line
+    warning on stderr (the job is then timed pipelined, and its stored mode says so)."""
+    reason = device_clock.unavailable_reason()
+    if reason is None:
+        try:
+            span = device_clock.mlx_span(issue)
+            span(0, 1e-5)
+            return span
+        except Exception as exc:  # noqa: BLE001 - any failure of the clock means: time it pipelined
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    print(f"warning: timing mode 'device' unavailable ({reason}); timed pipelined", file=sys.stderr)
+    return None
 
 
 def measure_mlx(fn: Callable[[], object], protocol: TimingProtocol, *, mode: str | None = None) -> Measurement:
@@ -254,4 +316,10 @@ def measure_mlx(fn: Callable[[], object], protocol: TimingProtocol, *, mode: str
         mx.eval(tiny + 1)
         mx.synchronize()
 
-    return measure(lambda: mx.async_eval(fn()), mx.synchronize, protocol, mode=mode or protocol.mode, probe=probe)
+    mode = mode or protocol.mode
+
+    def issue() -> None:
+        mx.async_eval(fn())
+
+    span = _device_span(issue) if mode == "device" else None
+    return measure(issue, mx.synchronize, protocol, mode=mode, probe=probe, span=span)

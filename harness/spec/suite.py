@@ -9,7 +9,8 @@ A suite document looks like::
     [timing]                     # default timing protocol for every benchmark
     samples = 10                 # samples per job process
     trials = 3                   # independent job processes per benchmark and run (the unit of evidence)
-    mode = "pipelined"           # or "per-call" (latency incl. the host round trip), "auto" (a pilot per job)
+    mode = "pipelined"           # or "per-call" (latency incl. the host round trip), "auto" (a pilot per job),
+                                 # "device" (CUDA: queued calls timed on the GPU's clock; else pipelined)
     threads = 4                  # optional: BLAS/OpenMP threads of the job process (default: inherited)
 
     [calibration.cpu]            # roofline calibration sizes per chip class (cpu | gpu)
@@ -98,7 +99,7 @@ class TimingSpec(_Strict):
     samples: int = Field(defaults.SAMPLES, ge=1, le=10_000)
     max_inner: int = Field(defaults.MAX_INNER, ge=1)
     timeout_s: float = Field(defaults.TIMEOUT_S, gt=0)
-    mode: Literal["auto", "pipelined", "per-call"] = defaults.TIMING_MODE
+    mode: Literal["auto", "pipelined", "per-call", "device"] = defaults.TIMING_MODE
     trials: int = Field(defaults.TRIALS, ge=1, le=100)
     # BLAS/OpenMP threads of the job process (harness.execute.local.thread_env): None inherits the harness's env.
     threads: int | None = Field(defaults.THREADS, ge=1)

@@ -236,3 +236,51 @@ def test_host_paced_means_a_backlog_under_the_threshold():
     assert pacing.host_paced(0.0) and pacing.host_paced(pacing.HOST_PACED_BACKLOG - 0.01)
     assert not pacing.host_paced(pacing.HOST_PACED_BACKLOG) and not pacing.host_paced(18.0)
     assert not pacing.host_paced(None)  # not recorded: not claimed either way
+
+
+class SpanDevice:
+    """A device clock's span function: ``k`` calls of ``call_s`` each after the hold, plus a stamp's fixed
+    ``launch_s``; the host needs ``issue_s`` per call to queue them."""
+
+    def __init__(self, call_s: float, issue_s: float, launch_s: float = 5e-6):
+        self.call_s, self.issue_s, self.launch_s = call_s, issue_s, launch_s
+        self.holds: list[float] = []
+
+    def __call__(self, k: int, hold_s: float) -> tuple[float, float]:
+        self.holds.append(hold_s)
+        return self.launch_s + k * self.call_s, k * self.issue_s
+
+
+def test_device_samples_are_the_slope_between_spans_without_the_fixed_launch():
+    span = SpanDevice(call_s=22e-6, issue_s=35e-6)  # host-paced if pipelined: 35 us to issue a 22 us call
+    samples = timing.device_samples(span, 5)
+    assert samples == pytest.approx([22e-6] * 5)
+    assert set(span.holds) == {timing.DEVICE_HOLD_S}  # 12 x 35 us fits well inside the 2 ms hold
+
+
+def test_the_hold_doubles_until_the_host_queues_every_call_inside_it_and_gives_up_past_the_cap():
+    slow_host = SpanDevice(call_s=1e-3, issue_s=1e-3)  # 12 ms to queue 12 calls: needs a hold of at least 24 ms
+    assert timing.device_samples(slow_host, 3) == pytest.approx([1e-3] * 3)
+    assert min(slow_host.holds) == timing.DEVICE_HOLD_S and max(slow_host.holds) == 0.032
+    hopeless = SpanDevice(call_s=1e-3, issue_s=0.1)  # 1.2 s to queue: past DEVICE_HOLD_MAX_S
+    assert timing.device_samples(hopeless, 3) is None
+    assert max(hopeless.holds) == timing.DEVICE_HOLD_MAX_S
+
+
+def test_device_mode_stores_its_samples_and_falls_back_to_pipelined_without_a_clock(monkeypatch):
+    fake = QueuedDevice(monkeypatch, host_s=35e-6, device_s=22e-6)
+    m = measure(fake.call, fake.sync, TimingProtocol(**BACKLOG), mode="device", span=SpanDevice(22e-6, 35e-6))
+    assert m.mode == "device" and m.samples == pytest.approx([22e-6] * 3) and m.backlog_calls is None
+    m = measure(fake.call, fake.sync, TimingProtocol(**BACKLOG), mode="device")  # no clock here
+    assert m.mode == "pipelined" and m.samples[0] == pytest.approx(35e-6, rel=0.05)  # the host's pace
+    m = measure(fake.call, fake.sync, TimingProtocol(**BACKLOG), mode="device", span=SpanDevice(22e-6, 0.1))
+    assert m.mode == "pipelined"  # the calls could not all be queued behind the hold
+
+
+def test_device_mode_on_mlx_without_cuda_warns_once_and_times_pipelined(capsys):
+    import mlx.core as mx
+
+    a = mx.ones((64, 64))
+    m = measure_mlx(lambda: a @ a, TimingProtocol(warmup_s=0.0, min_sample_s=0.001, samples=3, mode="device"))
+    assert m.mode == "pipelined" and len(m.samples) == 3
+    assert capsys.readouterr().err.count("warning: timing mode 'device' unavailable") == 1

@@ -76,6 +76,15 @@ def test_timing_threads_is_optional_and_reaches_the_benchmark_jobs():
     assert {job.timing["threads"] for job in plan_suite(override, "cpu") if job.kind == "benchmark"} == {1}
 
 
+def test_timing_mode_device_is_a_suite_setting_that_reaches_the_jobs_and_others_are_refused():
+    from harness.spec.plan import plan_suite
+
+    suite = parse_suite(with_("timing", {"mode": "device"}))
+    assert {job.timing["mode"] for job in plan_suite(suite, "cpu") if job.kind == "benchmark"} == {"device"}
+    with pytest.raises(SuiteError, match="timing.mode"):
+        parse_suite(with_("timing", {"mode": "gpu-clock"}))
+
+
 def test_unknown_top_level_fields_are_rejected():
     with pytest.raises(SuiteError, match="benchmarks"):
         parse_suite({**GOOD, "benchmarks": []})
