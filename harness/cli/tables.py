@@ -17,7 +17,8 @@ FORMATS = ("text", "json", "markdown")
 
 
 HOST_PACED_NOTE = ("the device waited for the host's calls (harness.core.pacing), so their time is the host's pace, "
-                   "which differs between processes, and a change in the kernel alone may not show")
+                   "which differs between processes, and a change in the kernel alone may not show (on CUDA, "
+                   "[timing] mode = \"device\" times the kernel on the GPU's clock)")
 
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
