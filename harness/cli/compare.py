@@ -145,8 +145,8 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
             print(f"- {markdown_text(_side_line(name, side))}")
         print(f"- {summary}")
     else:
-        console.print(_side_line("base", report.base))
-        console.print(_side_line("head", report.head))
+        console.print(_side_line("base", report.base), markup=False)
+        console.print(_side_line("head", report.head), markup=False)
     for title, failures in ((f"Newly failing on head ({len(report.newly_failing)})", report.newly_failing),
                             (f"Already failing at base ({len(report.already_failing)})", report.already_failing)):
         if failures:
@@ -184,4 +184,4 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
             print(f"_{line}_  ")
     else:
         for line in lines:
-            console.print(line)
+            console.print(line, markup=False)  # plain text: commit subjects and notes may hold [brackets]

@@ -131,6 +131,8 @@ def test_host_paced_series_are_marked_in_compare_and_variants(tmp_path: Path, ca
     marked = [line for line in out.splitlines() if line.startswith("| ") and "host-paced" in line]
     assert len(marked) == 1 and "| flash_bq16_bk32 |" in marked[0] and "S=64" in marked[0]
     assert "1 series host-paced: the device waited for the host's calls" in out
+    code, out, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", db)
+    assert '[timing] mode = "device"' in " ".join(out.split())  # printed as text, not taken for markup
     code, out, _ = cli(capsys, "variants", "--db", db, "--format", "json")
     cells = {(c["variant"], c["shape_key"]): c["host_paced"] for c in json.loads(out)["cells"]}
     assert cells[("flash_bq16_bk32", "B=1,D=32,H=1,S=64")] and not cells[("flash_bq16_bk32", "B=1,D=32,H=1,S=128")]
