@@ -10,38 +10,24 @@ planted cells, the twin never a winner or a loser, and the null pair flagging no
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 import pytest
 
-from testkit.e2e import harness
-from testkit.paths import ROOT
+from testkit.recorded import import_examples, variant_cells, verb_json
 
-EXAMPLES = ROOT / "reports" / "examples"
 RUNS = {"base": "57204212c98f480493980cdc9be07e07", "head": "c4ac8ef7b684407588e6cc2552cff1de"}
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> tuple[str, dict[str, list[dict]], dict]:
+def recorded(tmp_path_factory) -> tuple[str, dict, dict]:
     folder = tmp_path_factory.mktemp("device")
-    db = folder / "device.db"
-    for side in RUNS:
-        done = harness("import", "--db", f"sqlite:///{db}", str(EXAMPLES / f"h200-planted-device-{side}.bundle"),
-                       cwd=folder)
-        assert done.returncode == 0, done.stderr[-2000:]
-    cells = {}
-    for side, run in RUNS.items():
-        done = harness("variants", "--commit", run, "--db", f"sqlite:///{db}", "--format", "json", cwd=folder)
-        assert done.returncode == 0, done.stderr[-2000:]
-        cells[side] = json.loads(done.stdout)["cells"]
-    done = harness("compare", RUNS["base"], RUNS["head"], "--db", f"sqlite:///{db}", "--format", "json", cwd=folder)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return str(db), cells, json.loads(done.stdout)
+    db = import_examples(folder, [f"h200-planted-device-{side}.bundle" for side in RUNS], name="device.db")
+    return db, variant_cells(folder, db, RUNS), verb_json(folder, db, "compare", RUNS["base"], RUNS["head"])
 
 
 def test_every_benchmark_was_timed_on_the_device_clock(recorded):
-    with sqlite3.connect(recorded[0]) as con:
+    with sqlite3.connect(recorded[0].removeprefix("sqlite:///")) as con:
         modes = dict(con.execute("SELECT timing_mode, count(*) FROM job WHERE kind = 'benchmark' GROUP BY 1"))
     assert modes == {"device": 144}
 

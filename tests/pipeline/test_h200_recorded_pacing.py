@@ -10,32 +10,18 @@ their time is the host's pace; the twin is never a winner or a loser, and the ba
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from testkit.e2e import harness
-from testkit.paths import ROOT
+from testkit.recorded import import_examples, variant_cells, verb_json
 
-EXAMPLES = ROOT / "reports" / "examples"
 RUNS = {"base": "23bdc77b162940f4908fba24132e8f64", "head": "fbcf6d6624e04943bbd13c8e52193dcd"}
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> tuple[str, dict[str, list[dict]], dict]:
+def recorded(tmp_path_factory) -> tuple[str, dict, dict]:
     folder = tmp_path_factory.mktemp("paced")
-    db = f"sqlite:///{folder / 'paced.db'}"
-    for side in RUNS:
-        done = harness("import", "--db", db, str(EXAMPLES / f"h200-planted-paced-{side}.bundle"), cwd=folder)
-        assert done.returncode == 0, done.stderr[-2000:]
-    cells = {}
-    for side, run in RUNS.items():
-        done = harness("variants", "--commit", run, "--db", db, "--format", "json", cwd=folder)
-        assert done.returncode == 0, done.stderr[-2000:]
-        cells[side] = json.loads(done.stdout)["cells"]
-    done = harness("compare", RUNS["base"], RUNS["head"], "--db", db, "--format", "json", cwd=folder)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return folder, cells, json.loads(done.stdout)
+    db = import_examples(folder, [f"h200-planted-paced-{side}.bundle" for side in RUNS])
+    return db, variant_cells(folder, db, RUNS), verb_json(folder, db, "compare", RUNS["base"], RUNS["head"])
 
 
 @pytest.mark.parametrize("side", list(RUNS))

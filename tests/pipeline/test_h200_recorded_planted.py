@@ -9,31 +9,20 @@ GPU-bound cells, and the twin never called a winner or a loser.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
-from testkit.e2e import harness
-from testkit.paths import ROOT
+from testkit.recorded import import_examples, variant_cells
 
-EXAMPLES = ROOT / "reports" / "examples"
 COMMITS = {"base": "1d8c492d90d1", "head": "717d25bcfd02"}
 
 
 @pytest.fixture(scope="module")
 def matrices(tmp_path_factory) -> dict[str, list[dict]]:
     folder = tmp_path_factory.mktemp("planted")
-    db = f"sqlite:///{folder / 'planted.db'}"
-    for side in COMMITS:
-        done = harness("import", "--db", db, str(EXAMPLES / f"h200-planted-gpu-{side}.bundle"), cwd=folder)
-        assert done.returncode == 0, done.stderr[-2000:]
-    cells = {}
-    for side, sha in COMMITS.items():
-        done = harness("variants", "--commit", sha, "--db", db, "--format", "json", cwd=folder)
-        assert done.returncode == 0, done.stderr[-2000:]
-        cells[side] = json.loads(done.stdout)["cells"]
-    return cells
+    db = import_examples(folder, [f"h200-planted-gpu-{side}.bundle" for side in COMMITS])
+    return variant_cells(folder, db, COMMITS)
 
 
 def gpu_bound(cell: dict) -> bool:

@@ -1,0 +1,34 @@
+"""Recorded runs from reports/examples, read as a user reads them: bundles imported and verbs run by the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from testkit.e2e import harness
+from testkit.paths import ROOT
+
+EXAMPLES = ROOT / "reports" / "examples"
+
+
+def import_examples(folder: Path, bundles: Iterable[str], name: str = "recorded.db") -> str:
+    """A fresh SQLite database in ``folder`` holding the named bundles of reports/examples; its URL."""
+    db = f"sqlite:///{folder / name}"
+    for bundle in bundles:
+        done = harness("import", "--db", db, str(EXAMPLES / bundle), cwd=folder)
+        assert done.returncode == 0, done.stderr[-2000:]
+    return db
+
+
+def verb_json(folder: Path, db: str, *args: str) -> Any:
+    """``harness ARGS --db DB --format json``'s output, parsed (the verb must exit 0)."""
+    done = harness(*args, "--db", db, "--format", "json", cwd=folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def variant_cells(folder: Path, db: str, refs: dict[str, str]) -> dict[str, Sequence[dict]]:
+    """Per side, the cells of ``harness variants --commit REF``."""
+    return {side: verb_json(folder, db, "variants", "--commit", ref)["cells"] for side, ref in refs.items()}
