@@ -60,7 +60,9 @@ def noise_report(store: Store, ref: str | None = None, chip: str | None = None,
     for chip_key, run_ids in sorted(_runs(store, ref, chip).items()):
         chip_rows = rows_of(chip_key, run_ids) if rows_of is not None else chip_noise_rows(store, run_ids)
         levels = {level: _percentiles([getattr(row, level) for row in chip_rows]) for level in LEVELS}
+        paced = query.host_paced_series(store, run_ids)
         chips.append(ChipNoise(chip_key, tuple(run_ids), len(chip_rows),
-                               sum(1 for row in chip_rows if row.history_runs), levels))
+                               sum(1 for row in chip_rows if row.history_runs), levels,
+                               sum(1 for row in chip_rows if row.key in paced)))
         rows.extend(chip_rows)
     return NoiseReport(tuple(chips), tuple(rows))

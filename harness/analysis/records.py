@@ -474,6 +474,7 @@ class ChipNoise(_Plain):
     series: int
     with_history: int
     levels: dict[str, tuple[float, float]]  # level -> (median, p90) over series (nan when no series has it)
+    host_paced: int = 0  # series whose device waited for the host (harness.core.pacing)
 
 
 @dataclass(frozen=True)

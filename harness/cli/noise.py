@@ -17,7 +17,9 @@ HELP = "\n\n".join((
     "relative standard deviation; and 'detects', the smallest change that comparing this series with itself at "
     "its trials per side could detect. A verdict can only be as sure as the largest of these allows.",
     "REF is a commit (its runs pooled) or a run id; by default each chip's latest run. Per chip the summary gives "
-    "the median and 90th percentile over its series; --series lists every series, noisiest first.",
+    "the median and 90th percentile over its series, and how many series were host-paced (the device waited for "
+    "the host's calls, so their time is the host's pace: harness.core.pacing); --series lists every series, "
+    "noisiest first.",
 ))
 
 LEVEL_NAMES = {"within": "within a process", "between_trial": "between trials", "between_run": "between runs",
@@ -53,10 +55,10 @@ def noise(
     if not report.chips:
         console.print("no runs with benchmark series")
         return
-    headers = ("chip", "runs", "series", "with history",
+    headers = ("chip", "runs", "series", "with history", "host-paced",
                *(f"{LEVEL_NAMES[level]} (median / p90)" for level in LEVELS))
     emit_table(console, format, "Noise per chip", headers, [
-        (c.chip, str(len(c.run_ids)), str(c.series), str(c.with_history),
+        (c.chip, str(len(c.run_ids)), str(c.series), str(c.with_history), str(c.host_paced),
          *(f"{_relative(c.levels[level][0])} / {_relative(c.levels[level][1])}" if level != "detectable"
            else f"{percent(c.levels[level][0]) or '-'} / {percent(c.levels[level][1]) or '-'}" for level in LEVELS))
         for c in report.chips])

@@ -138,6 +138,12 @@ def test_host_paced_series_are_marked_in_compare_and_variants(tmp_path: Path, ca
     assert cells[("flash_bq16_bk32", "B=1,D=32,H=1,S=64")] and not cells[("flash_bq16_bk32", "B=1,D=32,H=1,S=128")]
     code, out, _ = cli(capsys, "variants", "--db", db, "--all")
     assert "1 cell(s) host-paced (the variant or its default)" in " ".join(out.split())
+    import harness.cli.noise  # noqa: F401 - registers the verb
+    code, out, _ = cli(capsys, "noise", sha_of(2), "--db", db, "--format", "json")
+    assert code == 0 and [chip["host_paced"] for chip in json.loads(out)["chips"]] == [1]
+    code, out, _ = cli(capsys, "noise", "--db", db, "--format", "markdown")
+    header, row = [line.split(" | ") for line in out.splitlines() if line.startswith("| ")][:2]
+    assert row[header.index("host-paced")] == "1"
 
 
 def one_run_db(tmp_path: Path) -> str:
