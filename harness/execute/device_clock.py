@@ -41,7 +41,7 @@ Span = Callable[[int, float], tuple[float, float]]
 def unavailable_reason() -> str | None:
     """Why the device clock cannot be used in this process (None: it can): it needs MLX's CUDA backend."""
     try:
-        import mlx.core as mx
+        import mlx.core as mx  # loads mlx: only when the device clock is asked for
     except ImportError:
         return "MLX is not installed"
     if not (hasattr(mx, "cuda") and mx.cuda.is_available()) or mx.default_device() != mx.gpu:
@@ -51,7 +51,7 @@ def unavailable_reason() -> str | None:
 
 def mlx_span(issue: Callable[[], None]) -> Span:
     """The span function for MLX's CUDA backend: ``issue()`` queues one call (``mx.async_eval(fn())``)."""
-    import mlx.core as mx
+    import mlx.core as mx  # loads mlx: only in a job process that times on the device clock
 
     kernels = {name: mx.fast.cuda_kernel(name=f"harness_{name}", input_names=["ns"], output_names=["out"],
                                          source=source)
