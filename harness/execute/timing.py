@@ -132,37 +132,37 @@ def choose_mode(pipelined_spread: float, per_call_spread: float) -> str:
     return "pipelined"
 
 
-def _timed(call: Callable[[], None], sync: Callable[[], None], inner: int, mode: str = "per-call") -> float:
-    """Seconds for ``inner`` calls in ``mode``: one sync at the end (pipelined) or one after every call."""
+def _run(call: Callable[[], None], sync: Callable[[], None], inner: int, mode: str) -> tuple[float, float]:
+    """(seconds for ``inner`` calls in ``mode``, seconds until the last one was issued): one sync at the end
+    (pipelined) or one after every call."""
     sync()
     start = perf_counter()
     if mode == "pipelined":
         for _ in range(inner):
             call()
+        issued = perf_counter()
         sync()
     else:
         for _ in range(inner):
             call()
             sync()
-    return perf_counter() - start
+        issued = perf_counter()
+    return perf_counter() - start, issued - start
+
+
+def _timed(call: Callable[[], None], sync: Callable[[], None], inner: int, mode: str = "per-call") -> float:
+    """Seconds for ``inner`` calls in ``mode``."""
+    return _run(call, sync, inner, mode)[0]
 
 
 def _sample(call: Callable[[], None], sync: Callable[[], None], inner: int, mode: str) -> tuple[float, float | None]:
     """One sample: (seconds for ``inner`` calls in ``mode``, the device's backlog in calls when the host had issued
     the last one). The backlog is None per-call (nothing queues) and when ``inner`` is under
     :data:`BACKLOG_MIN_INNER` (too few calls for a backlog to build)."""
-    if mode != "pipelined":
-        return _timed(call, sync, inner, mode), None
-    sync()
-    start = perf_counter()
-    for _ in range(inner):
-        call()
-    issued = perf_counter()
-    sync()
-    elapsed = perf_counter() - start
-    if inner < BACKLOG_MIN_INNER or elapsed <= 0:
+    elapsed, issued = _run(call, sync, inner, mode)
+    if mode != "pipelined" or inner < BACKLOG_MIN_INNER or elapsed <= 0:
         return elapsed, None
-    return elapsed, (elapsed - (issued - start)) * inner / elapsed
+    return elapsed, (elapsed - issued) * inner / elapsed
 
 
 def warm_up(call: Callable[[], None], sync: Callable[[], None], protocol: TimingProtocol,
@@ -244,14 +244,11 @@ def measure(call: Callable[[], None], sync: Callable[[], None], protocol: Timing
     """
     if mode not in MODES:
         raise ValueError(f"timing mode {mode!r} is none of {', '.join(MODES)}")
-    if mode == "device" and span is None:
-        mode = "pipelined"  # no device clock here (only MLX's CUDA backend has one)
     warm_s, warm_calls = warm_up(call, sync, protocol, mode if mode in ("pipelined", "per-call") else "pipelined")
     trip = round_trip(probe or sync)
     spread_pipelined = spread_per_call = None
-    if mode == "device":
-        assert span is not None
-        on_device = device_samples(span, protocol.samples)
+    if mode == "device":  # pipelined without a device clock (only MLX's CUDA backend has one) or when it cannot
+        on_device = device_samples(span, protocol.samples) if span is not None else None
         if on_device is not None:
             return Measurement(samples=on_device, inner=DEVICE_CALLS[1], warmup_s=warm_s, warmup_calls=warm_calls,
                                mode="device", round_trip_s=trip)

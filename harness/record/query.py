@@ -278,16 +278,21 @@ def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.
     return medians
 
 
+def _series_select(run_ids: Sequence[str], column):
+    """Each benchmark job of the given runs: its series key's fields (kernel, variant, dtype, shape key, chip) and
+    ``column``."""
+    return (select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key, column)
+            .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark"))
+
+
 def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
     """How each benchmark series of the given runs was timed ("pipelined", "per-call"; "" if not recorded), joined
     with "+" where its runs differ."""
     modes: dict[SeriesKey, set[str]] = {}
     with store.session() as session:
         for kernel, variant, dtype, shape_key, chip, mode in session.execute(
-                select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
-                       JobRecord.timing_mode)
-                .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
-                .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")):
+                _series_select(run_ids, JobRecord.timing_mode)):
             modes.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), set()).add(mode or "")
     return _joined_modes(modes)
 
@@ -296,12 +301,8 @@ def host_paced_series(store: Store, run_ids: Sequence[str]) -> set[SeriesKey]:
     """The benchmark series of the given runs that were host-paced in any of their jobs (``harness.core.pacing``:
     the device waited for the host's calls, so the time per call is the host's pace, not the kernel's)."""
     with store.session() as session:
-        rows = session.execute(
-            select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
-                   JobRecord.backlog_calls)
-            .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
-            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark",
-                   JobRecord.backlog_calls.is_not(None)))
+        rows = session.execute(_series_select(run_ids, JobRecord.backlog_calls)
+                               .where(JobRecord.backlog_calls.is_not(None)))
         return {SeriesKey(*row[:5]) for row in rows if pacing.host_paced(row[5])}
 
 
