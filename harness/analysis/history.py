@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import numpy.typing as npt
 
+from harness.analysis import segment_search
 from harness.analysis.records import ChangeFlag, HistoryPoints, SeriesHistory
 from harness.core import stats
 from harness.record import query
@@ -120,11 +121,12 @@ _WORKERS = 8  # threads at most
 
 
 def _optimal_segments_many(values: npt.NDArray[np.float64], segment_penalty: npt.NDArray[np.float64],
-                           slope_penalty: npt.NDArray[np.float64], *, min_segment: int, min_drift_length: int
-                           ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+                           slope_penalty: npt.NDArray[np.float64], *, min_segment: int, min_drift_length: int,
+                           compiled: bool = True) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
     """``stats._optimal_segments`` of each row of ``values`` (one penalty pair per row), the same floating-point
-    operations on the same numbers, a step of its search for every row at once: per row and end, the chosen start
-    (``previous``) and whether that segment is linear.  The starts its search skips (``best`` not finite: 1 up to
+    operations on the same numbers: per row and end, the chosen start (``previous``) and whether that segment is
+    linear.  ``compiled`` (and numba importable): ``segment_search.search``, one compiled pass per end; else a step
+    of the search for every row at once in numpy.  The starts the search skips (``best`` not finite: 1 up to
     ``min_segment - 1``) carry an infinite total here, which argmin never picks either."""
     rows, n = values.shape
     index = np.arange(n, dtype=np.float64)
@@ -137,6 +139,9 @@ def _optimal_segments_many(values: npt.NDArray[np.float64], segment_penalty: npt
     centred = values - np.array([np.median(row) for row in values])[:, None]
     x, xx, ix = prefix(centred), prefix(centred * centred), prefix(index * centred)
     i, ii = prefix(index), prefix(index * index)
+    if compiled and segment_search.available():
+        return segment_search.search(x, xx, ix, i, ii, segment_penalty, slope_penalty, min_segment=min_segment,
+                                     min_drift=min_drift_length)
     best = np.full((rows, n + 1), np.inf)
     best[:, 0] = -segment_penalty
     previous = np.zeros((rows, n + 1), dtype=np.intp)
