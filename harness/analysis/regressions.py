@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import false_discovery_control
 
 from harness.analysis.compare import same_mode
 from harness.analysis.history import by_series_key, trial_levels
 from harness.analysis.records import RegressionEvidence
-from harness.core import defaults, stats, trials
+from harness.core import defaults, distributions, stats, trials
 from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
@@ -228,7 +227,7 @@ def _bh_per_family(p_values: npt.NDArray[np.float64], in_family: npt.NDArray[np.
     for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         members = start + np.flatnonzero(in_family[start:stop])
         if members.size:
-            adjusted[members] = false_discovery_control(p_values[members], method="bh")
+            adjusted[members] = distributions.bh(p_values[members])
     return adjusted
 
 

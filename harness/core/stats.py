@@ -309,16 +309,17 @@ a grid and leaves broken series out of the BH family.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-from scipy import ndimage, stats
 
-from harness.core import defaults
+from harness.core import defaults, distributions
 
 __all__ = [
     "CHANGE_KINDS",
@@ -366,9 +367,9 @@ _NOISE_FLOOR = 1e-4  # log units (0.01 %): no timing history is more precise tha
 _WINSOR_WIDTH = 5  # running-median window used to winsorise a history
 _WINSOR_CLIP = 3.0  # ... and the clip, in noise sigmas
 _TRIM_KEEP = 0.8  # fraction of first differences kept by the noise estimate
-_TRIM_QUANTILE = float(stats.norm.ppf(0.5 + _TRIM_KEEP / 2.0))
+_TRIM_QUANTILE = float(distributions.norm_ppf(0.5 + _TRIM_KEEP / 2.0))
 # E[Z^2 | |Z| <= q] for standard normal Z: makes the trimmed mean square consistent for sigma^2
-_TRIMMED_VARIANCE_FACTOR = 1.0 - 2.0 * _TRIM_QUANTILE * float(stats.norm.pdf(_TRIM_QUANTILE)) / _TRIM_KEEP
+_TRIMMED_VARIANCE_FACTOR = 1.0 - 2.0 * _TRIM_QUANTILE * float(distributions.norm_pdf(_TRIM_QUANTILE)) / _TRIM_KEEP
 _SMALL_SAMPLE_INFLATION = 3.0  # penalty x (1 + 3/sqrt(n)): ~2 standard errors of sigma-hat^2 above it
 
 _VERDICT_TO_OUTCOME: dict[Verdict, VariantOutcome] = {
@@ -496,14 +497,26 @@ def median_ci(samples: Samples, confidence: float = 0.95) -> tuple[float, float,
     median = _sorted_median(values)
     if n < 3:
         return (median, math.nan, math.nan)
-    tail = (1.0 - confidence) / 2.0
-    below = np.arange(n // 2 + 1)  # candidate l - 1
-    tail_probability = stats.binom.cdf(below, n, 0.5)
-    admissible = below[tail_probability <= tail + 1e-12]
-    if admissible.size == 0:
+    lower_rank = _lower_rank(n, confidence)
+    if lower_rank is None:
         return (median, float(values[0]), float(values[-1]))
-    lower_rank = int(admissible[-1]) + 1  # l, 1-based
     return (median, float(values[lower_rank - 1]), float(values[n - lower_rank]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lower_rank(n: int, confidence: float) -> int | None:
+    """The largest l (1-based) with P(Binomial(n, 1/2) <= l - 1) <= the tail (+ 1e-12), l - 1 <= n // 2; None
+    when there is none. The binomial sums are exact integers, compared with the tail's float value exactly."""
+    threshold = Fraction((1.0 - confidence) / 2.0 + 1e-12) * 2**n
+    chosen, term, total = None, 1, 0  # term = C(n, k), total = sum of C(n, i) for i <= k
+    for k in range(n // 2 + 1):
+        if k:
+            term = term * (n - k + 1) // k
+        total += term
+        if total > threshold:
+            break
+        chosen = k + 1
+    return chosen
 
 
 # ---------------------------------------------------------------------------
@@ -525,10 +538,12 @@ def mann_whitney_pvalues(
     has_ties = (np.diff(pooled, axis=1) == 0).any(axis=1)
     small = max(base_rows.shape[1], head_rows.shape[1]) <= _EXACT_MWU_MAX_N
     exact = ~constant & ~has_ties & small
+    from scipy import stats as scipy_stats  # ~1 s to load: only when samples are tested
+
     p_values = np.ones(len(base_rows))
     for method, rows in (("exact", exact), ("asymptotic", ~constant & ~exact)):
         if rows.any():
-            result = stats.mannwhitneyu(
+            result = scipy_stats.mannwhitneyu(
                 head_rows[rows], base_rows[rows], alternative="two-sided", method=method, axis=1
             )
             p_values[rows] = np.asarray(result.pvalue, dtype=np.float64)
@@ -612,7 +627,7 @@ def _more_samples_for_too_few(
     sigma = _log_spread(base, head)
     if not math.isfinite(sigma) or sigma <= 0:
         return _clamp_more(shortfall)
-    z = stats.norm.ppf(1.0 - alpha / 2.0)
+    z = distributions.norm_ppf(1.0 - alpha / 2.0)
     target = math.log1p(min_effect)
     with np.errstate(over="ignore"):
         needed_per_side = np.pi * np.square(z * sigma / target) if target > 0 else math.inf
@@ -783,7 +798,7 @@ def apply_fdr(
     adjusted: dict[K, float] = {}
     if tested:
         raw = np.array([comparisons[key].p_value for key in tested])
-        adjusted = dict(zip(tested, stats.false_discovery_control(raw, method="bh").tolist(), strict=True))
+        adjusted = dict(zip(tested, distributions.bh(raw).tolist(), strict=True))
     result: dict[K, Comparison] = {}
     for key, c in comparisons.items():
         if key not in adjusted:
@@ -861,8 +876,16 @@ def _robust_noise(values: npt.NDArray[np.float64]) -> float:
     return max(_NOISE_FLOOR, math.sqrt(variance_of_differences / 2.0))
 
 
+def _running_median(values: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:
+    """``scipy.ndimage.median_filter(values, size=width, mode="nearest")`` of a 1-d array, odd ``width``: each
+    value's window, the ends repeated, and its middle value (a selection: exact)."""
+    half = width // 2
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(values, half, mode="edge"), width)
+    return np.sort(windows, axis=1)[:, half]
+
+
 def _winsorise(values: npt.NDArray[np.float64], sigma: float) -> npt.NDArray[np.float64]:
-    running_median = ndimage.median_filter(values, size=_WINSOR_WIDTH, mode="nearest")
+    running_median = _running_median(values, _WINSOR_WIDTH)
     limit = _WINSOR_CLIP * sigma
     return running_median + np.clip(values - running_median, -limit, limit)
 
@@ -978,7 +1001,9 @@ def _fit_segment(
     if not segment.linear or chunk.size < 3 or np.ptp(chunk) == 0:
         return plateau
     index = np.arange(chunk.size, dtype=np.float64)
-    trend_p = float(stats.kendalltau(index, chunk).pvalue)
+    from scipy import stats as scipy_stats  # ~1 s to load: only when a segment may be a ramp
+
+    trend_p = float(scipy_stats.kendalltau(index, chunk).pvalue)
     slope, intercept = np.polyfit(index, chunk, 1)
     material = abs(_relative_change(slope * index[-1])) > min_effect
     if math.isfinite(trend_p) and trend_p < alpha and material:

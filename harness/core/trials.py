@@ -177,9 +177,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 from scipy import special
-from scipy import stats as scipy_stats
 
-from harness.core import defaults, stats
+from harness.core import defaults, distributions, stats
 from harness.core.stats import _MAD_TO_SIGMA, _NOISE_FLOOR, _as_variant_verdict, _decide, _log_spread
 
 __all__ = [
@@ -475,18 +474,18 @@ class _Tested:
 def _test(effect: npt.NDArray[np.float64], spread: _Spread, alpha: float) -> _Tested:
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         t = np.where(spread.se > 0, effect / spread.se, math.nan)
-        p_value = 2.0 * scipy_stats.t.sf(np.abs(t), spread.df)
-        quantile = scipy_stats.t.ppf(1.0 - alpha / 2.0, spread.df)
+        p_value = 2.0 * distributions.t_sf(np.abs(t), spread.df)
+        quantile = distributions.t_ppf(1.0 - alpha / 2.0, spread.df)
         half = quantile * spread.se
         ci_low, ci_high = np.exp(effect - half), np.exp(effect + half)
-        detectable = np.expm1((quantile + scipy_stats.norm.ppf(_POWER)) * spread.se)
+        detectable = np.expm1((quantile + distributions.norm_ppf(_POWER)) * spread.se)
     return _Tested(p_value, ci_low, ci_high, detectable)
 
 
 def _benjamini_hochberg(p_value: npt.NDArray[np.float64], in_family: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
     adjusted = np.full(p_value.shape, math.nan)
     if in_family.any():
-        adjusted[in_family] = scipy_stats.false_discovery_control(p_value[in_family], method="bh")
+        adjusted[in_family] = distributions.bh(p_value[in_family])
     return adjusted
 
 
@@ -517,7 +516,7 @@ def _more_trials_to_clear_band(
     by_trials = trial_term >= floor_term
     df = np.where(by_trials, prior_df + 2.0 * (per_side - 1.0), floor_df)
     with np.errstate(invalid="ignore"):
-        half = scipy_stats.t.ppf(1.0 - alpha / 2.0, df) * np.sqrt(np.maximum(trial_term, floor_term))
+        half = distributions.t_ppf(1.0 - alpha / 2.0, df) * np.sqrt(np.maximum(trial_term, floor_term))
     clears = np.flatnonzero(half < distance)
     if clears.size == 0:
         return MAX_MORE_TRIALS
@@ -537,6 +536,8 @@ def rank_p_value(base: npt.NDArray[np.float64], head: npt.NDArray[np.float64]) -
     """Two-sided Mann-Whitney p-value of two sides' trial values (exact for small sides): distribution-free."""
     if base.size < 1 or head.size < 1:
         return math.nan
+    from scipy import stats as scipy_stats  # ~1 s to load: only for a one-process comparison
+
     return float(scipy_stats.mannwhitneyu(head, base, alternative="two-sided").pvalue)
 
 
@@ -749,7 +750,7 @@ def _detectable_against_itself(between_trial: float, trials: int, floor: Floor |
         variance, df = trial_term, 2.0 * (trials - 1)
     else:
         return math.nan
-    quantile = float(scipy_stats.t.ppf(1.0 - alpha / 2.0, df)) + float(scipy_stats.norm.ppf(_POWER))
+    quantile = float(distributions.t_ppf(1.0 - alpha / 2.0, df)) + float(distributions.norm_ppf(_POWER))
     return stats._relative_change(quantile * math.sqrt(variance))
 
 

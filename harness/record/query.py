@@ -186,7 +186,7 @@ def series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, Serie
     if not run_ids:
         return {}
     with store.session() as session:
-        rows = session.execute(
+        rows = _plain_rows(session,  # tuples: SQLAlchemy's Row objects cost more than the query on 10^5 samples
             select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
                    JobRecord.run_id, Sample.trial, Sample.seconds)
             .select_from(Sample)
@@ -1179,7 +1179,7 @@ def job_samples(store: Store, run_ids: Sequence[str], kernels: Iterable[str] | N
     if kernels is not None:  # ``|| ''``: SQLite then reads the runs' jobs, not every job of the kernels (an index)
         statement = statement.where((JobRecord.kernel + "").in_(sorted(kernels)))
     with store.session() as session:
-        rows = session.execute(statement)
+        rows = _plain_rows(session, statement)
         jobs = []
         for _, group in groupby(rows, key=itemgetter(0)):
             group = list(group)

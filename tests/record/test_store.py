@@ -38,6 +38,34 @@ def test_migrations_are_idempotent(db):
     assert count(db, Run) == 0
 
 
+def test_the_schema_head_the_store_checks_without_alembic_is_alembics_head():
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(store.MIGRATIONS))
+    assert store.SCHEMA_HEAD == ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_an_older_schema_is_still_migrated_to_the_head(db_url):
+    """The fast path (schema at the head: no Alembic) must not skip a database one revision behind."""
+    from sqlalchemy import inspect, text
+
+    from testkit.migrations import downgraded
+
+    store.open_database(db_url).close()
+    with downgraded(db_url, "0005") as engine:
+        assert "backlog_calls" not in {c["name"] for c in inspect(engine).get_columns("job")}
+    store.open_database(db_url).close()
+    engine = store.make_engine(db_url)
+    try:
+        assert "backlog_calls" in {c["name"] for c in inspect(engine).get_columns("job")}
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == store.SCHEMA_HEAD
+    finally:
+        engine.dispose()
+
+
 def test_a_database_written_by_a_newer_harness_is_refused_in_one_line_and_left_untouched(db_url):
     """Its schema revision is one this harness does not know: Alembic's traceback became one clear error (exit 2
     from the CLI), and nothing is migrated or written."""
