@@ -178,3 +178,25 @@ def test_the_cli_starts_without_loading_ray_scipy_or_mlx():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_a_command_line_loads_its_own_verb_alone_and_help_lists_every_verb():
+    """`harness report ...` imports the report verb's module, not the run verb's executors or Ray's driver; a command
+    line without a known verb (`harness --help`, a typo) registers them all."""
+    code = ("import sys; sys.argv = ['harness', *sys.argv[1:]]; import harness.cli.main; "
+            "print(','.join(sorted(m for m in sys.modules if m.startswith(('harness.cli.', 'harness.cluster')))))")
+
+    def loaded(*argv: str) -> set[str]:
+        done = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return set(done.stdout.strip().split(","))
+
+    assert loaded("--debug", "report", "--out", "x") == {"harness.cli.common", "harness.cli.main",
+                                                         "harness.cli.report"}
+    every = {f"harness.cli.{verb}" for verb in ("run", "report", "compare", "bisect", "cluster", "noise")}
+    for argv in (("--help",), ("repot",)):
+        assert every | {"harness.cluster.driver"} <= loaded(*argv)
+    done = subprocess.run([sys.executable, "-m", "harness", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and all(verb in done.stdout for verb in ("run", "report", "compare", "bisect"))

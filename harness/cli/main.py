@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from pathlib import Path
 
 import click
 import typer
@@ -15,8 +16,27 @@ from harness.core.errors import HarnessError
 COMMANDS = ("run", "chips", "report", "compare", "noise", "variants", "bundle", "bisect", "cluster", "node", "submit",
             "spool")
 
-for _name in COMMANDS:
-    importlib.import_module(f"harness.cli.{_name}")
+
+
+def _invoked_verb(argv: list[str]) -> str | None:
+    """The verb a command line names (the first word after the global options), if it is one of ``COMMANDS``."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def register(verbs: tuple[str, ...] = COMMANDS) -> None:
+    """Import the modules of ``verbs`` (each registers its command on ``app``)."""
+    for name in verbs:
+        importlib.import_module(f"harness.cli.{name}")
+
+
+# A command line that names its verb loads that verb's module alone: the other verbs' imports (Ray's driver, the
+# executors, the suite schema: ~0.5 s) are start-up every command would pay. Anything else -- `harness --help`, a
+# mistyped verb, an import from Python (tests, ``app``) -- registers every verb.
+_verb = _invoked_verb(sys.argv[1:]) if Path(sys.argv[0]).name in ("harness", "__main__.py") else None
+register((_verb,) if _verb else COMMANDS)
 
 def main() -> None:
     """Entry point: user errors are one line on stderr (exit 2), tracebacks only with --debug."""
