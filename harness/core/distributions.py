@@ -5,19 +5,23 @@ quantile and density, and Benjamini-Hochberg adjusted p-values.
 Each returns what its ``scipy.stats`` counterpart returns, bit for bit (``scipy.stats.t.sf(x, df)`` is
 ``special.stdtr(df, -x)`` inside the argument checks of ``rv_continuous``, ``t.ppf`` is ``special.stdtrit``,
 ``norm.ppf`` is ``special.ndtri``; ``bh`` is ``scipy.stats.false_discovery_control(ps, method="bh")``'s algorithm),
-including the values outside the domain (nan, the infinite ends); tests/core/test_distributions.py holds them to it.
-The functions that need more of ``scipy.stats`` (Mann-Whitney, Kendall's tau) import it when called.
+including the values outside the domain (nan, the infinite ends); ``kendall_trend_p`` is ``scipy.stats.kendalltau``'s
+p-value against the index, by its normal approximation, and ``scipy.stats`` itself where that takes its exact
+distribution (no ties and at most 33 values, or all but one pair in order). tests/core/test_distributions.py holds
+them to it. Mann-Whitney imports ``scipy.stats`` when called.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-__all__ = ["bh", "norm_pdf", "norm_ppf", "t_ppf", "t_sf"]
+__all__ = ["bh", "kendall_trend_p", "norm_pdf", "norm_ppf", "t_ppf", "t_sf"]
 
 _NORM_PDF_C = np.sqrt(2 * np.pi)
 
@@ -85,3 +89,77 @@ def bh(ps: Any) -> npt.NDArray[np.float64]:
     np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
     np.put_along_axis(adjusted, order, values=adjusted.copy(), axis=-1)
     return np.clip(adjusted, 0.0, 1.0)
+
+
+_KENDALL_PAIRWISE_MAX = 20_000  # without numba: values counted pairwise (n^2 booleans in blocks); beyond, scipy's
+
+
+def _count_inversions(ranks: Any, tree: Any) -> int:  # pragma: no cover - runs compiled
+    """Pairs i < j with ranks[i] > ranks[j] (ranks 1..len(tree) - 1), by a Fenwick tree of the ranks seen."""
+    size = tree.size - 1
+    total = 0
+    for seen, rank in enumerate(ranks):
+        not_greater = 0  # ranks seen so far that are <= rank
+        at = rank
+        while at > 0:
+            not_greater += tree[at]
+            at -= at & -at
+        total += seen - not_greater
+        at = rank
+        while at <= size:
+            tree[at] += 1
+            at += at & -at
+    return total
+
+
+@functools.cache
+def _compiled_inversions() -> Any:
+    try:
+        import numba  # heavy (~0.3 s): only when a trend is tested
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True)(_count_inversions)
+
+
+def _discordant(ranks: npt.NDArray[np.intp]) -> int:
+    """Discordant pairs of the index and ``ranks`` (the index has no ties): i < j with ranks[i] > ranks[j]."""
+    compiled = _compiled_inversions()
+    if compiled is not None:
+        return int(compiled(ranks, np.zeros(int(ranks.max()) + 1, dtype=np.int64)))
+    dis = 0
+    for start in range(0, ranks.size, 1024):
+        greater = ranks[start:start + 1024, None] > ranks[None, start:]
+        dis += int(np.triu(greater, 1).sum())
+    return dis
+
+
+def kendall_trend_p(values: npt.NDArray[np.float64]) -> float:
+    """``scipy.stats.kendalltau(np.arange(n), values).pvalue`` of finite ``values``, two-sided, tau-b."""
+    values = np.asarray(values, dtype=np.float64).ravel()
+    size = values.size
+    if size < 2 or (size > _KENDALL_PAIRWISE_MAX and _compiled_inversions() is None):
+        return _scipy_kendall_p(values)
+    ranks = np.unique(values, return_inverse=True)[1].astype(np.intp) + 1  # dense ranks, as scipy's
+    dis = _discordant(ranks)
+    cnt = np.bincount(ranks).astype("int64", copy=False)
+    cnt = cnt[cnt > 1]
+    ytie = int((cnt * (cnt - 1) // 2).sum())
+    y0 = int((cnt * (cnt - 1.0) * (cnt - 2)).sum())
+    y1 = int((cnt * (cnt - 1.0) * (2 * cnt + 5)).sum())
+    xtie, x0, x1, ntie = 0, 0, 0, 0
+    tot = (size * (size - 1)) // 2
+    if ytie == tot:
+        return math.nan
+    if ytie == 0 and (size <= 33 or min(dis, tot - dis) <= 1):
+        return _scipy_kendall_p(values)  # the exact null distribution
+    con_minus_dis = tot - xtie - ytie + ntie - 2 * dis
+    m = size * (size - 1.0)
+    var = ((m * (2 * size + 5) - x1 - y1) / 18 + (2 * xtie * ytie) / m + x0 * y0 / (9 * m * (size - 2)))
+    z = con_minus_dis / np.sqrt(var)
+    return float(2 * special.ndtr(-np.abs(z)))
+
+
+def _scipy_kendall_p(values: npt.NDArray[np.float64]) -> float:
+    from scipy import stats  # ~1 s to load: only for the exact distribution (short segments) or very long ones
+
+    return float(stats.kendalltau(np.arange(values.size, dtype=np.float64), values).pvalue)

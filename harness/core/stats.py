@@ -1001,9 +1001,7 @@ def _fit_segment(
     if not segment.linear or chunk.size < 3 or np.ptp(chunk) == 0:
         return plateau
     index = np.arange(chunk.size, dtype=np.float64)
-    from scipy import stats as scipy_stats  # ~1 s to load: only when a segment may be a ramp
-
-    trend_p = float(scipy_stats.kendalltau(index, chunk).pvalue)
+    trend_p = distributions.kendall_trend_p(chunk)
     slope, intercept = np.polyfit(index, chunk, 1)
     material = abs(_relative_change(slope * index[-1])) > min_effect
     if math.isfinite(trend_p) and trend_p < alpha and material:

@@ -79,3 +79,28 @@ def test_running_median_equals_scipy_median_filter():
         values = rng.normal(0, 1, n)
         values[n // 2:] = values[0] if n > 3 else values[n // 2:]  # ties
         _same(ours._running_median(values, 5), ndimage.median_filter(values, size=5, mode="nearest"))
+
+
+def _kendall_cases():
+    rng = np.random.default_rng(9)
+    for trial in range(240):
+        n = int(rng.choice([2, 3, 5, 33, 34, 60, 257, 1001]))
+        values = rng.normal(0, 1, n)
+        if trial % 3 == 0:
+            values = np.round(values, 1)  # ties
+        if trial % 7 == 0:
+            values = np.sort(values)  # all in order: the exact distribution
+        if trial % 5 == 0:
+            values = values + np.linspace(0, 0.5, n)  # a trend
+        yield values
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_kendall_trend_p_equals_scipy_kendalltau(compiled, monkeypatch):
+    if not compiled:
+        monkeypatch.setattr(distributions, "_compiled_inversions", lambda: None)
+    for values in _kendall_cases():
+        ours = distributions.kendall_trend_p(values)
+        theirs = float(stats.kendalltau(np.arange(values.size, dtype=np.float64), values).pvalue)
+        assert ours == theirs or (np.isnan(ours) and np.isnan(theirs)), values.size
+    assert np.isnan(distributions.kendall_trend_p(np.ones(40)))
