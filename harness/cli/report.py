@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -38,17 +41,31 @@ def report(
         "--cache/--no-cache",
         help="Reuse the analysis stored in the database for what no new run changed, and store what was computed "
              "(--no-cache: compute everything from the samples and store nothing; the pages are the same).")] = True,
+    timings: Annotated[bool, typer.Option(
+        "--timings", help="Print, as one JSON line on stdout, the seconds each phase took (loading, analysis, "
+                          "evidence, render), the command's total and what the caches reused.")] = False,
 ) -> None:
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions, a
     compare page per chip (its run against the previous run) and per regression, the samples behind them."""
+    began = time.perf_counter()
     from harness.render.site import build_report  # loads scipy: only when this command runs
 
+    notes: list[str] = []
+    if timings:  # what the caches reused and computed, and the pages kept (their INFO lines)
+        handler = logging.Handler(logging.INFO)
+        handler.emit = lambda record: notes.append(record.getMessage())  # type: ignore[method-assign]
+        for name in ("harness.analysis.cache", "harness.render.pages"):
+            logging.getLogger(name).addHandler(handler)
+            logging.getLogger(name).setLevel(logging.INFO)
     if commit_url is not None:
         check_template(commit_url)  # a bad template is a usage error before the database is opened
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
+    phases: dict[str, float] = {}
     try:
         index = build_report(store, out, change_points=change_points, last=last, commit=commit,
-                             commit_url=commit_url, repo=repo, cache=cache)
+                             commit_url=commit_url, repo=repo, cache=cache, timings=phases)
     finally:
         store.close()
     console.print(f"report: {index.resolve()}")
+    if timings:
+        print(json.dumps({"timings": phases, "command_s": time.perf_counter() - began, "cache": "; ".join(notes)}))

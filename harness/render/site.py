@@ -229,8 +229,9 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: S
 
 def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, change_points: bool = True,
                  last: int | None = None, commit: str | None = None, commit_url: str | None = None,
-                 repo: str | None = None, cache: bool = True) -> Path:
-    """Load, analyse and render the whole site into ``out_dir``; returns the index path.
+                 repo: str | None = None, cache: bool = True, timings: dict[str, float] | None = None) -> Path:
+    """Load, analyse and render the whole site into ``out_dir``; returns the index path (``timings``, when given,
+    gets the seconds of each phase).
 
     ``commit_url`` (a template with ``{sha}``) and ``repo`` (a git repository whose remote names the web pages)
     say where commits link to (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not
@@ -244,7 +245,10 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
     start = time.perf_counter()
     data.evidence = load_evidence(store, data.latest, data.regressions, commit_url=commit_url, repo=repo, cache=cache)
     data.timings["evidence"] = time.perf_counter() - start
-    return render(data, out_dir, store=store, incremental=cache)
+    index = render(data, out_dir, store=store, incremental=cache)
+    if timings is not None:
+        timings.update(data.timings)
+    return index
 
 
 # --- the evidence path: commit links, run ids, compare pages, samples ----------------------------------------------

@@ -1,0 +1,33 @@
+"""scripts/bench_report.py times `harness report --timings` as a user runs it, before and after a new run (a tiny
+history: the figures themselves are the script's to print, not a test's to assert), and the command says where
+the time went and what its caches reused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from testkit.paths import ROOT
+
+
+def test_bench_report_times_the_cli_and_the_cli_reports_its_phases_and_cache(tmp_path):
+    db = tmp_path / "b.db"
+    done = subprocess.run([sys.executable, "scripts/bench_report.py", "--commits", "12", "--chips", "2", "--series",
+                           "6", "--samples", "4", "--asv", "", "--db", str(db), "--keep-db", "--out",
+                           str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    notes = {}
+    for row in ("full rebuild", "again, nothing new", "after one new run (r00012c0)"):
+        at = next(i for i, line in enumerate(lines) if row in line)
+        wall, cpu = map(float, lines[at][48:66].split())  # the row's "{label:48} {wall:8.2f} {cpu:8.2f}"
+        assert wall > 0 and cpu > 0
+        assert all(phase in lines[at] for phase in ("jobs", "cells", "histories", "evidence", "render"))
+        notes[row] = lines[at + 1]  # what the caches reused, from the command's --timings
+    assert "cells 0 reused, 24 computed" in notes["full rebuild"]
+    assert "cells 24 reused, 0 computed" in notes["again, nothing new"]
+    assert "cells 24 reused, 1 computed" in notes["after one new run (r00012c0)"]  # the new commit on its chip
+    assert "asv not run" in done.stdout
+    plain = subprocess.run([sys.executable, "-m", "harness", "report", "--db", f"sqlite:///{db}", "--out",
+                            str(tmp_path / "b")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and plain.stdout == "" and "report: " in plain.stderr  # --timings alone prints
