@@ -29,6 +29,12 @@ What is kept, per chip (``analysis_cache.kind``):
   report) -- and the parameters.  Rows of pairs the report no longer shows are deleted.
 - ``noise``, one row per chip page's (chip, runs) (``NoiseRows``): its noise meters, keyed as a compare page is (the
   runs and their history runs with their fingerprints).
+- ``chip``, one row per chip and options (dirty runs, window, change points): the chip's whole analysis -- every
+  series' history points and change points, and its regression list -- keyed by the code version, the parameters,
+  the history order with each commit's identity (``analysis_cache.arrangement``) and the fingerprints of all its
+  included runs, with the watermark: a chip none of whose runs changed (after a new run on another chip, or a report
+  with nothing new) is read from this one row instead of assembled from its commits' rows; a sample of its runs above
+  the watermark (a later trial) or any other change recomputes it from the rows above.
 - ``jobs``: the chip's distinct jobs (``job_catalogue``: the chip pages' units, the variant matrix's series), keyed
   by the fingerprints of all its runs, dirty ones too, with the watermark (a later trial may give a job its median);
   a chip that only gained runs reads the new runs' jobs alone.
@@ -69,9 +75,11 @@ from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis.history import Flags, by_series_key, detect_lines, series_histories, trial_levels
 from harness.analysis.records import (
+    ChangeFlag,
     CompareReport,
     CompareRow,
     CorrectnessFailure,
+    HistoryPoints,
     NoiseRow,
     RegressionEvidence,
     SeriesHistory,
@@ -127,12 +135,14 @@ class CacheStats:
     families: dict[str, tuple[int, int]] = field(default_factory=dict)
     unfinished: dict[str, int] = field(default_factory=dict)  # commits computed but not stored: a run not finished
     write_errors: int = 0
+    chips_reused: int = 0  # chips whose whole analysis was reused (none of their runs changed)
 
     def summary(self) -> str:
         def total(d: dict[str, tuple[int, int]]) -> str:
             return f"{sum(r for r, _ in d.values())} reused, {sum(c for _, c in d.values())} computed"
 
-        return f"cells {total(self.cells)}; change points {total(self.changes)}; families {total(self.families)}"
+        return (f"cells {total(self.cells)}; change points {total(self.changes)}; families {total(self.families)}; "
+                f"chips reused whole {self.chips_reused}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -597,6 +607,86 @@ def _flush(store: Store, chip: str, writes: _Writes, stats_out: CacheStats) -> N
                         first_line(exc))
 
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# A chip's whole analysis, when none of its runs changed
+# ---------------------------------------------------------------------------------------------------------------
+
+_CHIP_MAGIC = b"HARNESS-CHIP\n"
+_CHIP_ARRAYS = (("rows", "<i8"), ("median", "<f8"), ("ci_low", "<f8"), ("ci_high", "<f8"), ("n", "<i8"))
+
+
+def _chip_key(chip: str, arranged: tuple[list[tuple], list[int], list[bool], list[int]],
+              state: analysis_cache.ChipState, *, include_dirty: bool, last: int | None, change_points: bool,
+              min_effect: float, alpha: float) -> str:
+    """A digest of everything a chip's histories and regressions read: the code, the parameters, the history
+    order with each commit's id, sha, message, branch and first start (``arrangement``) and the fingerprints of
+    every included run (``chip_state``); samples added to its runs since are caught by the watermark."""
+    return _digest(code_version(), chip, include_dirty, last, change_points, min_effect, alpha,
+                   json.dumps(arranged, default=repr, separators=(",", ":")), sorted(state.runs.items()))[:40]
+
+
+def _chip_out(histories: list[SeriesHistory], events: list[RegressionEvidence]) -> bytes:
+    columns = {name: [getattr(h.points, name) for h in histories] for name, _ in _CHIP_ARRAYS}
+    body = b"".join(np.ascontiguousarray(np.concatenate(columns[name]) if histories else np.zeros(0), dtype=dtype
+                                         ).tobytes() for name, dtype in _CHIP_ARRAYS)
+    header = json.dumps({
+        "keys": [list(h.key) for h in histories], "sizes": [len(h.points) for h in histories],
+        "flags": [[[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in h.change_points]
+                  for h in histories],
+        "events": [_evidence_out(e) for e in events], "crc": zlib.crc32(body)}, separators=(",", ":")).encode()
+    return _CHIP_MAGIC + struct.pack("<I", len(header)) + header + body
+
+
+def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
+    """A stored chip analysis on the chip's freshly arranged ``commits`` (the key holds them: the same), as
+    ``series_histories`` builds it; None when unreadable."""
+    try:
+        if not payload.startswith(_CHIP_MAGIC):
+            return None
+        at = len(_CHIP_MAGIC)
+        (length,) = struct.unpack_from("<I", payload, at)
+        header = json.loads(payload[at + 4:at + 4 + length])
+        body = memoryview(payload)[at + 4 + length:]
+        if zlib.crc32(body) != header["crc"]:
+            return None
+        total, offset, columns = int(sum(header["sizes"])), 0, {}
+        for name, dtype in _CHIP_ARRAYS:
+            columns[name] = np.frombuffer(body, dtype=dtype, count=total, offset=offset)
+            offset += total * np.dtype(dtype).itemsize
+        if offset != len(body):
+            return None
+        points_of_commit = [(sha, message, branch, started) for _, sha, message, branch, started in commits]
+        histories, start = [], 0
+        for key, size, flags in zip(header["keys"], header["sizes"], header["flags"], strict=True):
+            span = slice(start, start + size)
+            start += size
+            if size and int(columns["rows"][span].max()) >= len(commits):
+                return None
+            points = HistoryPoints(points_of_commit, *(columns[name][span] for name, _ in _CHIP_ARRAYS))
+            shas = points.shas if flags else []
+            histories.append(SeriesHistory(query.SeriesKey(*key), points, tuple(
+                ChangeFlag(str(kind), int(i), int(e), shas[i], shas[e], float(b), float(a), float(r))
+                for kind, i, e, b, a, r in flags)))
+        return histories, [_evidence_in(values) for values in header["events"]]
+    except (ValueError, KeyError, TypeError, IndexError, struct.error):
+        return None
+
+
+def _stored_chip(store: Store, chip: str, name: str, key: str, commits: list[tuple],
+                 state: analysis_cache.ChipState) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
+    """The chip's stored analysis when its key is ``key`` and none of its runs gained samples since it was stored
+    (a later trial of a stored job); else None."""
+    if state.unfinished:
+        return None
+    entry = analysis_cache.read_entries(store, chip, "chip", [name]).get(name)
+    if entry is None or entry.key != key:
+        return None
+    if analysis_cache.touched_since(store, state.run_commit, entry.watermark or 0):
+        return None
+    return _chip_in(entry.payload, commits)
+
+
 def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, last: int | None = None,
             include_dirty: bool = False, min_effect: float = stats.DEFAULT_MIN_EFFECT,
             alpha: float = stats.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
@@ -629,6 +719,21 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         state = (states or {}).get(chip)
         if state is not None and not include_dirty:
             state = analysis_cache.clean_state(state)
+        if state is None:  # the watermark: before all else
+            state = analysis_cache.chip_state(store, chip, include_dirty=include_dirty)
+        chip_name = f"{_suffix(include_dirty)}:{last}:{change_points}"
+        chip_key = _chip_key(chip, arranged, state, include_dirty=include_dirty, last=last,
+                             change_points=change_points, min_effect=min_effect, alpha=alpha)
+        stored_chip = _stored_chip(store, chip, chip_name, chip_key, arranged[0], state)
+        if stored_chip is not None:  # none of its runs changed: its histories and regressions as stored
+            histories[chip], events = stored_chip
+            per_chip.append(events)
+            stats_out.cells[chip] = (len(arranged[0]), 0)
+            stats_out.changes[chip] = (len(histories[chip]) if change_points else 0, 0)
+            stats_out.families[chip] = (int(sum(arranged[2])), 0)
+            stats_out.chips_reused += 1
+            timings["cells"] += time.perf_counter() - start
+            continue
         per_commit, fingerprint, raw, run_fingerprints = _load_cells(
             store, chip, arranged[0], include_dirty=include_dirty, windowed=last is not None, writes=writes,
             stats_out=stats_out, state=state)
@@ -646,6 +751,9 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
                                      alpha=alpha, writes=writes, stats_out=stats_out))
         timings["regressions"] += time.perf_counter() - start
         start = time.perf_counter()
+        if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
+            writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, _chip_out(histories[chip], per_chip[-1]),
+                                                                state.watermark)})
         _flush(store, chip, writes, stats_out)
         timings["cells"] += time.perf_counter() - start
     if use_cache:

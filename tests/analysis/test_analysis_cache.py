@@ -230,8 +230,33 @@ def test_corrupted_or_missing_rows_are_recomputed(db):
                 row.payload = b"{not json"
             elif row.kind == "cells" and row.name == "4":
                 session.delete(row)
-    assert set(kinds) == {"cells", "series", "changes", "families", "correctness", "stamps"}
+            elif row.kind == "chip":  # else the chip's whole analysis is reused and the rows above are not read
+                row.payload = row.payload[:-3] + b"\xff" * 3
+    assert set(kinds) == {"cells", "series", "changes", "families", "correctness", "stamps", "chip"}
     assert_same_as_uncached(db)
+
+
+def test_a_chip_none_of_whose_runs_changed_is_reused_whole(db, monkeypatch):
+    """Its histories and regressions come from one stored row: no cell, change point or family is read or
+    computed; a new run on the other chip does not disturb it; a corrupted row is recomputed."""
+    build(db)
+    analysed(db)
+    finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9)), minutes=200))
+    plain = analysed(db, use_cache=False)[:2]
+    loads = []
+    real = cache._load_cells
+    monkeypatch.setattr(cache, "_load_cells", lambda store, chip, *a, **k: loads.append(chip) or real(
+        store, chip, *a, **k))
+    histories, regressions, found = analysed(db)
+    assert (histories, regressions) == plain
+    assert loads == ["chip-a"] and found.chips_reused == 1  # chip-b, unchanged, reused whole
+    loads.clear()
+    assert analysed(db)[:2] == plain and loads == [] and "chips reused whole 2" in analysed(db)[2].summary()
+    with db.session() as session:
+        row = session.scalars(select(AnalysisCache).where(AnalysisCache.chip == "chip-b",
+                                                          AnalysisCache.kind == "chip")).one()
+        row.payload = row.payload[:40]
+    assert analysed(db)[:2] == plain and loads == ["chip-b"]
 
 
 def test_a_failed_write_leaves_the_results_alone(db, monkeypatch):
