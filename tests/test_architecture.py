@@ -21,7 +21,7 @@ from testkit.paths import ROOT
 PROJECT = ("harness", "kernels", "reports")
 # Packages too slow to load at CLI start-up or in a job process that does not need them; ``kernels`` imports
 # its modules (and so MLX) through importlib, which the source scan cannot follow.
-HEAVY_ROOTS = ("ray", "scipy", "mlx", "kernels", "numba")
+HEAVY_ROOTS = ("ray", "scipy", "mlx", "kernels", "numba", "alembic")
 
 
 def _modules() -> dict[str, Path]:
