@@ -6,8 +6,8 @@ Each returns what its ``scipy.stats`` counterpart returns, bit for bit (``scipy.
 ``special.stdtr(df, -x)`` inside the argument checks of ``rv_continuous``, ``t.ppf`` is ``special.stdtrit``,
 ``norm.ppf`` is ``special.ndtri``; ``bh`` is ``scipy.stats.false_discovery_control(ps, method="bh")``'s algorithm),
 including the values outside the domain (nan, the infinite ends); ``kendall_trend_p`` is ``scipy.stats.kendalltau``'s
-p-value against the index, by its normal approximation, and ``scipy.stats`` itself where that takes its exact
-distribution (no ties and at most 33 values, or all but one pair in order). tests/core/test_distributions.py holds
+p-value against the index, by its normal approximation or (no ties and at most 33 values, or all but one pair in
+order) its exact distribution. tests/core/test_distributions.py holds
 them to it. Mann-Whitney imports ``scipy.stats`` when called.
 """
 
@@ -151,7 +151,7 @@ def kendall_trend_p(values: npt.NDArray[np.float64]) -> float:
     if ytie == tot:
         return math.nan
     if ytie == 0 and (size <= 33 or min(dis, tot - dis) <= 1):
-        return _scipy_kendall_p(values)  # the exact null distribution
+        return _kendall_exact_p(size, tot - dis)
     con_minus_dis = tot - xtie - ytie + ntie - 2 * dis
     m = size * (size - 1.0)
     var = ((m * (2 * size + 5) - x1 - y1) / 18 + (2 * xtie * ytie) / m + x0 * y0 / (9 * m * (size - 2)))
@@ -159,7 +159,38 @@ def kendall_trend_p(values: npt.NDArray[np.float64]) -> float:
     return float(2 * special.ndtr(-np.abs(z)))
 
 
+def _kendall_exact_p(n: int, c: int) -> float:
+    """The two-sided p-value of ``c`` concordant pairs among ``n`` values without ties, from the exact null
+    distribution: ``scipy.stats._mstats_basic._kendall_p_exact``'s computation (Kendall 1970), step for step."""
+    c = int(min(c, (n * (n - 1)) // 2 - c))
+    if n <= 2:
+        prob = 1.0
+    elif c == 0:
+        prob = 2.0 / math.factorial(n) if n < 171 else 0.0
+    elif c == 1:
+        prob = 2.0 / math.factorial(n - 1) if n < 172 else 0.0
+    elif 4 * c == n * (n - 1):
+        prob = 1.0
+    elif n < 171:
+        new = np.zeros(c + 1)
+        new[0:2] = 1.0
+        for j in range(3, n + 1):
+            new = np.cumsum(new)
+            if j <= c:
+                new[j:] -= new[:c + 1 - j]
+        prob = 2.0 * np.sum(new) / math.factorial(n)
+    else:
+        new = np.zeros(c + 1)
+        new[0:2] = 1.0
+        for j in range(3, n + 1):
+            new = np.cumsum(new) / j
+            if j <= c:
+                new[j:] -= new[:c + 1 - j]
+        prob = np.sum(new)
+    return float(np.clip(prob, 0, 1))
+
+
 def _scipy_kendall_p(values: npt.NDArray[np.float64]) -> float:
-    from scipy import stats  # ~1 s to load: only for the exact distribution (short segments) or very long ones
+    from scipy import stats  # ~1 s to load: only for very long segments without numba
 
     return float(stats.kendalltau(np.arange(values.size, dtype=np.float64), values).pvalue)

@@ -104,3 +104,26 @@ def test_kendall_trend_p_equals_scipy_kendalltau(compiled, monkeypatch):
         theirs = float(stats.kendalltau(np.arange(values.size, dtype=np.float64), values).pvalue)
         assert ours == theirs or (np.isnan(ours) and np.isnan(theirs)), values.size
     assert np.isnan(distributions.kendall_trend_p(np.ones(40)))
+
+
+def test_change_points_and_trial_verdicts_do_not_load_scipy_stats():
+    """scipy.stats costs ~1 s to import: the report's analysis must not need it (Mann-Whitney on one process's
+    samples is the only caller left)."""
+    import subprocess
+    import sys
+
+    from testkit.paths import ROOT
+
+    code = """
+import sys
+import numpy as np
+from harness.core import stats, trials
+rng = np.random.default_rng(1)
+for n in (20, 30, 200):  # ramps: the trend test, short (exact distribution) and long
+    stats.detect_change_points(np.exp(np.r_[np.zeros(n), np.linspace(0, 0.3, n)] + rng.normal(0, 0.01, 2 * n)))
+stats.median_ci(rng.normal(1, 0.1, 30))
+print("scipy.stats" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
