@@ -137,7 +137,9 @@ def kendall_trend_p(values: npt.NDArray[np.float64]) -> float:
     """``scipy.stats.kendalltau(np.arange(n), values).pvalue`` of finite ``values``, two-sided, tau-b."""
     values = np.asarray(values, dtype=np.float64).ravel()
     size = values.size
-    if size < 2 or (size > _KENDALL_PAIRWISE_MAX and _compiled_inversions() is None):
+    if size < 2:
+        return math.nan  # no pair: scipy's nan
+    if size > _KENDALL_PAIRWISE_MAX and _compiled_inversions() is None:
         return _scipy_kendall_p(values)
     ranks = np.unique(values, return_inverse=True)[1].astype(np.intp) + 1  # dense ranks, as scipy's
     dis = _discordant(ranks)
