@@ -73,6 +73,7 @@ from harness.analysis import history as history_module
 from harness.analysis import noise as noise_module
 from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
+from harness.analysis import segment_search
 from harness.analysis.history import Flags, by_series_key, detect_lines, series_histories, trial_levels
 from harness.analysis.records import (
     ChangeFlag,
@@ -90,7 +91,7 @@ from harness.analysis.regressions import (
     correctness_regressions,
     performance_regressions,
 )
-from harness.core import defaults, stats, trials
+from harness.core import defaults, distributions, stats, trials
 from harness.core.errors import first_line
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
@@ -102,8 +103,8 @@ log = logging.getLogger(__name__)
 FORMAT = 1  # of the payloads below
 _MAGIC = b"HARNESS-CELLS\n"
 # The code whose results are cached: any change to it (or to numpy / scipy) is a new version, every key changes.
-_SOURCES = (history_module, regressions_module, records_module, compare_module, noise_module, stats, trials, defaults,
-            query, analysis_cache, ancestry)
+_SOURCES = (history_module, segment_search, regressions_module, records_module, compare_module, noise_module, stats,
+            distributions, trials, defaults, query, analysis_cache, ancestry)
 
 
 @cache

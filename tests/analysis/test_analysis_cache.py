@@ -459,3 +459,11 @@ def test_the_clean_state_is_read_once_with_the_dirty_runs(db):
     plain = analysed(db, use_cache=False)[:2]
     assert analysed(db, states=states)[:2] == plain
     assert analysed(db, states=states)[:2] == plain
+
+
+def test_the_code_version_covers_the_compiled_search_and_the_distributions():
+    """Both compute cached results (change points, verdicts): an edit to either must change every key."""
+    from harness.analysis import segment_search
+    from harness.core import distributions
+
+    assert segment_search in cache._SOURCES and distributions in cache._SOURCES
