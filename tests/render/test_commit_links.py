@@ -137,3 +137,24 @@ def test_cli_commit_url_and_repo(tmp_path):
     assert done.returncode == 0, done.stderr
     page = next((tmp_path / "site").glob("compare-*.html")).read_text(encoding="utf-8")
     assert f'href="https://bitbucket.org/team/kernels/commits/{SHAS[1]}"' in page
+
+
+def test_commit_ref_is_the_escaped_link_every_time_it_is_asked():
+    """``Links.commit_ref`` is made once per sha and length: the same markup as ``Markup.format`` makes of it,
+    escaped (a template's URL with ``&`` and quotes), linked only where a URL is known, and unchanged when asked
+    again."""
+    from markupsafe import Markup
+
+    from reports.evidence import Links
+
+    urls = {"a" * 40: "https://h/r/commit/aaa?x=1&y=\"2\"", "b" * 40: "https://h/r/commit/b<c>"}
+    links = Links(urls)
+    for sha in ("a" * 40, "b" * 40, "c" * 40, "d<&>" * 10):
+        for length in (12, 8):
+            code = Markup('<code title="{}">{}</code>').format(sha, sha[:length])
+            url = urls.get(sha)
+            expected = (Markup('<a class="commit-link" href="{}" rel="noreferrer">{}</a>').format(url, code)
+                        if url else code)
+            assert links.commit_ref(sha, length) == expected and isinstance(links.commit_ref(sha, length), Markup)
+            assert links.commit_ref(sha, length) == expected  # memoised: the same again
+    assert links.commit_ref(None) == "" and links.commit_ref("") == ""
