@@ -169,26 +169,37 @@ def _series_digest(series: Sequence[tuple[str, str, str, str]]) -> tuple[str, by
     return hashlib.sha256(text).hexdigest()[:40], text
 
 
+def _frame(magic: bytes, header: dict[str, Any], body: bytes) -> bytes:
+    """A stored payload: ``magic``, the JSON header's length and the header (with the body's checksum), the body."""
+    text = json.dumps({**header, "crc": zlib.crc32(body)}, separators=(",", ":")).encode()
+    return magic + struct.pack("<I", len(text)) + text + body
+
+
+def _unframe(payload: bytes, magic: bytes) -> tuple[dict[str, Any], memoryview] | None:
+    """``_frame``'s header and body; None when the payload is not one (another magic, truncated, corrupted)."""
+    if not payload.startswith(magic):
+        return None
+    at = len(magic)
+    (length,) = struct.unpack_from("<I", payload, at)
+    header = json.loads(payload[at + 4:at + 4 + length])
+    body = memoryview(payload)[at + 4 + length:]
+    return (header, body) if zlib.crc32(body) == header["crc"] else None
+
+
 def _encode(cells: _CommitCells, series_name: str) -> bytes:
     body = b"".join(np.ascontiguousarray(cells.arrays[name], dtype=dtype).tobytes() for name, dtype in _ARRAYS)
-    header = json.dumps({"series": series_name, "n": len(cells.series),
-                         "sizes": [int(cells.arrays[name].size) for name, _ in _ARRAYS],
-                         "crc": zlib.crc32(body), "digest": cells.digest}).encode()
-    return _MAGIC + struct.pack("<I", len(header)) + header + body
+    return _frame(_MAGIC, {"series": series_name, "n": len(cells.series),
+                           "sizes": [int(cells.arrays[name].size) for name, _ in _ARRAYS], "digest": cells.digest},
+                  body)
 
 
 def _decode(payload: bytes, catalogue: Callable[[str], tuple[tuple[str, str, str, str], ...] | None]
             ) -> _CommitCells | None:
     """The cells of a stored payload; None if it is not one (truncated, corrupted, another format)."""
     try:
-        if not payload.startswith(_MAGIC):
+        if (framed := _unframe(payload, _MAGIC)) is None:
             return None
-        at = len(_MAGIC)
-        (length,) = struct.unpack_from("<I", payload, at)
-        header = json.loads(payload[at + 4:at + 4 + length])
-        body = memoryview(payload)[at + 4 + length:]
-        if zlib.crc32(body) != header["crc"]:
-            return None
+        header, body = framed
         series = catalogue(header["series"])
         n = int(header["n"])
         if series is None or len(series) != n:
@@ -631,26 +642,20 @@ def _chip_out(histories: list[SeriesHistory], events: list[RegressionEvidence]) 
     columns = {name: [getattr(h.points, name) for h in histories] for name, _ in _CHIP_ARRAYS}
     body = b"".join(np.ascontiguousarray(np.concatenate(columns[name]) if histories else np.zeros(0), dtype=dtype
                                          ).tobytes() for name, dtype in _CHIP_ARRAYS)
-    header = json.dumps({
+    return _frame(_CHIP_MAGIC, {
         "keys": [list(h.key) for h in histories], "sizes": [len(h.points) for h in histories],
         "flags": [[[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in h.change_points]
                   for h in histories],
-        "events": [_evidence_out(e) for e in events], "crc": zlib.crc32(body)}, separators=(",", ":")).encode()
-    return _CHIP_MAGIC + struct.pack("<I", len(header)) + header + body
+        "events": [_evidence_out(e) for e in events]}, body)
 
 
 def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
     """A stored chip analysis on the chip's freshly arranged ``commits`` (the key holds them: the same), as
     ``series_histories`` builds it; None when unreadable."""
     try:
-        if not payload.startswith(_CHIP_MAGIC):
+        if (framed := _unframe(payload, _CHIP_MAGIC)) is None:
             return None
-        at = len(_CHIP_MAGIC)
-        (length,) = struct.unpack_from("<I", payload, at)
-        header = json.loads(payload[at + 4:at + 4 + length])
-        body = memoryview(payload)[at + 4 + length:]
-        if zlib.crc32(body) != header["crc"]:
-            return None
+        header, body = framed
         total, offset, columns = int(sum(header["sizes"])), 0, {}
         for name, dtype in _CHIP_ARRAYS:
             columns[name] = np.frombuffer(body, dtype=dtype, count=total, offset=offset)
