@@ -74,9 +74,15 @@ from harness.analysis import noise as noise_module
 from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis import segment_search
-from harness.analysis.history import Flags, by_series_key, detect_lines, series_histories, trial_levels
+from harness.analysis.history import (
+    Flags,
+    by_series_key,
+    detect_lines,
+    series_histories,
+    trial_levels,
+    with_flags,
+)
 from harness.analysis.records import (
-    ChangeFlag,
     CompareReport,
     CompareRow,
     CorrectnessFailure,
@@ -619,7 +625,6 @@ def _flush(store: Store, chip: str, writes: _Writes, stats_out: CacheStats) -> N
                         first_line(exc))
 
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # A chip's whole analysis, when none of its runs changed
 # ---------------------------------------------------------------------------------------------------------------
@@ -670,10 +675,8 @@ def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory],
             if size and int(columns["rows"][span].max()) >= len(commits):
                 return None
             points = HistoryPoints(points_of_commit, *(columns[name][span] for name, _ in _CHIP_ARRAYS))
-            shas = points.shas if flags else []
-            histories.append(SeriesHistory(query.SeriesKey(*key), points, tuple(
-                ChangeFlag(str(kind), int(i), int(e), shas[i], shas[e], float(b), float(a), float(r))
-                for kind, i, e, b, a, r in flags)))
+            histories.append(with_flags(query.SeriesKey(*key), points, [
+                (str(kind), int(i), int(e), float(b), float(a), float(r)) for kind, i, e, b, a, r in flags]))
         return histories, [_evidence_in(values) for values in header["events"]]
     except (ValueError, KeyError, TypeError, IndexError, struct.error):
         return None

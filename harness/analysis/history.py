@@ -23,7 +23,7 @@ from harness.core import stats
 from harness.record import query
 from harness.record.store import Store
 
-__all__ = ["by_series_key", "cell_levels", "detect_many", "history", "series_histories", "trial_levels"]
+__all__ = ["by_series_key", "cell_levels", "detect_many", "history", "series_histories", "trial_levels", "with_flags"]
 
 MIN_TRIALS_FOR_CI = 3  # below this many trials a point's interval is its pooled samples' (one process: all we have)
 
@@ -307,15 +307,17 @@ def series_histories(data: query.ChipHistory, level: npt.NDArray[np.float64], lo
             cuts = np.flatnonzero(np.diff(lines)) + 1
             lines_of.append(np.split(median[span], cuts) if len(lines) else [])
         flags_of = (find or (lambda s: detect_lines(s, min_effect=min_effect, alpha=alpha)))(lines_of)
-    out = []
-    for key, span, flags in zip(data.series, spans, flags_of, strict=True):
-        points = HistoryPoints(points_of_commit, present_commit[span], median[span], low[span], high[span],
-                               counts[span])
-        shas = points.shas if flags else []
-        out.append(SeriesHistory(key, points, tuple(
-            ChangeFlag(kind, index, end, shas[index], shas[end], before, after, ratio)
-            for kind, index, end, before, after, ratio in flags)))
+    out = [with_flags(key, HistoryPoints(points_of_commit, present_commit[span], median[span], low[span], high[span],
+                                         counts[span]), flags)
+           for key, span, flags in zip(data.series, spans, flags_of, strict=True)]
     return sorted(out, key=lambda h: h.key)
+
+
+def with_flags(key: query.SeriesKey, points: HistoryPoints, flags: Flags) -> SeriesHistory:
+    """A series' history: its points and its change points, given as ``Flags`` (indices into the points)."""
+    shas = points.shas if flags else []
+    return SeriesHistory(key, points, tuple(ChangeFlag(kind, index, end, shas[index], shas[end], before, after, ratio)
+                                            for kind, index, end, before, after, ratio in flags))
 
 
 def history(

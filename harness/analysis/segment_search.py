@@ -14,12 +14,13 @@ report pays the compile (~1 s) once per machine and numba version.  ``available(
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from harness.core import compiled
 
 __all__ = ["available", "search"]
 
@@ -65,13 +66,8 @@ def _loop(x: Any, xx: Any, ix: Any, i: Any, ii: Any, segment: Any, slope: Any, m
             is_linear[row, stop] = chosen < drifts and linear_wins[chosen]
 
 
-@functools.cache
 def _compiled() -> Callable[..., None] | None:
-    try:
-        import numba  # heavy (~0.3 s) and needed only when change points are searched
-    except ImportError:
-        return None
-    return numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")(_loop)
+    return compiled.njit(_loop)
 
 
 def available() -> bool:
@@ -86,13 +82,13 @@ def search(x: npt.NDArray[np.float64], xx: npt.NDArray[np.float64], ix: npt.NDAr
     """Per row and end: the chosen start and whether its segment is linear (``x``, ``xx``, ``ix``: each row's prefix
     sums of its centred values, their squares and index x value; ``i``, ``ii``: of the index and its square;
     ``segment``, ``slope``: each row's penalties)."""
-    compiled = _compiled()
-    if compiled is None:
+    loop = _compiled()
+    if loop is None:
         raise RuntimeError("numba is not importable: the compiled segment search cannot run")
     rows, size = x.shape
     previous = np.zeros((rows, size), dtype=np.intp)
     is_linear = np.zeros((rows, size), dtype=np.bool_)
-    compiled(np.ascontiguousarray(x), np.ascontiguousarray(xx), np.ascontiguousarray(ix), np.ascontiguousarray(i),
+    loop(np.ascontiguousarray(x), np.ascontiguousarray(xx), np.ascontiguousarray(ix), np.ascontiguousarray(i),
              np.ascontiguousarray(ii), np.ascontiguousarray(segment, dtype=np.float64),
              np.ascontiguousarray(slope, dtype=np.float64), int(min_segment), int(min_drift), previous, is_linear)
     return previous, is_linear

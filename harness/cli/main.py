@@ -17,7 +17,6 @@ COMMANDS = ("run", "chips", "report", "compare", "noise", "variants", "bundle", 
             "spool")
 
 
-
 def _invoked_verb(argv: list[str]) -> str | None:
     """The verb a command line names (the first word after the global options), if it is one of ``COMMANDS``."""
     for word in argv:
@@ -37,6 +36,7 @@ def register(verbs: tuple[str, ...] = COMMANDS) -> None:
 # mistyped verb, an import from Python (tests, ``app``) -- registers every verb.
 _verb = _invoked_verb(sys.argv[1:]) if Path(sys.argv[0]).name in ("harness", "__main__.py") else None
 register((_verb,) if _verb else COMMANDS)
+
 
 def main() -> None:
     """Entry point: user errors are one line on stderr (exit 2), tracebacks only with --debug."""

@@ -13,13 +13,14 @@ them to it. Mann-Whitney imports ``scipy.stats`` when called.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from scipy import special
+
+from harness.core import compiled
 
 __all__ = ["bh", "kendall_trend_p", "norm_pdf", "norm_ppf", "t_ppf", "t_sf"]
 
@@ -112,20 +113,15 @@ def _count_inversions(ranks: Any, tree: Any) -> int:  # pragma: no cover - runs 
     return total
 
 
-@functools.cache
 def _compiled_inversions() -> Any:
-    try:
-        import numba  # heavy (~0.3 s): only when a trend is tested
-    except ImportError:
-        return None
-    return numba.njit(cache=True, nogil=True)(_count_inversions)
+    return compiled.njit(_count_inversions)
 
 
 def _discordant(ranks: npt.NDArray[np.intp]) -> int:
     """Discordant pairs of the index and ``ranks`` (the index has no ties): i < j with ranks[i] > ranks[j]."""
-    compiled = _compiled_inversions()
-    if compiled is not None:
-        return int(compiled(ranks, np.zeros(int(ranks.max()) + 1, dtype=np.int64)))
+    count = _compiled_inversions()
+    if count is not None:
+        return int(count(ranks, np.zeros(int(ranks.max()) + 1, dtype=np.int64)))
     dis = 0
     for start in range(0, ranks.size, 1024):
         greater = ranks[start:start + 1024, None] > ranks[None, start:]
