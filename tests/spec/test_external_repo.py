@@ -109,7 +109,7 @@ def test_known_bug():
 
 @pytest.mark.xfail(reason="sometimes")
 def test_xpass():
-    assert True
+    assert tinykern.add(1, 1) >= 2  # passes with and without the planted bug: an xpass on every commit
 
 
 def test_fixture_error(broken):
