@@ -41,8 +41,18 @@ log = logging.getLogger(__name__)
 
 
 def default_db_url() -> str:
-    """``$HARNESS_DB`` if set, else ``sqlite:///harness-out/results.db`` (relative to the current folder)."""
-    return os.environ.get("HARNESS_DB", DEFAULT_DB_URL)
+    """``$HARNESS_DB`` if set (a plain path read as SQLite), else ``sqlite:///harness-out/results.db`` (relative to
+    the current folder)."""
+    return as_db_url(os.environ.get("HARNESS_DB", DEFAULT_DB_URL))
+
+
+def as_db_url(text: str) -> str:
+    """``text`` as a database URL: a plain file path (no scheme, no ``user@host``) means that SQLite file
+    (``~`` expanded); anything else is returned as given, for :func:`parse_url` to accept or explain."""
+    looks_like_url = "://" in text or re.match(r"[A-Za-z][\w+.-]*:", text)
+    if looks_like_url or "@" in text or not text.strip():
+        return text
+    return f"sqlite:///{os.path.expanduser(text)}"
 
 
 def mask_url(url: str) -> str:
@@ -72,14 +82,13 @@ def parse_url(url: str, given_as: str = "--db") -> URL:
     """``url`` parsed, or one clear error: what was given (password masked) and what a URL looks like; a database
     kind other than SQLite or PostgreSQL is refused here, naming the supported ones. ``given_as``: where the
     value came from, for the message (``--db`` or ``$HARNESS_DB``)."""
+    url = as_db_url(url)
     try:
         parsed = make_url(url)
     except ArgumentError:
         shown = _mask_text(url)
         if "@" in url and "://" not in url:  # a server without its scheme
             use = f"postgresql://{shown}"
-        elif shown.strip() and not re.match(r"[A-Za-z][\w+.-]*:", url):  # a file path
-            use = f"sqlite:///{shown} or postgresql://user@host/db"
         else:
             use = "sqlite:///path/to/results.db or postgresql://user@host/db"
         value = shown if shown.strip() else repr(url)
@@ -132,6 +141,7 @@ def _sqlite_pragmas(engine: Engine) -> None:
 
 def make_engine(url: str, *, must_exist: bool = False, given_as: str = "--db") -> Engine:
     """An engine for ``url`` (SQLite: its folder is created unless ``must_exist``, which refuses a missing file)."""
+    url = as_db_url(url)
     parsed = parse_url(url, given_as)
     if must_exist:
         _check_exists(url)
@@ -223,7 +233,7 @@ def open_database(url: str | None = None, *, must_exist: bool = False) -> Store:
     Commands open it through :func:`harness.record.outbox.open_store`, which also writes the spooled results.
     """
     given_as = "--db" if url else "$HARNESS_DB"
-    url = url or default_db_url()
+    url = as_db_url(url) if url else default_db_url()
     engine = make_engine(url, must_exist=must_exist, given_as=given_as)
     try:
         migrate(engine)

@@ -34,12 +34,14 @@ READING = {
 }
 
 
+@pytest.mark.parametrize("as_url", [True, False], ids=["url", "plain-path"])
 @pytest.mark.parametrize("where", ["missing/dir/r.db", "r.db"])
 @pytest.mark.parametrize("command", list(READING))
-def test_a_reading_command_refuses_a_missing_database(tmp_path: Path, command: str, where: str):
-    url = f"sqlite:///{tmp_path / where}"
-    line = one_error_line(harness(*READING[command], "--db", url, cwd=tmp_path))
-    assert f"no database at {url}" in line and "harness run" in line
+def test_a_reading_command_refuses_a_missing_database(tmp_path: Path, command: str, where: str, as_url: bool):
+    given = f"sqlite:///{tmp_path / where}" if as_url else where
+    line = one_error_line(harness(*READING[command], "--db", given, cwd=tmp_path))
+    url = given if as_url else f"sqlite:///{where}"  # a plain path means that SQLite file
+    assert f"no database at {url} " in line and "harness run" in line
     assert not (tmp_path / where).exists() and not (tmp_path / "missing").exists()  # nothing created
 
 
@@ -50,15 +52,13 @@ def test_a_reading_command_refuses_the_missing_default_database(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("value, env, expected", [
-    ("results.db", None,
-     "error: --db results.db is not a database URL: use sqlite:///results.db or postgresql://user@host/db"),
-    ("harness-out/r.db", None,
-     "error: --db harness-out/r.db is not a database URL: use sqlite:///harness-out/r.db or postgresql://user@host/db"),
     ("postgres:s3cret-pw@db.example/harness", None,
      "error: --db postgres:***@db.example/harness is not a database URL: use postgresql://postgres:***@db.example/harness"),
     ("u:s3cret/pw@host/db", None, "error: --db u:***@host/db is not a database URL: use postgresql://u:***@host/db"),
-    (None, {"HARNESS_DB": "results.db"},
-     "error: $HARNESS_DB=results.db is not a database URL: use sqlite:///results.db or postgresql://user@host/db"),
+    (None, {"HARNESS_DB": "u:s3cret@host/db"},
+     "error: $HARNESS_DB=u:***@host/db is not a database URL: use postgresql://u:***@host/db"),
+    ("sqlite:results.db", None,
+     "error: --db sqlite:results.db is not a database URL: use sqlite:///path/to/results.db or postgresql://user@host/db"),
 ])
 def test_a_value_that_is_not_a_url_says_what_one_looks_like(tmp_path: Path, value, env, expected):
     args = ["report"] + (["--db", value] if value else [])
@@ -146,6 +146,18 @@ def test_a_piped_run_prints_progress_with_an_eta_and_failures_as_they_happen(rep
     assert failures and max(failures) < progress[-1]  # printed as they happen, not in the summary at the end
     summary = next(i for i, line in enumerate(lines) if line.startswith("jobs: "))
     assert progress[-1] < summary
+
+
+def test_a_plain_path_means_that_sqlite_file_for_run_and_for_reading_commands(repo: Path):
+    suite = write_suite(repo, '["sdpa"]')
+    done = harness("run", "--suite", str(suite), "--db", "out/r.db", "--no-report", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert (repo / "out" / "r.db").is_file() and not (repo / "harness-out" / "results.db").exists()
+    by_url = harness("variants", "--db", f"sqlite:///{repo / 'out' / 'r.db'}", cwd=repo)
+    by_path = harness("variants", "--db", "out/r.db", cwd=repo)
+    by_env = harness("variants", cwd=repo, env={"HARNESS_DB": "out/r.db"})
+    assert by_url.returncode == by_path.returncode == by_env.returncode == 0, by_path.stderr + by_env.stderr
+    assert "sdpa" in by_url.stdout and by_path.stdout == by_url.stdout == by_env.stdout
 
 
 def test_a_run_in_a_terminal_shows_an_eta_column(repo: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -200,10 +201,19 @@ def test_passwords_are_masked():
 
 def test_bad_urls_are_one_line_errors_without_the_password(tmp_path):
     with pytest.raises(HarnessError, match="not a database URL"):
-        outbox.open_store("definitely not a url")
+        outbox.open_store("sqlite:results.db")
     with pytest.raises(HarnessError) as info:
         outbox.open_store("postgresql://alice:s3cret@127.0.0.1:1/x")
     assert "s3cret" not in str(info.value) and "cannot open database" in str(info.value)
+
+
+def test_a_plain_path_means_that_sqlite_file(tmp_path):
+    assert store.as_db_url(str(tmp_path / "r.db")) == f"sqlite:///{tmp_path / 'r.db'}"
+    assert store.as_db_url("~/r.db") == f"sqlite:///{Path.home() / 'r.db'}"
+    for as_given in ("sqlite:///r.db", "postgresql://u@h/db", "u@h/db", "sqlite:r.db", ""):
+        assert store.as_db_url(as_given) == as_given  # a URL, or for parse_url to explain
+    outbox.open_store(str(tmp_path / "new" / "r.db")).close()
+    assert (tmp_path / "new" / "r.db").is_file()
 
 
 def test_a_database_from_before_trials_reads_as_one_trial_per_job(db_url):
