@@ -15,7 +15,6 @@ console = Console(stderr=True, soft_wrap=True)  # a path or URL in a CI log stay
 state = {"debug": False}
 
 
-
 def _db_url(value: str | None) -> str | None:
     return store.as_db_url(value) if value else value
 

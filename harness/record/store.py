@@ -49,8 +49,7 @@ def default_db_url() -> str:
 def as_db_url(text: str) -> str:
     """``text`` as a database URL: a plain file path (no scheme, no ``user@host``) means that SQLite file
     (``~`` expanded); anything else is returned as given, for :func:`parse_url` to accept or explain."""
-    looks_like_url = "://" in text or re.match(r"[A-Za-z][\w+.-]*:", text)
-    if looks_like_url or "@" in text or not text.strip():
+    if re.match(r"[A-Za-z][\w+.-]*:", text) or "@" in text or not text.strip():  # a scheme, a server, nothing
         return text
     return f"sqlite:///{os.path.expanduser(text)}"
 
@@ -82,7 +81,6 @@ def parse_url(url: str, given_as: str = "--db") -> URL:
     """``url`` parsed, or one clear error: what was given (password masked) and what a URL looks like; a database
     kind other than SQLite or PostgreSQL is refused here, naming the supported ones. ``given_as``: where the
     value came from, for the message (``--db`` or ``$HARNESS_DB``)."""
-    url = as_db_url(url)
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -141,7 +139,6 @@ def _sqlite_pragmas(engine: Engine) -> None:
 
 def make_engine(url: str, *, must_exist: bool = False, given_as: str = "--db") -> Engine:
     """An engine for ``url`` (SQLite: its folder is created unless ``must_exist``, which refuses a missing file)."""
-    url = as_db_url(url)
     parsed = parse_url(url, given_as)
     if must_exist:
         _check_exists(url)
