@@ -13,6 +13,11 @@ holds the two to that), but decides per page whether it must be rendered:
   commit axis, byte for byte as on the chip's page, so it is taken from that page (drawn in this build, or its
   kept file: ``_ChipPlots``) and only the new run's chip is drawn.
 
+The history pages depend on nothing but the histories, the regression list and the commit links, so
+``build_report`` starts them (``HistoryPages``) before it loads the evidence, in a forked process where that is safe
+(``can_fork``), and the rest of the site is built meanwhile; where the process fails they are rendered in the
+report's own. The files are the same either way.
+
 A page's fingerprint is a SHA-256 of everything its template reads: its own records (a history page's series,
 bit for bit, with the commits of their points, its regressions with their places in the regression list, its
 variants' styles and links; a compare page's report, runs and row links; a samples page's runs with their
@@ -40,10 +45,16 @@ renders everything.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
+import os
+import pickle
 import re
+import signal
+import sys
+import time
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -68,8 +79,8 @@ from reports import evidence as evidence_pages
 from reports import render as site_render
 from reports import svg
 
-__all__ = ["Fingerprint", "FingerprintMemo", "HistorySummary", "Manifest", "SiteManifests", "WriteStats",
-           "render_version", "write_site"]
+__all__ = ["Fingerprint", "FingerprintMemo", "HistoryPages", "HistorySummary", "Manifest", "SiteManifests",
+           "WriteStats", "can_fork", "render_version", "write_site"]
 
 log = logging.getLogger(__name__)
 
@@ -485,6 +496,188 @@ def _sample_runs(data: Any) -> Iterable[Any]:
     return runs if getattr(data, "prints", ()) else (run for _, run, _ in data.jobs)
 
 
+# --- one build's pages --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pages:
+    """What the pages of one build into ``out`` share: the last build's manifest (``previous``), this one's and its
+    counts, the templates (``env``) and the context every page gets (``common``). ``page`` decides and writes."""
+
+    out: Path
+    previous: Manifest
+    incremental: bool
+    env: Any
+    common: dict[str, Any]
+    manifest: Manifest = field(default_factory=Manifest)
+    stats: WriteStats = field(default_factory=WriteStats)
+
+    def write(self, name: str, template: str, **context: Any) -> Path:
+        path = self.out / name
+        path.write_text(self.env.get_template(template).render(**self.common, **context), encoding="utf-8")
+        return path
+
+    def page(self, kind: str, name: str, fingerprint: Callable[[], Fingerprint] | None, render: Callable[[], Path]
+             ) -> bool:
+        """Render ``name`` unless its fingerprint is the manifest's and its file untouched (no ``fingerprint``:
+        always, listed in the manifest without one); whether it rendered."""
+        digest = fingerprint().hexdigest() if self.incremental and fingerprint is not None else ""
+        if digest and self.previous.fresh(self.out, name, digest):
+            self.manifest.pages[name] = self.previous.pages[name]
+            self.stats.kept[kind] += 1
+            return False
+        path = render()
+        self.stats.rendered[kind] += 1
+        self.stats.names.add(name)
+        if self.incremental:
+            stat = path.stat()
+            self.manifest.pages[name] = (digest, stat.st_size, stat.st_mtime_ns)
+        return True
+
+    def merge(self, pages: dict[str, tuple[str, int, int]], rendered: dict[str, int], kept: dict[str, int],
+              names: set[str]) -> None:
+        """Add what another ``_Pages`` of this build wrote (``HistoryPages``, maybe in another process)."""
+        self.manifest.pages.update(pages)
+        for kind, count in rendered.items():
+            self.stats.rendered[kind] += count
+        for kind, count in kept.items():
+            self.stats.kept[kind] += count
+        self.stats.names |= names
+
+
+def _environment(links: evidence_pages.Links) -> Any:
+    """The templates, with ``links``' commit links and run ids."""
+    env = site_render.environment()
+    env.globals.update(commit_ref=links.commit_ref, web_link=links.web_link, run_ids=links.run_ids)
+    env.filters.update(pct_change=evidence_pages.change, pct=evidence_pages.percent,
+                       noise_text=evidence_pages.noise_text)
+    return env
+
+
+# --- the history pages, maybe in a process of their own ------------------------------------------------------------
+
+
+def can_fork() -> bool:
+    """Whether ``HistoryPages.start`` renders in a forked process: where ``os.fork`` is safe (not on macOS, whose
+    frameworks -- Metal, once MLX is loaded -- do not survive a fork) and a second core can take the work."""
+    return hasattr(os, "fork") and sys.platform != "darwin" and (os.cpu_count() or 1) > 1
+
+
+class HistoryPages:
+    """The history pages of one build (``history_specs``: per kernel and chip, and per kernel on every chip) -- on
+    a long history most of the site's drawing, and independent of everything else but the commit links. ``start``
+    renders them in a forked process (``can_fork``) while the caller builds the rest of the site; ``finish`` waits
+    and returns what the index and chip pages read of them. Without ``start``, or where the child fails, ``finish``
+    renders them here: the files are the same either way."""
+
+    def __init__(self, out_dir: str | Path, histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
+                 baselines: Mapping[str, str], db_label: str, *, last: int | None, generated_at: str,
+                 commit_urls: Mapping[str, str], manifests: SiteManifests | None, incremental: bool) -> None:
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.specs = history_specs(histories, regressions, baselines)
+        self.shas = [spec.shas() for spec in self.specs]
+        self.previous = manifests.read(self.out) if manifests is not None else Manifest()
+        self.incremental = incremental and manifests is not None
+        self.common = {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
+                       "generated_at": generated_at, "last": last,
+                       "history_names": {spec.name for spec in self.specs}}
+        self.shared = Fingerprint(render_version(), db_label, last, sorted(self.common["history_names"])).hexdigest()
+        self.links = evidence_pages.Links(dict(commit_urls))
+        self._child: tuple[int, int] | None = None  # (pid, the pipe's read end)
+        self.seconds: float | None = None  # how long rendering them took (in whichever process), once finished
+
+    def summaries(self) -> list[HistorySummary]:
+        return [spec.summary(len(shas)) for spec, shas in zip(self.specs, self.shas, strict=True)]
+
+    def _render(self) -> tuple[dict[str, tuple[str, int, int]], dict[str, int], dict[str, int], set[str], float]:
+        began = time.perf_counter()
+        pages = _Pages(self.out, self.previous, self.incremental, _environment(self.links), dict(self.common))
+        plots = _ChipPlots(self.out)
+        memo = FingerprintMemo()
+        for spec, shas in zip(self.specs, self.shas, strict=True):
+            drawn: list[site_render.HistoryPage] = []
+            plots.start(spec.kernel)
+
+            def draw(spec: _HistorySpec = spec, drawn: list = drawn) -> Path:
+                built = spec.draw(None if spec.chip else plots)
+                drawn.append(built)
+                return pages.write(built.name, "history.html.j2", page=built, legend=svg.legend(),
+                                   max_points=site_render.MAX_PLOT_POINTS)
+
+            pages.page("history" if spec.chip else "histories", spec.name,
+                       lambda spec=spec, shas=shas: Fingerprint(
+                           self.shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs,
+                           spec.styles, spec.default, spec.links, commit_links(self.links, shas), memo=memo),
+                       draw)
+            if spec.chip:
+                plots.add(spec.chip, drawn[0] if drawn else None, spec.name)
+        stats = pages.stats
+        return pages.manifest.pages, dict(stats.rendered), dict(stats.kept), stats.names, time.perf_counter() - began
+
+    def start(self) -> None:
+        """Render the pages in a forked process (where ``can_fork``); ``finish`` collects them."""
+        if not self.specs or not can_fork():
+            return
+        read, write = os.pipe()
+        gc.freeze()  # the collector leaves what exists now alone: neither process copies pages to scan it
+        pid = os.fork()
+        if pid == 0:  # the child: render, send the result, leave without running the parent's exit handlers
+            try:
+                gc.disable()
+                os.close(read)
+                try:
+                    outcome: tuple[str, Any] = ("ok", self._render())
+                except Exception as exc:  # told to the parent, which renders the pages itself
+                    outcome = ("failed", f"{type(exc).__name__}: {first_line(exc)}")
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(pickle.dumps(outcome))
+            finally:
+                os._exit(0)
+        os.close(write)
+        self._child = (pid, read)
+
+    def finish(self, into: _Pages) -> list[HistorySummary]:
+        """Wait for the pages (rendered here when ``start`` did not fork, or its process failed) and add them to
+        ``into``; what the index and chip pages read of them."""
+        result = self._collect() if self._child is not None else None
+        if result is None:
+            result = self._render()
+        *parts, self.seconds = result
+        into.merge(*parts)
+        return self.summaries()
+
+    def _collect(self) -> Any:
+        assert self._child is not None
+        pid, read = self._child
+        self._child = None
+        with os.fdopen(read, "rb") as pipe:
+            payload = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        gc.unfreeze()
+        try:
+            outcome, value = pickle.loads(payload)
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
+            outcome, value = "failed", f"exit status {os.waitstatus_to_exitcode(status)}, no result"
+        if outcome == "ok":
+            return value
+        log.warning("history pages: their process failed (%s); rendered here instead", value)
+        return None
+
+    def abandon(self) -> None:
+        """Stop a started child (the build failed before ``finish``)."""
+        if self._child is not None:
+            pid, read = self._child
+            self._child = None
+            gc.unfreeze()
+            os.close(read)
+            try:
+                os.kill(pid, signal.SIGTERM)
+                os.waitpid(pid, 0)
+            except ProcessLookupError:
+                pass
+
+
 # --- the site --------------------------------------------------------------------------------------------------------
 
 
@@ -496,58 +689,43 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
                checks: Mapping[str, str] | None = None, evidence: Any = None,
                manifests: SiteManifests | None = None, incremental: bool = True,
-               stats: WriteStats | None = None) -> Path:
+               stats: WriteStats | None = None, history: HistoryPages | None = None) -> Path:
     """``reports.render.render_site`` (same arguments, same files); returns the index path. With ``manifests``, the
     folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
     and this one does not make are deleted. Without, every page is rendered and nothing read or stored. ``stats``
-    counts the pages."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stats = stats if stats is not None else WriteStats()
-    incremental = incremental and manifests is not None
-    previous = manifests.read(out) if manifests is not None else Manifest()
-    manifest = Manifest()
-    env = site_render.environment()
-    css = (site_render.STATIC / "report.css").read_text(encoding="utf-8")
+    counts the pages. ``history``: the history pages, made (and maybe started) by the caller from the same
+    arguments; else they are made and rendered here."""
     regressions = list(regressions)
-    specs = history_specs(histories or {}, regressions, baselines)
-    common = {"css": css, "db_label": db_label, "generated_at": generated_at, "last": last,
-              "history_names": {spec.name for spec in specs}}
-    shared = Fingerprint(render_version(), db_label, last, sorted(common["history_names"])).hexdigest()
+    found, samples = evidence_links(evidence)
+    if history is None:
+        history = HistoryPages(out_dir, histories or {}, regressions, baselines, db_label, last=last,
+                               generated_at=generated_at, commit_urls=found.commit_urls, manifests=manifests,
+                               incremental=incremental)
+    try:
+        return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix,
+                           regressions=regressions, failing_before=failing_before, noise=noise, checks=checks,
+                           manifests=manifests, stats=stats)
+    finally:
+        history.abandon()
+
+
+def _write_site(history: HistoryPages, found: evidence_pages.Links, samples: list[tuple[str, Any, Any]],
+                chips: list[dict[str, Any]], latest: dict[str, Any], baselines: dict[str, str], *, matrix: Any,
+                regressions: list[Any], failing_before: Mapping[str, set[str]] | None,
+                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None,
+                checks: Mapping[str, str] | None, manifests: SiteManifests | None, stats: WriteStats | None
+                ) -> Path:
+    out, shared = history.out, history.shared
+    site = _Pages(out, history.previous, history.incremental, _environment(found),
+                  {**history.common, "evidence": found}, stats=stats if stats is not None else WriteStats())
+    page, write = site.page, site.write
     regs_of_chip: dict[str, list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):
         regs_of_chip[reg.chip].append((i, reg))
     matrix_chips, rows = site_render.matrix_rows(matrix)
 
-    def write(name: str, template: str, **context: Any) -> Path:
-        path = out / name
-        path.write_text(env.get_template(template).render(**common, **context), encoding="utf-8")
-        return path
-
-    def page(kind: str, name: str, fingerprint: Callable[[], Fingerprint] | None, render: Callable[[], Path]
-             ) -> bool:
-        """Render ``name`` unless its fingerprint is the manifest's and its file untouched (no ``fingerprint``:
-        always, listed in the manifest without one); whether it rendered."""
-        digest = fingerprint().hexdigest() if incremental and fingerprint is not None else ""
-        if digest and previous.fresh(out, name, digest):
-            manifest.pages[name] = previous.pages[name]
-            stats.kept[kind] += 1
-            return False
-        path = render()
-        stats.rendered[kind] += 1
-        stats.names.add(name)
-        if incremental:
-            stat = path.stat()
-            manifest.pages[name] = (digest, stat.st_size, stat.st_mtime_ns)
-        return True
-
     # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
-    found, samples = evidence_links(evidence)
-    env.globals.update(commit_ref=found.commit_ref, web_link=found.web_link, run_ids=found.run_ids)
-    env.filters.update(pct_change=evidence_pages.change, pct=evidence_pages.percent,
-                       noise_text=evidence_pages.noise_text)
-    common["evidence"] = found
     for compare in found.compares:
         view, report = compare.view, compare.view.report
         shas = [report.base.sha, report.head.sha, *(run.sha for run in (*view.base_runs, *view.head_runs))]
@@ -565,31 +743,10 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                  name, "samples.html.j2", page=evidence_pages._samples_page(data, compare)))
     # --- end of the evidence path
 
-    pages: list[Any] = []
-    plots = _ChipPlots(out)
-    memo = FingerprintMemo()
-    for spec in specs:
-        shas = spec.shas()
-        drawn: list[site_render.HistoryPage] = []
-        plots.start(spec.kernel)
-
-        def draw(spec: _HistorySpec = spec, drawn: list = drawn) -> Path:
-            built = spec.draw(None if spec.chip else plots)
-            drawn.append(built)
-            return write(built.name, "history.html.j2", page=built, legend=svg.legend(),
-                         max_points=site_render.MAX_PLOT_POINTS)
-
-        page("history" if spec.chip else "histories", spec.name,
-             lambda spec=spec, shas=shas: Fingerprint(
-                 shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs, spec.styles, spec.default,
-                 spec.links, commit_links(found, shas), memo=memo),
-             draw)
-        if spec.chip:
-            plots.add(spec.chip, drawn[0] if drawn else None, spec.name)
-        pages.append(drawn[0] if drawn else spec.summary(len(shas)))
+    pages = history.finish(site)
     pages_of_chip: dict[str, list[Any]] = defaultdict(list)
-    for history in pages:
-        pages_of_chip[history.chip].append(history)
+    for summary_of_page in pages:
+        pages_of_chip[summary_of_page.chip].append(summary_of_page)
 
     summary = {}
     for chip in chips:
@@ -624,15 +781,15 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
          lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows))
     page("regressions", "regressions.html", None,
          lambda: write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions))))
-    kernels = sorted({history.kernel for history in pages})
-    page_names = {(history.kernel, history.chip): history for history in pages}
+    kernels = sorted({summary_of_page.kernel for summary_of_page in pages})
+    page_names = {(summary_of_page.kernel, summary_of_page.chip): summary_of_page for summary_of_page in pages}
     page("index", "index.html", None,
          lambda: write("index.html", "index.html.j2", chips=chips, latest=latest, summary=summary, kernels=kernels,
                        history=page_names, n_regressions=len(regressions),
                        n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
                        n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows)))
-    _finish(out, previous, manifest, manifests, incremental, stats)
-    log.info("pages: %s", stats.summary())
+    _finish(out, site.previous, site.manifest, manifests, site.incremental, site.stats)
+    log.info("pages: %s", site.stats.summary())
     return out / "index.html"
 
 

@@ -30,7 +30,7 @@ from harness.analysis.variants import default_variants, variant_matrix
 from harness.core.errors import HarnessError
 from harness.record import analysis_cache, query
 from harness.record.store import Store, mask_url
-from harness.render.pages import SiteManifests, WriteStats, write_site
+from harness.render.pages import HistoryPages, SiteManifests, WriteStats, write_site
 from harness.spec import git, weburl
 
 DEFAULT_REPORT_DIR = Path("harness-out") / "report"
@@ -210,21 +210,28 @@ def check_descriptions() -> dict[str, str]:
 
 
 def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: Store | None = None,
-           incremental: bool = True) -> Path:
+           incremental: bool = True, history: HistoryPages | None = None, generated_at: str | None = None) -> Path:
     """Write the site into ``out_dir`` (``harness.render.pages.write_site``); returns the index path. With ``store``,
     its analysis cache holds the folder's manifest: ``incremental``, only the pages whose inputs changed since the
     last build there are rendered; else every page, and the manifest is removed. Without, every page, nothing
-    stored."""
+    stored. ``history``: the history pages, started by the caller (``build_report``) from the same data;
+    ``generated_at``: the build's time stamp (now, by default)."""
     start = time.perf_counter()
     data.pages = WriteStats()
     index = write_site(out_dir, data.chips, data.latest, data.baselines, data.db_label, matrix=data.matrix,
                        checks=check_descriptions(), failing_before=data.failing_before,
                        histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
-                       generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), evidence=data.evidence,
+                       generated_at=generated_at or _stamp(), evidence=data.evidence,
                        manifests=SiteManifests(store) if store is not None else None, incremental=incremental,
-                       stats=data.pages)
+                       stats=data.pages, history=history)
     data.timings["render"] = time.perf_counter() - start
+    if history is not None and history.seconds is not None:
+        data.timings["history pages"] = history.seconds
     return index
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, change_points: bool = True,
@@ -243,9 +250,20 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
         raise HarnessError(f"--repo {repo}: not a git repository")
     data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache)
     start = time.perf_counter()
-    data.evidence = load_evidence(store, data.latest, data.regressions, commit_url=commit_url, repo=repo, cache=cache)
-    data.timings["evidence"] = time.perf_counter() - start
-    index = render(data, out_dir, store=store, incremental=cache)
+    briefs = query.run_briefs(store)
+    urls = commit_urls(briefs, template=commit_url, repo=repo)
+    generated_at = _stamp()
+    # the history pages need the commit links only: drawn (in a process of their own where it can) meanwhile
+    history = HistoryPages(out_dir, data.histories, data.regressions, data.baselines, data.db_label, last=data.last,
+                           generated_at=generated_at, commit_urls=urls, manifests=SiteManifests(store),
+                           incremental=cache)
+    history.start()
+    try:
+        data.evidence = load_evidence(store, data.latest, data.regressions, cache=cache, links=(briefs, urls))
+        data.timings["evidence"] = time.perf_counter() - start
+        index = render(data, out_dir, store=store, incremental=cache, history=history, generated_at=generated_at)
+    finally:
+        history.abandon()
     if timings is not None:
         timings.update(data.timings)
     return index
@@ -368,21 +386,25 @@ def _positive_runs(jobs: list[query.JobSamples]) -> set[str]:
 
 
 def load_evidence(store: Store, latest: dict[str, query.RunView | None], regressions: list[RegressionEvidence], *,
-                  commit_url: str | None = None, repo: str | None = None, cache: bool = True) -> Evidence:
+                  commit_url: str | None = None, repo: str | None = None, cache: bool = True,
+                  links: tuple[list[query.RunBrief], dict[str, str]] | None = None) -> Evidence:
     """Commit links and run ids for every run, a compare page per chip (the shown run against its previous run) and
     per regression pair (at most ``MAX_REGRESSION_COMPARES``), and the samples behind them: every series of a chip's
     shown run (and its previous run), and the changed series of a regression pair. ``cache``: compare reports whose
     inputs did not change are reused from the analysis cache (``ComparePages``), and so is what a pair's compare
     rows and samples pages take from its samples (``_SampleSummaries``); the samples themselves are read per pair
-    when a samples page is drawn (``SeriesSamples.jobs``), so the pages a build keeps read none."""
+    when a samples page is drawn (``SeriesSamples.jobs``), so the pages a build keeps read none. ``links``: the runs'
+    briefs and commit links (``query.run_briefs``, ``commit_urls``), when the caller has them already."""
     pages = ComparePages(store, use_cache=cache)
-    briefs = query.run_briefs(store)
+    briefs, urls = links if links is not None else (None, None)
+    if briefs is None or urls is None:
+        briefs = query.run_briefs(store)
+        urls = commit_urls(briefs, template=commit_url, repo=repo)
     by_id = {b.id: b for b in briefs}
     runs_of: dict[tuple[str, str], list[str]] = {}
     for b in briefs:
         runs_of.setdefault((b.chip, b.sha), []).append(b.id)
-    evidence = Evidence(commit_urls(briefs, template=commit_url, repo=repo),
-                        {key: tuple(ids) for key, ids in runs_of.items()})
+    evidence = Evidence(urls, {key: tuple(ids) for key, ids in runs_of.items()})
     wanted: list[tuple[str, tuple[str, ...], tuple[str, ...], CompareView | None]] = []
     seen: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
     for chip, run in latest.items():

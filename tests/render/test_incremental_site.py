@@ -11,6 +11,7 @@ held still (a page kept from an earlier build keeps its own stamp, see the modul
 from __future__ import annotations
 
 import dataclasses
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -255,6 +256,7 @@ def test_the_page_of_every_chip_takes_a_kept_chip_pages_plots_from_its_file(stor
     from its kept page (and still equals a full build, above)."""
     from reports import svg
 
+    monkeypatch.setattr(pages, "can_fork", lambda: False)  # drawn in this process, where the calls are counted
     out = tmp_path / "site"
     build(store, out)
     add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
@@ -287,3 +289,77 @@ def test_a_history_is_digested_once_per_build_and_exactly():
         points._commits, points.rows, np.array([1e-3, np.nextafter(2e-3, 1.0)]), points.ci_low, points.ci_high,
         points.n))
     assert pages.Fingerprint({"chip": [moved]}, memo=memo).hexdigest() != first
+
+
+def _record_renderer_pid(monkeypatch, where: Path) -> None:
+    """Each time the history pages are rendered, the rendering process's pid is appended to ``where``."""
+    original = pages.HistoryPages._render
+
+    def recorded(self):  # noqa: ANN001, ANN202 - the method's own
+        with where.open("a") as out:
+            out.write(f"{os.getpid()}\n")
+        return original(self)
+
+    monkeypatch.setattr(pages.HistoryPages, "_render", recorded)
+
+
+def test_history_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    _record_renderer_pid(monkeypatch, pids)
+    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    build(store, tmp_path / "forked")
+    monkeypatch.setattr(pages, "can_fork", lambda: False)
+    build(store, tmp_path / "inline")
+    forked, inline = pids.read_text().split()
+    assert int(forked) != os.getpid() and int(inline) == os.getpid()
+    assert files(tmp_path / "forked") == files(tmp_path / "inline")
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))  # incremental: the manifests merge
+    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    build(store, tmp_path / "forked")
+    build(store, tmp_path / "fresh")
+    assert files(tmp_path / "forked") == files(tmp_path / "fresh")
+    before = mtimes(tmp_path / "forked")
+    build(store, tmp_path / "forked")  # nothing new: the history pages the child wrote are kept
+    after = mtimes(tmp_path / "forked")
+    history = [name for name in before if name.startswith("history")]
+    assert history and all(before[name] == after[name] for name in history)
+
+
+def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
+    parent = os.getpid()
+    original = pages.HistoryPages._render
+
+    def fails_in_the_child(self):  # noqa: ANN001, ANN202 - the method's own
+        if os.getpid() != parent:
+            (self.out / history_page_name("flash_prefill", APPLE.key)).write_text("half written")
+            raise RuntimeError("the child dies")
+        return original(self)
+
+    monkeypatch.setattr(pages.HistoryPages, "_render", fails_in_the_child)
+    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    build(store, tmp_path / "site")
+    assert "history pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
+    monkeypatch.setattr(pages, "can_fork", lambda: False)
+    build(store, tmp_path / "inline")
+    assert files(tmp_path / "site") == files(tmp_path / "inline")
+
+
+def test_a_build_that_fails_leaves_no_history_process_behind(store, tmp_path, monkeypatch):
+    started: list[int] = []
+    original = pages.HistoryPages.start
+
+    def start(self):  # noqa: ANN001, ANN202 - the method's own
+        original(self)
+        started.append(self._child[0])
+
+    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("evidence failed")
+
+    monkeypatch.setattr(pages.HistoryPages, "start", start)
+    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    monkeypatch.setattr(site, "load_evidence", broken)
+    with pytest.raises(RuntimeError, match="evidence failed"):
+        build(store, tmp_path / "site")
+    assert len(started) == 1
+    with pytest.raises(ChildProcessError):  # reaped: neither running nor a zombie
+        os.waitpid(started[0], os.WNOHANG)
