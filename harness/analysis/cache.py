@@ -55,7 +55,8 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from functools import cache
@@ -102,9 +103,30 @@ from harness.core.errors import first_line
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
 
-__all__ = ["CacheStats", "ComparePages", "JobCatalogue", "NoiseRows", "analyse", "code_version", "job_catalogue"]
+__all__ = ["CacheStats", "ComparePages", "JobCatalogue", "NoiseRows", "analyse", "cache_log", "cache_logger",
+           "code_version", "job_catalogue"]
 
 log = logging.getLogger(__name__)
+cache_logger = log  # what the caches reused and computed, at INFO (``harness report --timings`` shows it)
+
+
+@contextmanager
+def cache_log() -> Iterator[list[str]]:
+    """The INFO lines this module logs meanwhile, collected into the list given (and not passed on): a forked
+    analysis sends them to the report's own process, which logs them."""
+    notes: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: notes.append(record.getMessage())  # type: ignore[method-assign]
+    level, propagate = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        yield notes
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
 
 FORMAT = 1  # of the payloads below
 _MAGIC = b"HARNESS-CELLS\n"

@@ -221,6 +221,16 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    @property
+    def shared_by_processes(self) -> bool:
+        """Whether another process opening this URL reaches the same database (not an in-memory SQLite one)."""
+        url = self.engine.url
+        return url.get_backend_name() != "sqlite" or url.database not in (None, "", ":memory:")
+
+    def forked(self) -> None:
+        """In a forked process: leave the parent's open connections alone (this process opens its own)."""
+        self.engine.dispose(close=False)
+
 
 def open_database(url: str | None = None, *, must_exist: bool = False) -> Store:
     """Open (creating and migrating if needed) the database at ``url``; one clear error if unreachable.

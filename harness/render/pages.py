@@ -54,6 +54,7 @@ import pickle
 import re
 import signal
 import sys
+import threading
 import time
 import zlib
 from collections import defaultdict
@@ -79,8 +80,8 @@ from reports import evidence as evidence_pages
 from reports import render as site_render
 from reports import svg
 
-__all__ = ["Fingerprint", "FingerprintMemo", "HistoryPages", "HistorySummary", "Manifest", "SiteManifests",
-           "WriteStats", "can_fork", "render_version", "write_site"]
+__all__ = ["DeliveredHistoryPages", "Fingerprint", "FingerprintMemo", "ForkedWork", "HistoryFrame", "HistoryPages",
+           "HistorySummary", "Manifest", "SiteManifests", "WriteStats", "can_fork", "render_version", "write_site"]
 
 log = logging.getLogger(__name__)
 
@@ -558,9 +559,100 @@ def _environment(links: evidence_pages.Links) -> Any:
 
 
 def can_fork() -> bool:
-    """Whether ``HistoryPages.start`` renders in a forked process: where ``os.fork`` is safe (not on macOS, whose
-    frameworks -- Metal, once MLX is loaded -- do not survive a fork) and a second core can take the work."""
-    return hasattr(os, "fork") and sys.platform != "darwin" and (os.cpu_count() or 1) > 1
+    """Whether work is handed to a forked process (``ForkedWork``): where ``os.fork`` is safe -- not on macOS, whose
+    frameworks (Metal, once MLX is loaded) do not survive a fork, and not while another thread runs here (e.g. a Ray
+    client's, after ``harness run``): the child would inherit the locks it holds -- and a second core can take it."""
+    return (hasattr(os, "fork") and sys.platform != "darwin" and (os.cpu_count() or 1) > 1
+            and threading.active_count() == 1)
+
+
+class ForkedWork:
+    """``work(send)`` run in a forked process, each value it ``send``s coming back, in order, to ``receive``.
+
+    The collector is frozen while the child lives (``gc.freeze``: neither process copies memory pages to scan
+    what existed at the fork) and the child leaves by ``os._exit``, running none of the parent's exit handlers; it
+    must not use the parent's open connections (``Store.forked``). A child that raises sends why."""
+
+    def __init__(self, work: Callable[[Callable[[Any], None]], None]) -> None:
+        read, write = os.pipe()
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                gc.disable()
+                os.close(read)
+                with os.fdopen(write, "wb") as pipe:
+                    def send(value: Any, outcome: str = "ok") -> None:
+                        payload = pickle.dumps((outcome, value), protocol=pickle.HIGHEST_PROTOCOL)
+                        pipe.write(len(payload).to_bytes(8, "little") + payload)
+                        pipe.flush()
+
+                    try:
+                        work(send)
+                    except Exception as exc:  # told to the parent, which does the work itself
+                        send(f"{type(exc).__name__}: {first_line(exc)}", "failed")
+            finally:
+                os._exit(0)
+        os.close(write)
+        self.pid: int | None = pid
+        self._pipe: Any = os.fdopen(read, "rb")
+
+    def receive(self) -> tuple[bool, Any]:
+        """The next value sent: (True, value), or (False, why) when the child failed or ended before sending it
+        (then it is reaped: nothing more comes)."""
+        if self._pipe is None:
+            return False, "no more results"
+        head = self._pipe.read(8)
+        payload = self._pipe.read(int.from_bytes(head, "little")) if len(head) == 8 else b""
+        try:
+            outcome, value = pickle.loads(payload) if payload else ("failed", None)
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):
+            outcome, value = "failed", None
+        if outcome == "ok":
+            return True, value
+        status = self.close()
+        return False, value or f"exit status {status}, no result"
+
+    def close(self) -> int | None:
+        """Wait for the child to end (it has sent everything, or failed); its exit status."""
+        status = None
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+        if self.pid is not None:
+            _, raw = os.waitpid(self.pid, 0)
+            status = os.waitstatus_to_exitcode(raw)
+            self.pid = None
+            gc.unfreeze()
+        return status
+
+    def abandon(self) -> None:
+        """Stop the child (the parent failed before taking everything)."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self.close()
+
+
+@dataclass(frozen=True)
+class HistoryFrame:
+    """What the rest of a build takes of its history pages before they are written: the folder, the last build's
+    manifest, whether the build is incremental, the context every page gets, the fingerprint part every page has
+    and what the index and chip pages read of each history page."""
+
+    out: Path
+    previous: Manifest
+    incremental: bool
+    common: dict[str, Any]
+    shared: str
+    summaries: list[HistorySummary]
+
+
+PagesResult = tuple[dict[str, tuple[str, int, int]], dict[str, int], dict[str, int], set[str], float]
+"""What rendering some pages gave: their manifest entries, the counts rendered and kept by kind, the names rendered
+and the seconds it took (``_Pages.merge`` takes all but the last)."""
 
 
 class HistoryPages:
@@ -573,27 +665,26 @@ class HistoryPages:
     def __init__(self, out_dir: str | Path, histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
                  baselines: Mapping[str, str], db_label: str, *, last: int | None, generated_at: str,
                  commit_urls: Mapping[str, str], manifests: SiteManifests | None, incremental: bool) -> None:
-        self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
         self.specs = history_specs(histories, regressions, baselines)
         self.shas = [spec.shas() for spec in self.specs]
-        self.previous = manifests.read(self.out) if manifests is not None else Manifest()
-        self.incremental = incremental and manifests is not None
-        self.common = {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
-                       "generated_at": generated_at, "last": last,
-                       "history_names": {spec.name for spec in self.specs}}
-        self.shared = Fingerprint(render_version(), db_label, last, sorted(self.common["history_names"])).hexdigest()
+        common = {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
+                  "generated_at": generated_at, "last": last, "history_names": {spec.name for spec in self.specs}}
+        self.frame = HistoryFrame(
+            out, manifests.read(out) if manifests is not None else Manifest(), incremental and manifests is not None,
+            common, Fingerprint(render_version(), db_label, last, sorted(common["history_names"])).hexdigest(),
+            [spec.summary(len(shas)) for spec, shas in zip(self.specs, self.shas, strict=True)])
         self.links = evidence_pages.Links(dict(commit_urls))
-        self._child: tuple[int, int] | None = None  # (pid, the pipe's read end)
         self.seconds: float | None = None  # how long rendering them took (in whichever process), once finished
+        self._child: ForkedWork | None = None
 
-    def summaries(self) -> list[HistorySummary]:
-        return [spec.summary(len(shas)) for spec, shas in zip(self.specs, self.shas, strict=True)]
-
-    def _render(self) -> tuple[dict[str, tuple[str, int, int]], dict[str, int], dict[str, int], set[str], float]:
+    def render(self) -> PagesResult:
+        """Render the pages that changed, here."""
         began = time.perf_counter()
-        pages = _Pages(self.out, self.previous, self.incremental, _environment(self.links), dict(self.common))
-        plots = _ChipPlots(self.out)
+        frame = self.frame
+        pages = _Pages(frame.out, frame.previous, frame.incremental, _environment(self.links), dict(frame.common))
+        plots = _ChipPlots(frame.out)
         memo = FingerprintMemo()
         for spec, shas in zip(self.specs, self.shas, strict=True):
             drawn: list[site_render.HistoryPage] = []
@@ -607,7 +698,7 @@ class HistoryPages:
 
             pages.page("history" if spec.chip else "histories", spec.name,
                        lambda spec=spec, shas=shas: Fingerprint(
-                           self.shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs,
+                           frame.shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs,
                            spec.styles, spec.default, spec.links, commit_links(self.links, shas), memo=memo),
                        draw)
             if spec.chip:
@@ -617,65 +708,56 @@ class HistoryPages:
 
     def start(self) -> None:
         """Render the pages in a forked process (where ``can_fork``); ``finish`` collects them."""
-        if not self.specs or not can_fork():
-            return
-        read, write = os.pipe()
-        gc.freeze()  # the collector leaves what exists now alone: neither process copies pages to scan it
-        pid = os.fork()
-        if pid == 0:  # the child: render, send the result, leave without running the parent's exit handlers
-            try:
-                gc.disable()
-                os.close(read)
-                try:
-                    outcome: tuple[str, Any] = ("ok", self._render())
-                except Exception as exc:  # told to the parent, which renders the pages itself
-                    outcome = ("failed", f"{type(exc).__name__}: {first_line(exc)}")
-                with os.fdopen(write, "wb") as pipe:
-                    pipe.write(pickle.dumps(outcome))
-            finally:
-                os._exit(0)
-        os.close(write)
-        self._child = (pid, read)
+        if self.specs and can_fork():
+            self._child = ForkedWork(lambda send: send(self.render()))
 
     def finish(self, into: _Pages) -> list[HistorySummary]:
         """Wait for the pages (rendered here when ``start`` did not fork, or its process failed) and add them to
         ``into``; what the index and chip pages read of them."""
-        result = self._collect() if self._child is not None else None
+        result = None
+        if self._child is not None:
+            ok, value = self._child.receive()
+            self._child.close()
+            self._child = None
+            if ok:
+                result = value
+            else:
+                log.warning("history pages: their process failed (%s); rendered here instead", value)
         if result is None:
-            result = self._render()
+            result = self.render()
         *parts, self.seconds = result
         into.merge(*parts)
-        return self.summaries()
-
-    def _collect(self) -> Any:
-        assert self._child is not None
-        pid, read = self._child
-        self._child = None
-        with os.fdopen(read, "rb") as pipe:
-            payload = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        gc.unfreeze()
-        try:
-            outcome, value = pickle.loads(payload)
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
-            outcome, value = "failed", f"exit status {os.waitstatus_to_exitcode(status)}, no result"
-        if outcome == "ok":
-            return value
-        log.warning("history pages: their process failed (%s); rendered here instead", value)
-        return None
+        return self.frame.summaries
 
     def abandon(self) -> None:
         """Stop a started child (the build failed before ``finish``)."""
         if self._child is not None:
-            pid, read = self._child
+            self._child.abandon()
             self._child = None
-            gc.unfreeze()
-            os.close(read)
-            try:
-                os.kill(pid, signal.SIGTERM)
-                os.waitpid(pid, 0)
-            except ProcessLookupError:
-                pass
+
+
+class DeliveredHistoryPages:
+    """History pages rendered by another process (``harness.render.site``'s forked analysis), which sent their
+    ``frame`` first and sends their ``HistoryPages.render`` result later (``receive``: (True, result), or (False,
+    why) when it failed); ``fallback`` makes a ``HistoryPages`` of the same build to render them here instead."""
+
+    def __init__(self, frame: HistoryFrame, receive: Callable[[], tuple[bool, Any]],
+                 fallback: Callable[[], HistoryPages], abandon: Callable[[], None]) -> None:
+        self.frame = frame
+        self.seconds: float | None = None
+        self._receive, self._fallback, self._abandon = receive, fallback, abandon
+
+    def finish(self, into: _Pages) -> list[HistorySummary]:
+        ok, result = self._receive()
+        if not ok:
+            log.warning("history pages: their process failed (%s); rendered here instead", result)
+            result = self._fallback().render()
+        *parts, self.seconds = result
+        into.merge(*parts)
+        return self.frame.summaries
+
+    def abandon(self) -> None:
+        self._abandon()
 
 
 # --- the site --------------------------------------------------------------------------------------------------------
@@ -689,7 +771,8 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
                checks: Mapping[str, str] | None = None, evidence: Any = None,
                manifests: SiteManifests | None = None, incremental: bool = True,
-               stats: WriteStats | None = None, history: HistoryPages | None = None) -> Path:
+               stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None
+               ) -> Path:
     """``reports.render.render_site`` (same arguments, same files); returns the index path. With ``manifests``, the
     folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
@@ -710,15 +793,17 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
         history.abandon()
 
 
-def _write_site(history: HistoryPages, found: evidence_pages.Links, samples: list[tuple[str, Any, Any]],
-                chips: list[dict[str, Any]], latest: dict[str, Any], baselines: dict[str, str], *, matrix: Any,
+def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_pages.Links,
+                samples: list[tuple[str, Any, Any]], chips: list[dict[str, Any]], latest: dict[str, Any],
+                baselines: dict[str, str], *, matrix: Any,
                 regressions: list[Any], failing_before: Mapping[str, set[str]] | None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None,
                 checks: Mapping[str, str] | None, manifests: SiteManifests | None, stats: WriteStats | None
                 ) -> Path:
-    out, shared = history.out, history.shared
-    site = _Pages(out, history.previous, history.incremental, _environment(found),
-                  {**history.common, "evidence": found}, stats=stats if stats is not None else WriteStats())
+    frame = history.frame
+    out, shared = frame.out, frame.shared
+    site = _Pages(out, frame.previous, frame.incremental, _environment(found), {**frame.common, "evidence": found},
+                  stats=stats if stats is not None else WriteStats())
     page, write = site.page, site.write
     regs_of_chip: dict[str, list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):

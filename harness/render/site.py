@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness.analysis.cache import ComparePages, NoiseRows, analyse, job_catalogue
+from harness.analysis.cache import ComparePages, NoiseRows, analyse, cache_log, cache_logger, job_catalogue
 from harness.analysis.compare import HOURS_APART_S, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
@@ -30,10 +32,20 @@ from harness.analysis.variants import default_variants, variant_matrix
 from harness.core.errors import HarnessError
 from harness.record import analysis_cache, query
 from harness.record.store import Store, mask_url
-from harness.render.pages import HistoryPages, SiteManifests, WriteStats, write_site
+from harness.render import pages as render_pages
+from harness.render.pages import (
+    DeliveredHistoryPages,
+    ForkedWork,
+    HistoryPages,
+    SiteManifests,
+    WriteStats,
+    write_site,
+)
 from harness.spec import git, weburl
 
 DEFAULT_REPORT_DIR = Path("harness-out") / "report"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,13 +130,14 @@ def _completed(store: Store, newest: query.RunView, presence: list[query.JobPres
 
 
 def load_site(store: Store, *, change_points: bool = True, last: int | None = None,
-              commit: str | None = None, cache: bool = True) -> SiteData:
+              commit: str | None = None, cache: bool = True, analysis: SiteAnalysis | None = None) -> SiteData:
     """Query and analyse: latest run per chip, the variant matrix, every chip's history and the regression list.
 
     ``last``: histories and regressions cover each chip's last N commits only (all when None). ``commit``: the chip
     pages, the variant matrix and the noise show that commit's runs instead of each chip's latest run. ``cache``:
     histories and regressions reuse (and store) the analysis of what did not change (``harness.analysis.cache``);
-    False computes them from the samples alone.
+    False computes them from the samples alone. ``analysis``: it analyses (``SiteAnalysis``, maybe in a process of
+    its own while the rest is loaded) and holds the history pages; the histories are then not in the result.
     """
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -132,6 +145,8 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     # each chip's runs (and the highest sample id, before anything else), for the analysis cache's keys: read once
     states = {chip["key"]: analysis_cache.chip_state(store, chip["key"], include_dirty=True) for chip in chips
               } if cache else None
+    if analysis is not None:
+        analysis.start(store, [chip["key"] for chip in chips], states)
     catalogue = None
     if commit is None:  # every chip's jobs: what the chip pages and the variant matrix look for
         catalogue = job_catalogue(store, [chip["key"] for chip in chips], SHOWN_KINDS, use_cache=cache,
@@ -144,11 +159,14 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     matrix = variant_matrix(store, commit, series=catalogue.series if catalogue is not None else None)
     timings["variant matrix"] = time.perf_counter() - start
-    histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
-                                        last=last, use_cache=cache, timings=timings, states=states)
     start = time.perf_counter()
     noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache))
     timings["noise"] = time.perf_counter() - start
+    if analysis is not None:
+        histories, regressions = {}, analysis.regressions(timings)
+    else:
+        histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
+                                            last=last, use_cache=cache, timings=timings, states=states)
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
                     mask_url(store.url), noise, last, timings)
 
@@ -234,6 +252,80 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+class SiteAnalysis:
+    """The histories and the regression list (``analyse``) and then the history pages, in a forked process
+    (``pages.ForkedWork``, where ``pages.can_fork``) while the report loads what the chip pages show: the regression
+    list and the pages' frame come back first (``regressions``), the pages when written (``history.finish``). What
+    the process did not deliver is done in the report's own; the site is the same either way."""
+
+    def __init__(self, out_dir: str | Path, *, change_points: bool, last: int | None, cache: bool,
+                 commit_urls: dict[str, str], generated_at: str) -> None:
+        self.out_dir, self.change_points, self.last, self.cache = out_dir, change_points, last, cache
+        self.commit_urls, self.generated_at = commit_urls, generated_at
+        self.history: HistoryPages | DeliveredHistoryPages | None = None
+        self._work: ForkedWork | None = None
+
+    def start(self, store: Store, chips: list[str], states: dict[str, analysis_cache.ChipState] | None) -> None:
+        self.store, self.chips, self.states = store, chips, states
+        if render_pages.can_fork() and store.shared_by_processes:
+            self._work = ForkedWork(self._in_child)
+
+    def _analyse(self, timings: dict[str, float]) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence]]:
+        histories, regressions, _ = analyse(self.store, self.chips, change_points=self.change_points, last=self.last,
+                                            use_cache=self.cache, timings=timings, states=self.states)
+        return histories, regressions
+
+    def _pages(self, histories: dict[str, list[SeriesHistory]], regressions: list[RegressionEvidence]
+               ) -> HistoryPages:
+        return HistoryPages(self.out_dir, histories, regressions, default_variants(), mask_url(self.store.url),
+                            last=self.last, generated_at=self.generated_at, commit_urls=self.commit_urls,
+                            manifests=SiteManifests(self.store), incremental=self.cache)
+
+    def _in_child(self, send: Callable[[Any], None]) -> None:
+        self.store.forked()
+        timings: dict[str, float] = {}
+        with cache_log() as notes:
+            histories, regressions = self._analyse(timings)
+        pages = self._pages(histories, regressions)
+        send((regressions, timings, notes, pages.frame))
+        send(pages.render())
+
+    def regressions(self, timings: dict[str, float]) -> list[RegressionEvidence]:
+        """The regression list (``timings`` gets the analysis' phases); ``history`` is then set."""
+        if self._work is not None:
+            ok, value = self._work.receive()
+            if ok:
+                regressions, analysed, notes, frame = value
+                timings.update(analysed)
+                for note in notes:  # what the analysis cache reused, as if logged here
+                    cache_logger.info("%s", note)
+                self.history = DeliveredHistoryPages(frame, self._pages_sent, self._redo, self.abandon)
+                return regressions
+            log.warning("analysis: its process failed (%s); analysed here instead", value)
+            self._work = None
+        histories, regressions = self._analyse(timings)
+        self.history = self._pages(histories, regressions)
+        self.history.start()  # the pages alone, in a process of their own where it can
+        return regressions
+
+    def _pages_sent(self) -> tuple[bool, Any]:
+        assert self._work is not None
+        found = self._work.receive()
+        self._work.close()
+        self._work = None
+        return found
+
+    def _redo(self) -> HistoryPages:
+        return self._pages(*self._analyse({}))
+
+    def abandon(self) -> None:
+        if self._work is not None:
+            self._work.abandon()
+            self._work = None
+        if isinstance(self.history, HistoryPages):
+            self.history.abandon()
+
+
 def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, change_points: bool = True,
                  last: int | None = None, commit: str | None = None, commit_url: str | None = None,
                  repo: str | None = None, cache: bool = True, timings: dict[str, float] | None = None) -> Path:
@@ -248,22 +340,21 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
         weburl.check_template(commit_url)  # a bad template or repository fails before the slow part
     elif repo is not None and not git.is_repo(repo):
         raise HarnessError(f"--repo {repo}: not a git repository")
-    data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache)
-    start = time.perf_counter()
     briefs = query.run_briefs(store)
     urls = commit_urls(briefs, template=commit_url, repo=repo)
     generated_at = _stamp()
-    # the history pages need the commit links only: drawn (in a process of their own where it can) meanwhile
-    history = HistoryPages(out_dir, data.histories, data.regressions, data.baselines, data.db_label, last=data.last,
-                           generated_at=generated_at, commit_urls=urls, manifests=SiteManifests(store),
-                           incremental=cache)
-    history.start()
+    analysis = SiteAnalysis(out_dir, change_points=change_points, last=last, cache=cache, commit_urls=urls,
+                            generated_at=generated_at)
     try:
+        data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache,
+                         analysis=analysis)
+        start = time.perf_counter()
         data.evidence = load_evidence(store, data.latest, data.regressions, cache=cache, links=(briefs, urls))
         data.timings["evidence"] = time.perf_counter() - start
-        index = render(data, out_dir, store=store, incremental=cache, history=history, generated_at=generated_at)
+        index = render(data, out_dir, store=store, incremental=cache, history=analysis.history,
+                       generated_at=generated_at)
     finally:
-        history.abandon()
+        analysis.abandon()
     if timings is not None:
         timings.update(data.timings)
     return index

@@ -293,14 +293,14 @@ def test_a_history_is_digested_once_per_build_and_exactly():
 
 def _record_renderer_pid(monkeypatch, where: Path) -> None:
     """Each time the history pages are rendered, the rendering process's pid is appended to ``where``."""
-    original = pages.HistoryPages._render
+    original = pages.HistoryPages.render
 
     def recorded(self):  # noqa: ANN001, ANN202 - the method's own
         with where.open("a") as out:
             out.write(f"{os.getpid()}\n")
         return original(self)
 
-    monkeypatch.setattr(pages.HistoryPages, "_render", recorded)
+    monkeypatch.setattr(pages.HistoryPages, "render", recorded)
 
 
 def test_history_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
@@ -327,15 +327,15 @@ def test_history_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(
 
 def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
     parent = os.getpid()
-    original = pages.HistoryPages._render
+    original = pages.HistoryPages.render
 
     def fails_in_the_child(self):  # noqa: ANN001, ANN202 - the method's own
         if os.getpid() != parent:
-            (self.out / history_page_name("flash_prefill", APPLE.key)).write_text("half written")
+            (self.frame.out / history_page_name("flash_prefill", APPLE.key)).write_text("half written")
             raise RuntimeError("the child dies")
         return original(self)
 
-    monkeypatch.setattr(pages.HistoryPages, "_render", fails_in_the_child)
+    monkeypatch.setattr(pages.HistoryPages, "render", fails_in_the_child)
     monkeypatch.setattr(pages, "can_fork", lambda: True)
     build(store, tmp_path / "site")
     assert "history pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
@@ -344,18 +344,18 @@ def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch
     assert files(tmp_path / "site") == files(tmp_path / "inline")
 
 
-def test_a_build_that_fails_leaves_no_history_process_behind(store, tmp_path, monkeypatch):
+def test_a_build_that_fails_leaves_no_process_behind(store, tmp_path, monkeypatch):
     started: list[int] = []
-    original = pages.HistoryPages.start
+    original = pages.ForkedWork.__init__
 
-    def start(self):  # noqa: ANN001, ANN202 - the method's own
-        original(self)
-        started.append(self._child[0])
+    def init(self, work):  # noqa: ANN001, ANN202 - the method's own
+        original(self, work)
+        started.append(self.pid)
 
     def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("evidence failed")
 
-    monkeypatch.setattr(pages.HistoryPages, "start", start)
+    monkeypatch.setattr(pages.ForkedWork, "__init__", init)
     monkeypatch.setattr(pages, "can_fork", lambda: True)
     monkeypatch.setattr(site, "load_evidence", broken)
     with pytest.raises(RuntimeError, match="evidence failed"):
@@ -363,3 +363,56 @@ def test_a_build_that_fails_leaves_no_history_process_behind(store, tmp_path, mo
     assert len(started) == 1
     with pytest.raises(ChildProcessError):  # reaped: neither running nor a zombie
         os.waitpid(started[0], os.WNOHANG)
+
+
+def test_a_failed_analysis_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
+    """The analysis and the history pages run in a forked process; where it dies before sending the regression
+    list, the report analyses and draws here (its history pages alone in a process of their own)."""
+    parent = os.getpid()
+    original = site.analyse
+
+    def fails_in_the_child(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if os.getpid() != parent:
+            raise RuntimeError("no analysis there")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(site, "analyse", fails_in_the_child)
+    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    pids = tmp_path / "pids"
+    _record_renderer_pid(monkeypatch, pids)
+    build(store, tmp_path / "site")
+    assert "analysis: its process failed (RuntimeError: no analysis there); analysed here instead" in caplog.text
+    assert int(pids.read_text()) != parent  # the history pages still drawn in a process of their own
+    monkeypatch.setattr(pages, "can_fork", lambda: False)
+    build(store, tmp_path / "inline")
+    assert files(tmp_path / "site") == files(tmp_path / "inline")
+
+
+def test_no_fork_while_another_thread_runs(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(pages.sys, "platform", "linux")
+    assert pages.can_fork() == hasattr(os, "fork")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not pages.can_fork()  # the child would inherit whatever lock that thread holds
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.setattr(pages.sys, "platform", "darwin")
+    assert not pages.can_fork()  # Metal (MLX) does not survive a fork
+
+
+def test_an_in_memory_database_is_analysed_here(tmp_path):
+    from harness.record.store import open_database
+
+    memory = open_database("sqlite://")
+    on_disk = open_database(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        assert not memory.shared_by_processes and on_disk.shared_by_processes
+    finally:
+        memory.close()
+        on_disk.close()
