@@ -9,7 +9,7 @@ import logging
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -137,7 +137,8 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     pages, the variant matrix and the noise show that commit's runs instead of each chip's latest run. ``cache``:
     histories and regressions reuse (and store) the analysis of what did not change (``harness.analysis.cache``);
     False computes them from the samples alone. ``analysis``: it analyses (``SiteAnalysis``, maybe in a process of
-    its own while the rest is loaded) and holds the history pages; the histories are then not in the result.
+    its own while the rest is loaded) and holds the history pages; the histories are then not in the result, nor
+    the regression list, which the caller takes from it when needed.
     """
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -162,8 +163,8 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache))
     timings["noise"] = time.perf_counter() - start
-    if analysis is not None:
-        histories, regressions = {}, analysis.regressions(timings)
+    if analysis is not None:  # its regression list is taken when needed (``SiteAnalysis.regressions``)
+        histories, regressions = {}, []
     else:
         histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
                                             last=last, use_cache=cache, timings=timings, states=states)
@@ -291,9 +292,12 @@ class SiteAnalysis:
         send(pages.render())
 
     def regressions(self, timings: dict[str, float]) -> list[RegressionEvidence]:
-        """The regression list (``timings`` gets the analysis' phases); ``history`` is then set."""
+        """The regression list (``timings`` gets the analysis' phases, and how long this process waited for them);
+        ``history`` is then set."""
         if self._work is not None:
+            began = time.perf_counter()
             ok, value = self._work.receive()
+            timings["waiting for the analysis"] = time.perf_counter() - began
             if ok:
                 regressions, analysed, notes, frame = value
                 timings.update(analysed)
@@ -349,7 +353,12 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
         data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache,
                          analysis=analysis)
         start = time.perf_counter()
-        data.evidence = load_evidence(store, data.latest, data.regressions, cache=cache, links=(briefs, urls))
+
+        def regressions() -> list[RegressionEvidence]:  # after the chip pages' compares (the analysis goes on)
+            data.regressions = analysis.regressions(data.timings)
+            return data.regressions
+
+        data.evidence = load_evidence(store, data.latest, regressions, cache=cache, links=(briefs, urls))
         data.timings["evidence"] = time.perf_counter() - start
         index = render(data, out_dir, store=store, incremental=cache, history=analysis.history,
                        generated_at=generated_at)
@@ -476,7 +485,8 @@ def _positive_runs(jobs: list[query.JobSamples]) -> set[str]:
     return {job.run_id for job in jobs if any(math.isfinite(s) and s > 0 for _, _, s in job.samples)}
 
 
-def load_evidence(store: Store, latest: dict[str, query.RunView | None], regressions: list[RegressionEvidence], *,
+def load_evidence(store: Store, latest: dict[str, query.RunView | None],
+                  regressions: Sequence[RegressionEvidence] | Callable[[], Sequence[RegressionEvidence]], *,
                   commit_url: str | None = None, repo: str | None = None, cache: bool = True,
                   links: tuple[list[query.RunBrief], dict[str, str]] | None = None) -> Evidence:
     """Commit links and run ids for every run, a compare page per chip (the shown run against its previous run) and
@@ -485,7 +495,8 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None], regress
     inputs did not change are reused from the analysis cache (``ComparePages``), and so is what a pair's compare
     rows and samples pages take from its samples (``_SampleSummaries``); the samples themselves are read per pair
     when a samples page is drawn (``SeriesSamples.jobs``), so the pages a build keeps read none. ``links``: the runs'
-    briefs and commit links (``query.run_briefs``, ``commit_urls``), when the caller has them already."""
+    briefs and commit links (``query.run_briefs``, ``commit_urls``), when the caller has them already.
+    ``regressions``: the list, or a function that gives it, called once the chip pages' compares are made."""
     pages = ComparePages(store, use_cache=cache)
     briefs, urls = links if links is not None else (None, None)
     if briefs is None or urls is None:
@@ -509,7 +520,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None], regress
         wanted.append((chip, (previous,) if previous else (), (run.id,), view))
         seen.add(((previous,) if previous else (), (run.id,)))
     pairs = []
-    for reg in regressions:
+    for reg in regressions() if callable(regressions) else regressions:
         if reg.kind == "performance" and reg.base_sha:
             base, head = evidence.runs_of.get((reg.chip, reg.base_sha)), evidence.runs_of.get((reg.chip, reg.head_sha))
             if base and head and (base, head) not in seen:
