@@ -416,3 +416,21 @@ def test_an_in_memory_database_is_analysed_here(tmp_path):
     finally:
         memory.close()
         on_disk.close()
+
+
+def test_the_forked_analysis_writes_its_cache_on_both_backends(db_url, tmp_path, monkeypatch, caplog):
+    """The child opens its own connections (``Store.forked``): what it stores is read by the next build, on SQLite
+    and on PostgreSQL, and the site equals one built in a single process."""
+    handle = build_store(db_url)
+    try:
+        monkeypatch.setattr(pages, "can_fork", lambda: True)
+        build(handle, tmp_path / "forked")
+        caplog.clear()
+        with caplog.at_level("INFO", logger="harness.analysis.cache"):
+            build(handle, tmp_path / "forked")  # the cache the child stored, reused (its note logged here)
+        assert "chips reused whole 2" in caplog.text
+        monkeypatch.setattr(pages, "can_fork", lambda: False)
+        build(handle, tmp_path / "inline")
+        assert files(tmp_path / "forked") == files(tmp_path / "inline")
+    finally:
+        handle.close()
