@@ -43,7 +43,9 @@ def report(
              "(--no-cache: compute everything from the samples and store nothing; the pages are the same).")] = True,
     timings: Annotated[bool, typer.Option(
         "--timings", help="Print, as one JSON line on stdout, the seconds each phase took (loading, analysis, "
-                          "evidence, render), the command's total and what the caches reused.")] = False,
+                          "evidence, render), the command's total and what the caches reused. Where the analysis "
+                          "and the history pages run in a process of their own (Linux), their phases overlap the "
+                          "others; 'waiting for the analysis' is the time this process waited for them.")] = False,
 ) -> None:
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions, a
     compare page per chip (its run against the previous run) and per regression, the samples behind them."""
