@@ -40,6 +40,25 @@ grid.cpu = {{B = [1], H = [1], S = [32], D = [32]}}
 """
 
 
+# Two variants of one small benchmark, 10 samples a trial: what a null pair of `harness run`s of one commit measures
+# (tests/cli/test_compare_cli.py, scripts/runs_null_under_load.py).
+NOISE_SUITE = """
+[suite]
+name = "noise"
+[timing]
+warmup_s = 0.02
+warmup_calls = 2
+min_sample_s = 0.004
+samples = 10
+[[benchmark]]
+name = "flash-bench"
+kernel = "flash_prefill"
+variants = ["sdpa", "flash_bq16_bk32"]
+dtypes = ["float32"]
+grid.cpu = {B = [1], H = [1], S = [32], D = [32]}
+"""
+
+
 def harness(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python -m harness ARGS`` in ``cwd``; ``env``: more environment variables (e.g. ``HARNESS_CACHE``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}

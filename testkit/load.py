@@ -11,11 +11,12 @@ from contextlib import contextmanager
 import numpy as np
 
 
-def burn_at_random(stop: float, seed: int) -> None:
-    """Until ``stop`` (epoch seconds): phases of 0.2-2 s, each busy (a spinning core) or idle with probability 1/2."""
+def burn_at_random(stop: float, seed: int, phase_s: tuple[float, float] = (0.2, 2.0)) -> None:
+    """Until ``stop`` (epoch seconds): phases of ``phase_s`` seconds (uniform; default 0.2-2 s), each busy (a
+    spinning core) or idle with probability 1/2."""
     rng = np.random.default_rng(seed)
     while time.time() < stop:
-        phase_end = time.time() + rng.uniform(0.2, 2.0)
+        phase_end = time.time() + rng.uniform(*phase_s)
         busy = rng.random() < 0.5
         while time.time() < phase_end:
             if not busy:
@@ -23,10 +24,12 @@ def burn_at_random(stop: float, seed: int) -> None:
 
 
 @contextmanager
-def random_load(burners: int, *, seed: int = 0, limit_s: float = 3600.0) -> Iterator[None]:
-    """``burners`` processes of ``burn_at_random`` while the block runs (none when 0); terminated on the way out."""
+def random_load(burners: int, *, seed: int = 0, limit_s: float = 3600.0,
+                phase_s: tuple[float, float] = (0.2, 2.0)) -> Iterator[None]:
+    """``burners`` processes of ``burn_at_random`` (phases of ``phase_s`` seconds) while the block runs (none when
+    0); terminated on the way out."""
     stop = time.time() + limit_s
-    processes = [multiprocessing.Process(target=burn_at_random, args=(stop, seed + i), daemon=True)
+    processes = [multiprocessing.Process(target=burn_at_random, args=(stop, seed + i, phase_s), daemon=True)
                  for i in range(burners)]
     for process in processes:
         process.start()

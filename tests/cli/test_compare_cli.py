@@ -17,7 +17,7 @@ import harness.cli.variants  # noqa: F401
 from harness.cli.main import main
 from harness.record import outbox
 from testkit.analysis import add_run, checks, grid_results, sha_of
-from testkit.e2e import git
+from testkit.e2e import NOISE_SUITE, git
 from testkit.e2e import harness as run_harness
 from testkit.paths import ROOT
 
@@ -169,24 +169,6 @@ def test_an_unknown_commit_is_one_line_and_exit_2(tmp_path: Path):
 def test_user_errors_are_one_line_and_exit_2(tmp_path: Path, capsys, args, message):
     code, out, err = cli(capsys, *args, "--db", one_run_db(tmp_path))
     assert code == 2 and err.strip() == message and out == ""
-
-
-
-NOISE_SUITE = """
-[suite]
-name = "noise"
-[timing]
-warmup_s = 0.02
-warmup_calls = 2
-min_sample_s = 0.004
-samples = 10
-[[benchmark]]
-name = "flash-bench"
-kernel = "flash_prefill"
-variants = ["sdpa", "flash_bq16_bk32"]
-dtypes = ["float32"]
-grid.cpu = {B = [1], H = [1], S = [32], D = [32]}
-"""
 
 
 def test_two_runs_of_one_commit_compare_as_a_null_pair_on_real_noise(tmp_path: Path, capsys):
