@@ -103,17 +103,17 @@ from harness.core.errors import first_line
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
 
-__all__ = ["CacheStats", "ComparePages", "JobCatalogue", "NoiseRows", "analyse", "cache_log", "cache_logger",
-           "code_version", "job_catalogue"]
+__all__ = ["CacheStats", "ComparePages", "JobCatalogue", "NoiseRows", "analyse", "cache_log", "code_version",
+           "job_catalogue", "replay_log"]
 
 log = logging.getLogger(__name__)
-cache_logger = log  # what the caches reused and computed, at INFO (``harness report --timings`` shows it)
 
 
 @contextmanager
 def cache_log() -> Iterator[list[str]]:
-    """The INFO lines this module logs meanwhile, collected into the list given (and not passed on): a forked
-    analysis sends them to the report's own process, which logs them."""
+    """The INFO lines this module logs meanwhile (what the caches reused and computed: ``harness report --timings``
+    shows them), collected into the list given and not passed on: a forked analysis sends them to the report's own
+    process, which logs them again (``replay_log``)."""
     notes: list[str] = []
     handler = logging.Handler(logging.INFO)
     handler.emit = lambda record: notes.append(record.getMessage())  # type: ignore[method-assign]
@@ -127,6 +127,12 @@ def cache_log() -> Iterator[list[str]]:
         log.removeHandler(handler)
         log.setLevel(level)
         log.propagate = propagate
+
+
+def replay_log(notes: Sequence[str]) -> None:
+    """Log the lines ``cache_log`` collected (in another process) as if logged here."""
+    for note in notes:
+        log.info("%s", note)
 
 FORMAT = 1  # of the payloads below
 _MAGIC = b"HARNESS-CELLS\n"

@@ -714,19 +714,13 @@ class HistoryPages:
     def finish(self, into: _Pages) -> list[HistorySummary]:
         """Wait for the pages (rendered here when ``start`` did not fork, or its process failed) and add them to
         ``into``; what the index and chip pages read of them."""
-        result = None
-        if self._child is not None:
-            ok, value = self._child.receive()
+        if self._child is None:
+            outcome: tuple[bool, Any] = (True, self.render())
+        else:
+            outcome = self._child.receive()
             self._child.close()
             self._child = None
-            if ok:
-                result = value
-            else:
-                log.warning("history pages: their process failed (%s); rendered here instead", value)
-        if result is None:
-            result = self.render()
-        *parts, self.seconds = result
-        into.merge(*parts)
+        self.seconds = _merge_pages(into, outcome, self.render)
         return self.frame.summaries
 
     def abandon(self) -> None:
@@ -734,6 +728,18 @@ class HistoryPages:
         if self._child is not None:
             self._child.abandon()
             self._child = None
+
+
+def _merge_pages(into: _Pages, outcome: tuple[bool, Any], render_here: Callable[[], PagesResult]) -> float:
+    """Add the history pages' ``outcome`` ((True, a ``PagesResult``) or (False, why their process failed), in which
+    case they are rendered here by ``render_here``) to ``into``; the seconds their rendering took."""
+    ok, result = outcome
+    if not ok:
+        log.warning("history pages: their process failed (%s); rendered here instead", result)
+        result = render_here()
+    *parts, seconds = result
+    into.merge(*parts)
+    return seconds
 
 
 class DeliveredHistoryPages:
@@ -748,12 +754,7 @@ class DeliveredHistoryPages:
         self._receive, self._fallback, self._abandon = receive, fallback, abandon
 
     def finish(self, into: _Pages) -> list[HistorySummary]:
-        ok, result = self._receive()
-        if not ok:
-            log.warning("history pages: their process failed (%s); rendered here instead", result)
-            result = self._fallback().render()
-        *parts, self.seconds = result
-        into.merge(*parts)
+        self.seconds = _merge_pages(into, self._receive(), lambda: self._fallback().render())
         return self.frame.summaries
 
     def abandon(self) -> None:
@@ -778,19 +779,15 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
     and this one does not make are deleted. Without, every page is rendered and nothing read or stored. ``stats``
     counts the pages. ``history``: the history pages, made (and maybe started) by the caller from the same
-    arguments; else they are made and rendered here."""
+    arguments (who started them stops them if this fails: ``abandon``); else they are made and rendered here."""
     regressions = list(regressions)
     found, samples = evidence_links(evidence)
-    if history is None:
+    if history is None:  # not started: rendered here, when the other pages are
         history = HistoryPages(out_dir, histories or {}, regressions, baselines, db_label, last=last,
                                generated_at=generated_at, commit_urls=found.commit_urls, manifests=manifests,
                                incremental=incremental)
-    try:
-        return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix,
-                           regressions=regressions, failing_before=failing_before, noise=noise, checks=checks,
-                           manifests=manifests, stats=stats)
-    finally:
-        history.abandon()
+    return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix, regressions=regressions,
+                       failing_before=failing_before, noise=noise, checks=checks, manifests=manifests, stats=stats)
 
 
 def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_pages.Links,

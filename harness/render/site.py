@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness.analysis.cache import ComparePages, NoiseRows, analyse, cache_log, cache_logger, job_catalogue
+from harness.analysis.cache import ComparePages, NoiseRows, analyse, cache_log, job_catalogue, replay_log
 from harness.analysis.compare import HOURS_APART_S, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
@@ -229,7 +229,8 @@ def check_descriptions() -> dict[str, str]:
 
 
 def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: Store | None = None,
-           incremental: bool = True, history: HistoryPages | None = None, generated_at: str | None = None) -> Path:
+           incremental: bool = True, history: HistoryPages | DeliveredHistoryPages | None = None,
+           generated_at: str | None = None) -> Path:
     """Write the site into ``out_dir`` (``harness.render.pages.write_site``); returns the index path. With ``store``,
     its analysis cache holds the folder's manifest: ``incremental``, only the pages whose inputs changed since the
     last build there are rendered; else every page, and the manifest is removed. Without, every page, nothing
@@ -301,8 +302,7 @@ class SiteAnalysis:
             if ok:
                 regressions, analysed, notes, frame = value
                 timings.update(analysed)
-                for note in notes:  # what the analysis cache reused, as if logged here
-                    cache_logger.info("%s", note)
+                replay_log(notes)  # what the analysis cache reused, as if logged here
                 self.history = DeliveredHistoryPages(frame, self._pages_sent, self._redo, self.abandon)
                 return regressions
             log.warning("analysis: its process failed (%s); analysed here instead", value)
