@@ -119,8 +119,15 @@ def _check_exists(url: str) -> None:
     raise HarnessError(f"no database at {mask_url(url)} ({why}): `harness run` or `harness import` creates one")
 
 
+SQLITE_MMAP_BYTES = 1 << 31
+"""How much of a SQLite file is read through a memory map (SQLite caps it at its build's limit, 2 GB by default):
+without one, every page read is a ``pread`` call -- a report on a long history reads ~190,000 pages, ~1 s of system
+time (measured by ``scripts/bench_report.py``). Nothing here shrinks a file while it is open (no VACUUM)."""
+
+
 def _sqlite_pragmas(engine: Engine) -> None:
-    """WAL + busy timeout, and BEGIN IMMEDIATE so concurrent writers queue instead of failing mid-transaction."""
+    """WAL + busy timeout, reads through a memory map (``SQLITE_MMAP_BYTES``), and BEGIN IMMEDIATE so concurrent
+    writers queue instead of failing mid-transaction."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):
@@ -130,6 +137,7 @@ def _sqlite_pragmas(engine: Engine) -> None:
         cursor.execute(f"PRAGMA busy_timeout={int(os.environ.get('HARNESS_SQLITE_BUSY_MS', '30000'))}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

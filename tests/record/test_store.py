@@ -238,3 +238,15 @@ def test_a_database_from_before_trials_reads_as_one_trial_per_job(db_url):
         assert len(series.trials) == 1 and sorted(series.trials[0]) == [1.0, 2.0, 3.0] and series.runs == 1
     finally:
         db.close()
+
+
+def test_a_sqlite_file_is_read_through_a_memory_map_and_keeps_its_write_settings(tmp_path):
+    db = outbox.open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        with db.engine.connect() as conn:
+            pragma = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+                      for name in ("mmap_size", "journal_mode", "synchronous")}
+    finally:
+        db.close()
+    assert pragma["mmap_size"] > 0  # 0 (SQLite's default) reads every page with a system call
+    assert pragma["journal_mode"] == "wal" and pragma["synchronous"] == 1  # NORMAL
