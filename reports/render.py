@@ -1,7 +1,8 @@
 """Render the static report site from plain data (no ORM, no statistics here).
 
 Pages (all in one folder, relative links only but for commits' web pages, CSS inlined, nothing fetched; one
-inline script, ``static/tables.js``, sorts and filters tables, allowed by each page's CSP through its hash only):
+inline script, ``static/report.js``, sorts and filters tables and writes the hover texts of long histories, allowed
+by each page's CSP through its hash only):
 
 - ``index.html``: every chip with its latest commit and status, links to everything below;
 - ``chip-<key>.html``: identity, calibrated peaks, correctness matrix, variant comparison, benchmarks;
@@ -173,11 +174,12 @@ def environment() -> Environment:
 
 
 def page_script() -> dict[str, Any]:
-    """The one inline script of every page (``static/tables.js``: sortable, filterable tables) and the CSP source
-    that allows exactly it, ``'sha256-<base64 of its SHA-256>'``: nothing else may run, nothing is fetched."""
-    text = (STATIC / "tables.js").read_text(encoding="utf-8")
+    """The one inline script of every page (``static/report.js``: sortable, filterable tables, the hover texts of
+    bucketed histories) and the CSP source that allows exactly it, ``'sha256-<base64 of its SHA-256>'``: nothing
+    else may run, nothing is fetched."""
+    text = (STATIC / "report.js").read_text(encoding="utf-8")
     if "</" in text or "<!--" in text:  # it would end the <script> element early
-        raise ValueError("static/tables.js must not contain '</' or '<!--'")
+        raise ValueError("static/report.js must not contain '</' or '<!--'")
     digest = base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
     return {"page_script": Markup(text), "page_script_csp": f"'sha256-{digest}'"}
 
@@ -720,7 +722,7 @@ class _Axis:
     commits: list[CommitRow]
     text: list[str]  # per commit: the escaped "sha subject" of hover texts
     href: list[Markup]  # per commit: the link to its row
-    short: list[str]  # per commit: the escaped short sha
+    short: list[str]  # per commit: the short sha (of bucket hover texts, which the page script writes as text)
 
 
 def _axis(series_list: list[Any]) -> _Axis:
@@ -730,7 +732,7 @@ def _axis(series_list: list[Any]) -> _Axis:
                   for i, sha in enumerate(shas)],
                  [str(escape(f"{sha[:10]} {first_line(info[sha].message, 72)}")) for sha in shas],
                  [Markup(escape("#" + commit_anchor(sha))) for sha in shas],
-                 [str(escape(sha[:10])) for sha in shas])
+                 [sha[:10] for sha in shas])
 
 
 def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[str, list[tuple[int, Any]]],
@@ -867,18 +869,18 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
         return Markup(f"{axis.text[xs[i]]}\n{who}: median {fmt_time(p.median)}, 95% interval "
                       f"[{fmt_time(p.ci_low)}, {fmt_time(p.ci_high)}], {p.n} samples")
 
-    def bucket_title(first: int, last: int, lowest: float, highest: float) -> Markup:
-        return Markup(f"{_plural(last - first + 1, 'commit')} {axis.short[xs[first]]} … {axis.short[xs[last]]}"
-                      f"\n{who}: median {fmt_time(lowest)} – {fmt_time(highest)}")
-
     def point_href(i: int) -> Markup:
         return axis.href[xs[i]]
+
+    def point_name(i: int) -> str:  # a bucket's ends, in the hover text the page's script writes
+        return axis.short[xs[i]]
 
     last = points[-1]
     legend_title = (f"{variant}{' (the default variant)' if is_default else ''}: latest {fmt_time(last.median)} "
                     f"at {last.sha[:10]}, {_plural(len(points), 'commit')}")
     return svg.Series(variant, xs, points.median.tolist(), points.ci_low.tolist(), points.ci_high.tolist(),
-                      point_title, point_href, bucket_title, color, dash, tuple(markers), legend_title, is_default)
+                      point_title, point_href, point_name, f"{variant} on {chip}", color, dash, tuple(markers),
+                      legend_title, is_default)
 
 
 def _plot_id(chip: str, dtype: str, shape_key: str) -> str:

@@ -13,17 +13,21 @@ template inserts it without ``|safe``. :func:`history_plot` is the one-series fo
 
 Long histories are downsampled to at most ``max_points`` buckets of consecutive commits per series: the polyline
 goes through each bucket's median of the medians, the band spans each bucket's lowest ``low`` to highest ``high``
-(so a one-commit spike still shows), and there is one hover/link dot per bucket (its commit range and the lowest and
-highest median in it) instead of one per commit; markers always sit at their exact commit.
-The geometry is computed with numpy and the hover texts only for what is drawn (callbacks), so a 1000-commit
-history costs about what its buckets cost.
+(so a one-commit spike still shows), and there is one dot per bucket instead of one per commit; markers always sit at
+their exact commit. A bucket's dots are one ``<path class="dots">`` per layer, and its hover text (its commit range
+and the lowest and highest median in it) and link are data (``data-hits``) that the page's script
+(``static/report.js``) shows: as ``<a>``/``<title>`` elements they were most of a long history page's bytes and of
+its drawing time. The geometry is computed with numpy and the hover texts only for what is drawn (callbacks), so a
+1000-commit history costs about what its buckets cost.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import numpy as np
 from markupsafe import Markup, escape
@@ -71,8 +75,9 @@ class Marker:
 class Series:
     """One line of an :func:`overlay_plot`: positions ``x`` on the commit axis (ascending), the median ``y`` and its
     interval ``low`` / ``high`` there (None or nan: missing). ``point_title(i)`` / ``point_href(i)`` give the hover
-    text and link of point ``i``; ``bucket_title(first, last, y_min, y_max)`` the hover text of the points
-    ``first..last`` drawn as one bucket (default: ``point_title(first)``), whose link is ``point_href(first)``.
+    text and link of point ``i``. A bucket of points ``first..last`` links to ``point_href(first)``; the page's
+    script writes its hover text from ``point_name`` of both ends (e.g. a short sha; default: the index),
+    ``bucket_label`` (what the series is, e.g. "sdpa on chip-a") and its lowest and highest median.
     ``markers`` belong to this series (drawn in its colour, at its points); ``legend_title`` is the hover text of
     its legend entry; ``emphasis`` draws it thicker (e.g. the kernel's default variant)."""
 
@@ -83,7 +88,8 @@ class Series:
     high: Sequence[float | None]
     point_title: Callable[[int], str]
     point_href: Callable[[int], str]
-    bucket_title: Callable[[int, int, float, float], str] | None = None
+    point_name: Callable[[int], str] = str
+    bucket_label: str = ""
     color: str = PALETTE[0]
     dash: str = ""
     markers: Sequence[Marker] = field(default_factory=tuple)
@@ -371,19 +377,10 @@ def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bo
             line = _points(xs[drawn], py[drawn])
             layer.append(f'<polyline class="line" stroke="{color}"{dash_attr} points="{line}"/>')
         out.append(f'<g class="{sc.cls}">{"".join(layer)}</g>')
-    indices = first.tolist()
-    if titles is not None and s.bucket_title:
-        labels = list(map(s.bucket_title, indices, last.tolist(), *titles))
+    if titles is None:
+        out.append(_point_targets(s, first.tolist(), xs, heights, color))
     else:
-        labels = list(map(s.point_title, indices))
-    rows = zip(*(h.tolist() for h in heights), strict=True)
-    isfinite = math.isfinite
-    # one hover target per point or bucket (a big plot has hundreds a series): built in one comprehension
-    targets = [f'<a href="{_esc(href)}"><title>{_esc(title)}</title>'
-               + "".join([f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"/>' for cy in hs if isfinite(cy)]) + "</a>"
-               for href, title, cx, hs in zip(map(s.point_href, indices), labels, xs.tolist(), rows, strict=True)]
-    if targets:
-        out.append(f'<g class="{"pts" if n <= max_points else "hits"}" fill="{color}">{"".join(targets)}</g>')
+        out.append(_bucket_targets(s, first.tolist(), last.tolist(), *titles, xs, heights, scales, color))
     for m in sorted(s.markers, key=lambda m: m.kind in ("step", "drift"), reverse=True):
         out.append(_marker_svg(m, sx, scales, dx, color, bottom))
     if place is not None:
@@ -395,6 +392,41 @@ def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bo
                    f"{entry}</g>")
     out.append("</g>")
     return "".join(out)
+
+
+def _point_targets(s: Series, indices: list[int], xs: np.ndarray, heights: list[np.ndarray], color: str) -> str:
+    """One linked dot with its ``<title>`` per point (a circle per layer)."""
+    rows = zip(*(h.tolist() for h in heights), strict=True)
+    isfinite = math.isfinite
+    targets = [f'<a href="{_esc(href)}"><title>{_esc(s.point_title(i))}</title>'
+               + "".join([f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"/>' for cy in hs if isfinite(cy)]) + "</a>"
+               for i, href, cx, hs in zip(indices, map(s.point_href, indices), xs.tolist(), rows, strict=True)]
+    return f'<g class="pts" fill="{color}">{"".join(targets)}</g>' if targets else ""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token(text: str) -> str:
+    """``text`` as one token of ``data-hits``: no space, ``;``, quote or markup (URL-quoted; a ``#`` is kept)."""
+    return quote(str(text), safe="#")
+
+
+def _bucket_targets(s: Series, firsts: list[int], lasts: list[int], lowest: list[float], highest: list[float],
+                    xs: np.ndarray, heights: list[np.ndarray], scales: list[_Scale], color: str) -> str:
+    """A bucketed series' dots, one ``<path>`` per layer, and its buckets as ``data-hits`` for the page's script:
+    per bucket, ``;`` apart, "x link first last count lowest highest" (x in the plot's units; names URL-quoted)."""
+    dots = []
+    for sc, py in zip(scales, heights, strict=True):
+        drawn = np.isfinite(py)
+        if drawn.any():
+            dots.append(f'<path class="dots {sc.cls}" stroke="{color}" d="M'
+                        + _points(xs[drawn], py[drawn]).replace(" ", "h0M") + 'h0"/>')
+    if not dots:
+        return ""
+    name, href = s.point_name, s.point_href
+    rows = [(x, _token(href(a)), _token(name(a)), _token(name(b)), b - a + 1, lo, hi)
+            for x, a, b, lo, hi in zip(xs.tolist(), firsts, lasts, lowest, highest, strict=True)]
+    data = ("%.1f %s %s %s %d %.4g %.4g;" * len(rows) % tuple(v for row in rows for v in row)).rstrip(";")
+    return (f'<g class="hits" data-label="{escape(s.bucket_label)}" data-hits="{data}">{"".join(dots)}</g>')
 
 
 def _marker_svg(m: Marker, sx, scales: list[_Scale], dx: float, color: str, bottom: float) -> str:
@@ -423,7 +455,7 @@ def _marker_svg(m: Marker, sx, scales: list[_Scale], dx: float, color: str, bott
 def history_plot(x: Sequence[int], y: Sequence[float | None], low: Sequence[float | None],
                  high: Sequence[float | None], *, n_x: int, y_format: Callable[[float], str],
                  point_title: Callable[[int], str], point_href: Callable[[int], str],
-                 bucket_title: Callable[[int, int, float, float], str] | None = None,
+                 point_name: Callable[[int], str] = str, bucket_label: str = "",
                  markers: Sequence[Marker] = (), x_labels: Sequence[str] = (), x_ticks: int = 6,
                  label: str = "", color: str = PALETTE[0], width: int = WIDTH, height: int = 210,
                  max_points: int = 120, plot_id: str = "", log: bool | None = False, y_title: str = "",
@@ -431,7 +463,7 @@ def history_plot(x: Sequence[int], y: Sequence[float | None], low: Sequence[floa
     """One history as inline SVG (:func:`overlay_plot` of one series, no legend; the ticks are ``y_format``'s).
 
     ``markers`` sit on this series (a regression's triangle at its point)."""
-    one = Series("", x, y, low, high, point_title, point_href, bucket_title, color, "", tuple(markers))
+    one = Series("", x, y, low, high, point_title, point_href, point_name, bucket_label, color, "", tuple(markers))
     plot_height = height - TOP - X_LABELS_H - (X_TITLE_H if x_title else 0)
     return overlay_plot([one], n_x=n_x, y_title=y_title, y_units=None, y_format=y_format, log=log,
                         x_labels=x_labels, x_title=x_title, x_ticks=x_ticks, label=label, width=width,

@@ -10,7 +10,14 @@ from datetime import datetime, timedelta
 
 from harness.analysis.records import ChangeFlag, HistoryPoint, RegressionEvidence, SeriesHistory
 from harness.record.query import SeriesKey
-from reports.render import COMMIT_AXIS_TITLE, history_page_name, history_pages, kernel_history_page_name, render_site
+from reports.render import (
+    COMMIT_AXIS_TITLE,
+    commit_anchor,
+    history_page_name,
+    history_pages,
+    kernel_history_page_name,
+    render_site,
+)
 from reports.svg import PALETTE, Series, log_ticks, overlay_plot, pick_unit
 
 NS = {"s": "http://www.w3.org/2000/svg"}
@@ -155,9 +162,14 @@ def test_long_histories_are_bucketed_per_series_with_a_hover_dot_per_bucket():
     (page,) = history_pages(long, [])
     svg = parse(page.plots[0].svg)
     for g in svg.findall("./s:g[@data-series]", NS):
-        dots = g.findall("s:g[@class='hits']/s:a", NS)
-        assert 100 <= len(dots) <= 120
-        assert re.match(r"\d+ commits? \S+ … \S+\n", dots[0].find("s:title", NS).text)
+        (hits,) = g.findall("s:g[@class='hits']", NS)
+        assert hits.get("data-label") == f"{g.get('data-series')} on {CHIPS[0]}"
+        buckets = [b.split(" ") for b in hits.get("data-hits").split(";")]
+        assert 100 <= len(buckets) <= 120
+        _, href, first, last, count, *_ = buckets[0]  # the page's script writes "3 commits <first> … <last>"
+        n = int(count)
+        assert 2 <= n <= 3 and (href, first, last) == (f"#{commit_anchor(sha(0))}", sha(0)[:10], sha(n - 1)[:10])
+        assert sum(int(b[4]) for b in buckets) == 300
 
 
 def test_markers_are_drawn_on_their_variant_and_the_commit_table_names_them():

@@ -40,8 +40,17 @@ def test_short_history_draws_a_linked_dot_with_a_title_per_commit():
 def test_long_history_is_downsampled_to_buckets():
     svg = ET.fromstring(str(plot(1000, max_points=50)))
     assert svg.findall(".//s:g[@class='pts']", NS) == []
-    # one hover dot per bucket (not a full-height column: overlaid series would hide each other's)
-    assert len(svg.findall(".//s:g[@class='hits']/s:a/s:circle", NS)) == 50
+    # one dot per bucket (not a full-height column: overlaid series would hide each other's), one path of them, and
+    # one bucket of hover data each, in the dots' order (the page's script writes the text: report.js)
+    (hits,) = svg.findall(".//s:g[@class='hits']", NS)
+    (dots,) = hits.findall("s:path[@class='dots lin']", NS)
+    xs_of_dots = [float(m) for m in re.findall(r"M([\d.]+),", dots.get("d"))]
+    buckets = [b.split(" ") for b in hits.get("data-hits").split(";")]
+    assert len(xs_of_dots) == len(buckets) == 50 and dots.get("d").count("h0") == 50
+    assert [float(b[0]) for b in buckets] == xs_of_dots
+    x, href, first, last, count, lowest, highest = buckets[0]
+    assert (href, first, last, int(count)) == ("#c-0", "0", "19", 20) and float(lowest) == float(highest) == 1e-3
+    assert svg.findall(".//s:g[@class='hits']//s:a", NS) == []  # no element a bucket: most of a page's bytes
     assert len(points_of(svg, "polyline")) == 50
     assert len(points_of(svg, "polygon[@class='band']")) == 100
     xs = [x for x, _ in points_of(svg, "polyline")]

@@ -1,4 +1,4 @@
-"""The report's one inline script (``reports/static/tables.js``: sortable, filterable tables): the page's
+"""The report's one inline script (``reports/static/report.js``: sortable, filterable tables): the page's
 Content-Security-Policy allows it by its SHA-256 and nothing else, and in Chromium it sorts by value ("950 µs" before
 "1.2 ms"), keeps empty cells and rows spanning columns last, and filters rows; a changed script is refused."""
 
@@ -44,7 +44,7 @@ def test_every_page_allows_exactly_its_inline_script_by_hash(tmp_path):
     render_site(tmp_path, [CHIP], {"cpu-x": None}, {}, "sqlite:///x.db")
     pages = list(tmp_path.glob("*.html"))
     assert len(pages) >= 3
-    source = (STATIC / "tables.js").read_text(encoding="utf-8")
+    source = (STATIC / "report.js").read_text(encoding="utf-8")
     for page in pages:
         policy, scripts = csp_and_scripts(page.read_text(encoding="utf-8"))
         assert scripts == [source], page.name  # inlined byte for byte (not escaped)
@@ -56,7 +56,7 @@ def test_every_page_allows_exactly_its_inline_script_by_hash(tmp_path):
 def test_a_script_that_would_close_its_element_is_refused(monkeypatch, tmp_path):
     static = tmp_path / "static"
     static.mkdir()
-    (static / "tables.js").write_text("var x = '</script><script>alert(1)';")
+    (static / "report.js").write_text("var x = '</script><script>alert(1)';")
     monkeypatch.setattr("reports.render.STATIC", static)
     with pytest.raises(ValueError, match="must not contain"):
         page_script()
@@ -133,3 +133,46 @@ def test_in_chromium_a_changed_script_is_blocked_by_the_policy(browser, tmp_path
         assert any("script-src" in v for v in page.evaluate("window.cspViolations")), w.errors
     finally:
         w.context.close()
+
+
+def test_in_chromium_a_long_historys_bucket_shows_its_commits_and_medians_on_hover_and_links_to_its_row(
+        browser, tmp_path):  # noqa: F811
+    """A bucket's hover text is written by the script from its data (the SVG has no element per bucket): the same
+    text the Python side would write (``fmt_time``), and a click goes to the bucket's first commit."""
+    from reports.render import commit_anchor, fmt_time, history_page_name
+    from tests.render.test_history_plots import history, sha
+
+    chip = "nvidia-h200-sm90"
+    long = {chip: [history(chip, "sdpa", 1.0e-3, range(300)), history(chip, "flash_bq16_bk32", 0.5e-3, range(300))]}
+    render_site(tmp_path, [{**CHIP, "key": chip}], {chip: None}, {}, "sqlite:///x.db", histories=long)
+    w = Watched(browser)
+    shot = tmp_path / "bucket-hover.png"
+    try:
+        page = w.open(tmp_path / history_page_name("flash_prefill", chip))
+        group = page.locator("svg.plot g[data-series='flash_bq16_bk32'] g.hits")  # its level steps ×1.3 at commit 6
+        x, _, first, last, count, lowest, highest = group.get_attribute("data-hits").split(";")[2].split(" ")
+        where = group.locator("path.dots.lin").evaluate(
+            """path => { const m = path.getAttribute("d").match(/M([\\d.]+),([\\d.]+)h0/g)[2].slice(1, -2)
+                         .split(",").map(Number); const p = path.ownerSVGElement.createSVGPoint();
+                         [p.x, p.y] = m; const s = p.matrixTransform(path.getScreenCTM());
+                         return [s.x, s.y]; }""")
+        assert abs(float(x) - float(group.locator("path.dots.lin").get_attribute("d").split("M")[3].split(",")[0])
+                   ) < 0.05  # the third bucket's data is the third dot's
+        page.mouse.move(*where)
+        tip = page.locator(".plot-tip")
+        n = int(count)
+        assert tip.is_visible()
+        assert tip.text_content() == (f"{n} commits {first} … {last}\nflash_bq16_bk32 on {chip}: median "
+                                      f"{fmt_time(float(lowest))} – {fmt_time(float(highest))}")
+        assert (first, last) == (sha(5)[:10], sha(7)[:10])  # commits 5..7: the step is inside the bucket
+        assert (fmt_time(float(lowest)), fmt_time(float(highest))) == ("500 µs", "650 µs")
+        page.screenshot(path=str(shot))
+        page.mouse.click(*where)
+        assert page.evaluate("location.hash") == "#" + commit_anchor(sha(5))
+        assert page.locator("#commits tr:target td").first.is_visible()
+        page.mouse.move(5, 5)  # off every dot: the text goes
+        assert not tip.is_visible()
+        w.assert_clean()
+    finally:
+        w.context.close()
+    print("screenshot:", shot)

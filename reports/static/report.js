@@ -1,9 +1,14 @@
-// Sortable, filterable tables of the report: every <table class="sortable"> gets a filter box above it, and each
+// The report's one inline script, allowed in each page by its Content-Security-Policy through its sha256 hash only.
+//
+// Sortable, filterable tables: every <table class="sortable"> gets a filter box above it, and each
 // of its header cells sorts the rows below it (click, or Enter / Space when focused; again: the other way).
 // A cell sorts by its data-sort attribute when it has one, else by its text, read as a number where it is one
 // ("1.23 ms", "950 µs", "2.59 TB/s", "12.5%", "×1.302 [1.28, 1.33]") and as text otherwise; empty cells and "–"
 // go last. Rows that do not have one cell per header cell (a summary spanning columns) stay at the bottom.
-// Inlined into each page and allowed there by the page's Content-Security-Policy through its sha256 hash only.
+//
+// Hover texts of a long history's buckets (reports/svg.py: a <g class="hits"> per series, its dots one path per
+// layer, its buckets in data-hits as "x link first last count lowest highest" separated by ";"): hovering a dot
+// shows the nearest bucket's commits and median range, clicking it follows the bucket's link.
 (function () {
   "use strict";
   var TIME = { s: 1, ms: 1e-3, "µs": 1e-6, us: 1e-6, ns: 1e-9 };
@@ -109,4 +114,72 @@
   }
 
   Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), setUp);
+
+  function fmtTime(seconds) {  // reports.render.fmt_time: three significant digits in s, ms, µs or ns
+    if (!isFinite(seconds)) return "–";
+    var units = [["s", 1], ["ms", 1e-3], ["µs", 1e-6]];
+    for (var i = 0; i < units.length; i++) {
+      if (seconds >= units[i][1]) return String(Number((seconds / units[i][1]).toPrecision(3))) + " " + units[i][0];
+    }
+    return String(Number((seconds / 1e-9).toPrecision(3))) + " ns";
+  }
+
+  var buckets = new WeakMap();  // g.hits -> its parsed data-hits
+  function bucketsOf(group) {
+    if (!buckets.has(group)) {
+      buckets.set(group, (group.getAttribute("data-hits") || "").split(";").map(function (text) {
+        var f = text.split(" ");
+        return { x: +f[0], href: decodeURIComponent(f[1]), first: decodeURIComponent(f[2]),
+                 last: decodeURIComponent(f[3]), count: +f[4], lowest: +f[5], highest: +f[6] };
+      }));
+    }
+    return buckets.get(group);
+  }
+
+  function nearest(event, path) {  // the bucket of the dot under the pointer (by x: a series' dots go left to right)
+    var svg = path.ownerSVGElement, matrix = svg.getScreenCTM();
+    if (!matrix) return null;
+    var point = svg.createSVGPoint();
+    point.x = event.clientX;
+    point.y = event.clientY;
+    var x = point.matrixTransform(matrix.inverse()).x, best = null;
+    bucketsOf(path.parentNode).forEach(function (b) {
+      if (best === null || Math.abs(b.x - x) < Math.abs(best.x - x)) best = b;
+    });
+    return best;
+  }
+
+  var tip = null;
+  function showTip(event, text) {
+    if (tip === null) {
+      tip = document.createElement("div");
+      tip.className = "plot-tip";
+      tip.setAttribute("role", "tooltip");
+      document.body.appendChild(tip);
+    }
+    tip.textContent = text;
+    tip.hidden = false;
+    tip.style.left = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 4) + "px";
+    tip.style.top = (event.clientY + 14) + "px";
+  }
+
+  function dotsAt(event) {
+    var target = event.target;
+    return target && target.closest && target.closest("svg.plot g.hits > path.dots");
+  }
+
+  document.addEventListener("mousemove", function (event) {
+    var path = dotsAt(event), b = path && nearest(event, path);
+    if (!b) {
+      if (tip !== null) tip.hidden = true;
+      return;
+    }
+    showTip(event, b.count + (b.count === 1 ? " commit " : " commits ") + b.first + " … " + b.last + "\n" +
+            path.parentNode.getAttribute("data-label") + ": median " + fmtTime(b.lowest) + " – " +
+            fmtTime(b.highest));
+  });
+  document.addEventListener("click", function (event) {
+    var path = dotsAt(event), b = path && nearest(event, path);
+    if (b && b.href.charAt(0) === "#") window.location.hash = b.href.slice(1);
+  });
 })();
