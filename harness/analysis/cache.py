@@ -583,20 +583,36 @@ def _trials_loader(store: Store, chip: _Chip, *, include_dirty: bool) -> regress
 
 def _correctness_rows(store: Store, chip: _Chip, *, include_dirty: bool, writes: _Writes
                       ) -> tuple[list[tuple], list[tuple]]:
-    """The chip's correctness job statuses and failures (``analysis_cache.correctness_rows``), stored under the
-    fingerprints of all its included runs (a correctness job is written once and never changes)."""
+    """The chip's correctness job statuses and failures (``analysis_cache.correctness_rows``), stored per commit
+    under the fingerprints of the commit's included runs (a correctness job is written once and never changes):
+    after a new run, only its commit's rows are read. Only the order of one commit's failures matters (the first
+    failure of a job at a commit is its event's evidence), and the rows of a commit keep theirs."""
     name = f"correctness{_suffix(include_dirty)}"
-    key = _digest(code_version(), include_dirty, sorted(chip.run_fingerprints.items()))[:40]
+    prints = {str(commit): _digest(runs)[:24] for commit, runs in chip.run_fingerprints.items()}
+    stored: dict[str, Any] = {}
     entry = analysis_cache.read_entries(store, chip.data.chip, "correctness", [name]).get(name)
-    if entry is not None and entry.key == key:
+    if entry is not None and entry.key == code_version()[:40]:
         try:
-            statuses, failing = json.loads(entry.payload)
-            return [tuple(row) for row in statuses], [tuple(row) for row in failing]
-        except (ValueError, TypeError):
-            pass
-    rows = analysis_cache.correctness_rows(store, chip.data.chip, include_dirty=include_dirty)
-    writes.add("correctness", {name: analysis_cache.Entry(key, json.dumps(rows).encode())})
-    return rows
+            stored = json.loads(entry.payload)
+        except ValueError:
+            stored = {}
+    per_commit = {commit: rows[1:] for commit, rows in (stored.items() if isinstance(stored, dict) else ())
+                  if isinstance(rows, list) and len(rows) == 3 and rows[0] == prints.get(commit)}
+    missing = sorted(int(commit) for commit in prints if commit not in per_commit)
+    if missing:
+        statuses, failing = analysis_cache.correctness_rows(
+            store, chip.data.chip, include_dirty=include_dirty,
+            commits=None if len(missing) == len(prints) else missing)
+        read: dict[str, list[list[tuple]]] = {str(commit): [[], []] for commit in missing}
+        for side, rows in enumerate((statuses, failing)):
+            for row in rows:
+                read.setdefault(str(row[0]), [[], []])[side].append(row)
+        per_commit.update(read)
+    if missing or len(per_commit) != len(stored):
+        payload = {commit: [prints.get(commit, ""), *rows] for commit, rows in per_commit.items()}
+        writes.add("correctness", {name: analysis_cache.Entry(code_version()[:40], json.dumps(payload).encode())})
+    return ([tuple(row) for rows in per_commit.values() for row in rows[0]],
+            [tuple(row) for rows in per_commit.values() for row in rows[1]])
 
 
 def _regressions(store: Store, chip: _Chip, *, include_dirty: bool, last: int | None, min_effect: float,

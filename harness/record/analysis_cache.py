@@ -218,10 +218,14 @@ def chip_jobs(store: Store, chip: str, kinds: Collection[str], *, runs: Collecti
     return sorted((*row[:6], bool(row[6])) for row in rows)
 
 
-def correctness_rows(store: Store, chip: str, *, include_dirty: bool = False) -> tuple[list[tuple], list[tuple]]:
-    """``query.correctness_statuses`` and ``query.failing_correctness_jobs`` of the chip, as plain tuples."""
-    return ([tuple(row) for row in query.correctness_statuses(store, chip, include_dirty=include_dirty)],
-            [tuple(row) for row in query.failing_correctness_jobs(store, chip, include_dirty=include_dirty)])
+def correctness_rows(store: Store, chip: str, *, include_dirty: bool = False, commits: Collection[int] | None = None
+                     ) -> tuple[list[tuple], list[tuple]]:
+    """``query.correctness_statuses`` and ``query.failing_correctness_jobs`` of the chip (of ``commits`` only, when
+    given), as plain tuples."""
+    return ([tuple(row) for row in query.correctness_statuses(store, chip, include_dirty=include_dirty,
+                                                               commits=commits)],
+            [tuple(row) for row in query.failing_correctness_jobs(store, chip, include_dirty=include_dirty,
+                                                                   commits=commits)])
 
 
 def arrangement(store: Store, chip: str, *, include_dirty: bool = False, last: int | None = None

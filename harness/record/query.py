@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
@@ -1096,32 +1096,37 @@ def _arranged_samples(index: _JobIndex, sample_rows: Sequence[tuple] | npt.NDArr
 EVENT_KINDS = ("correctness", "test")
 
 
-def correctness_statuses(store: Store, chip: str, *, include_dirty: bool = False) -> list[tuple[int, str, str]]:
+def correctness_statuses(store: Store, chip: str, *, include_dirty: bool = False,
+                         commits: Collection[int] | None = None) -> list[tuple[int, str, str]]:
     """``(commit id, job key, status)`` of every correctness job of the chip's clean runs (all with
-    ``include_dirty``), unordered."""
+    ``include_dirty``; of ``commits`` only, when given), unordered."""
     with store.session() as session:
         return _plain_rows(session, select(Run.commit_id, JobRecord.key, JobRecord.status).select_from(JobRecord)
                            .join(Run, JobRecord.run_id == Run.id)
-                           .where(JobRecord.run_id.in_(_chip_runs(chip, include_dirty)),
+                           .where(JobRecord.run_id.in_(_chip_runs(chip, include_dirty, commits)),
                                   JobRecord.kind.in_(EVENT_KINDS)))
 
 
-def _chip_runs(chip: str, include_dirty: bool):
-    """The chip's (clean) run ids as a subquery: SQLite then reads their jobs by index instead of the job table."""
-    return _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
+def _chip_runs(chip: str, include_dirty: bool, commits: Collection[int] | None = None):
+    """The chip's (clean) run ids (of ``commits``, when given) as a subquery: SQLite then reads their jobs by index
+    instead of the job table."""
+    runs = _run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
+    return runs if commits is None else runs.where(Run.commit_id.in_(sorted(commits)))
 
 
-def failing_correctness_jobs(store: Store, chip: str, *, include_dirty: bool = False) -> list[tuple]:
+def failing_correctness_jobs(store: Store, chip: str, *, include_dirty: bool = False,
+                             commits: Collection[int] | None = None) -> list[tuple]:
     """``(commit id, job key, kernel, variant, dtype, shape_key, check, status, detail)`` of every failing
-    correctness job and repository test (``CODE_FAILURES``) of the chip's clean runs (all with ``include_dirty``),
-    in run start order, then job order. A test's ``kernel`` is its selection and its ``check`` its node id."""
+    correctness job and repository test (``CODE_FAILURES``) of the chip's clean runs (all with ``include_dirty``;
+    of ``commits`` only, when given), in run start order, then job order. A test's ``kernel`` is its selection and
+    its ``check`` its node id."""
     with store.session() as session:
         rows = session.execute(
             select(Run.commit_id, JobRecord.key, JobRecord.kernel, JobRecord.variant, JobRecord.dtype,
                    JobRecord.shape_key, JobRecord.check_name, JobRecord.status, JobRecord.detail, JobRecord.kind,
                    JobRecord.name)
             .select_from(JobRecord).join(Run, JobRecord.run_id == Run.id)
-            .where(JobRecord.run_id.in_(_chip_runs(chip, include_dirty)), JobRecord.kind.in_(EVENT_KINDS),
+            .where(JobRecord.run_id.in_(_chip_runs(chip, include_dirty, commits)), JobRecord.kind.in_(EVENT_KINDS),
                    JobRecord.status.in_(CODE_FAILURES))
             .order_by(Run.started_at, JobRecord.id))
         return [(*row[:6], row.name if row.kind == "test" else row.check_name, *row[7:9]) for row in rows]

@@ -198,6 +198,28 @@ def test_changed_runs_invalidate_what_they_touch(sqlite_db, change):
     assert found.cells["chip-b"] == (12, 0)
 
 
+def test_a_new_run_reads_the_correctness_rows_of_its_commit_only(db, monkeypatch):
+    build(db)
+    analysed(db)
+    reads: list[tuple[str, object]] = []
+    rows_of = analysis_cache.correctness_rows
+
+    def recorded(store, chip, *, include_dirty=False, commits=None):  # noqa: ANN001, ANN202 - the real signature
+        reads.append((chip, None if commits is None else sorted(commits)))
+        return rows_of(store, chip, include_dirty=include_dirty, commits=commits)
+
+    monkeypatch.setattr(analysis_cache, "correctness_rows", recorded)
+    failing = {("flash_prefill", "flash_bq16_bk32"): "failed"}
+    finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9)) + checks(failing), minutes=200))
+    with db.session() as session:
+        new_commit = session.scalar(select(Run.commit_id).order_by(Run.started_at.desc()).limit(1))
+    found = assert_same_as_uncached(db)  # the failure at the new commit is found as without the cache
+    assert reads == [("chip-a", [new_commit])]  # chip B's analysis is reused whole; the warm run reads nothing
+    assert found.families["chip-a"][1] == 1
+    _, regressions, _ = cache.analyse(db, CHIPS)
+    assert any(e.kind == "correctness" and e.head_sha.startswith("000c") for e in regressions)
+
+
 def test_imported_bundles_are_new_runs(db, tmp_path):
     build(db)
     analysed(db)
