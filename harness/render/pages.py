@@ -58,7 +58,7 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from functools import cache
@@ -80,8 +80,9 @@ from reports import evidence as evidence_pages
 from reports import render as site_render
 from reports import svg
 
-__all__ = ["DeliveredHistoryPages", "Fingerprint", "FingerprintMemo", "ForkedWork", "HistoryFrame", "HistoryPages",
-           "HistorySummary", "Manifest", "SiteManifests", "WriteStats", "can_fork", "render_version", "write_site"]
+__all__ = ["DeliveredHistoryPages", "EvidencePages", "Fingerprint", "FingerprintMemo", "ForkedWork", "HistoryFrame",
+           "HistoryPages", "HistorySummary", "Manifest", "SiteManifests", "WriteStats", "can_fork",
+           "evidence_fingerprint", "render_version", "write_site"]
 
 log = logging.getLogger(__name__)
 
@@ -772,14 +773,15 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
                checks: Mapping[str, str] | None = None, evidence: Any = None,
                manifests: SiteManifests | None = None, incremental: bool = True,
-               stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None
-               ) -> Path:
+               stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None,
+               early: EvidencePages | None = None) -> Path:
     """``reports.render.render_site`` (same arguments, same files); returns the index path. With ``manifests``, the
     folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
     and this one does not make are deleted. Without, every page is rendered and nothing read or stored. ``stats``
     counts the pages. ``history``: the history pages, made (and maybe started) by the caller from the same
-    arguments (who started them stops them if this fails: ``abandon``); else they are made and rendered here."""
+    arguments (who started them stops them if this fails: ``abandon``); else they are made and rendered here.
+    ``early``: compare and samples pages of ``evidence`` rendered already (``EvidencePages``), not rendered again."""
     regressions = list(regressions)
     found, samples = evidence_links(evidence)
     if history is None:  # not started: rendered here, when the other pages are
@@ -787,7 +789,74 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                                generated_at=generated_at, commit_urls=found.commit_urls, manifests=manifests,
                                incremental=incremental)
     return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix, regressions=regressions,
-                       failing_before=failing_before, noise=noise, checks=checks, manifests=manifests, stats=stats)
+                       failing_before=failing_before, noise=noise, checks=checks, manifests=manifests, stats=stats,
+                       early=early)
+
+
+def evidence_fingerprint(db_label: str, last: int | None) -> str:
+    """What every compare and samples page's fingerprint starts with. They name no history page, so unlike the
+    other pages (``HistoryFrame.shared``) not which history pages there are: they can be rendered before the
+    analysis that decides that ends (``EvidencePages``)."""
+    return Fingerprint(render_version(), db_label, last).hexdigest()
+
+
+def _write_evidence(site: _Pages, found: evidence_pages.Links, samples: list[tuple[str, Any, Any]], shared: str,
+                    skip: Set[str]) -> None:
+    """The compare and samples pages of ``found`` and ``samples`` (``evidence_links``), but those named in
+    ``skip``."""
+    page, write = site.page, site.write
+    for compare in found.compares:
+        if compare.name in skip:
+            continue
+        view, report = compare.view, compare.view.report
+        shas = [report.base.sha, report.head.sha, *(run.sha for run in (*view.base_runs, *view.head_runs))]
+        page("compare", compare.name,
+             lambda compare=compare, shas=shas: Fingerprint(shared, "compare", compare,
+                                                            commit_links(found, shas)),
+             lambda compare=compare: write(compare.name, "compare.html.j2", page=compare,
+                                           hours_apart=evidence_pages._hours))
+    for name, data, compare in samples:
+        if name in skip:
+            continue
+        page("samples", name,
+             lambda name=name, data=data, compare=compare: Fingerprint(
+                 shared, "samples", name, _samples_input(data, compare),
+                 commit_links(found, (run.sha for run in _sample_runs(data)))),
+             lambda name=name, data=data, compare=compare: write(
+                 name, "samples.html.j2", page=evidence_pages._samples_page(data, compare)))
+
+
+class EvidencePages:
+    """The compare and samples pages of the evidence loaded so far, rendered before the rest of the site
+    (``render``): ``harness.render.site.build_report`` renders the chip pages' pairs while the analysis runs in its
+    own process, as those pages do not depend on it; ``write_site`` then renders the others and adds these
+    (``merge_into``). The files are those ``write_site`` would write."""
+
+    def __init__(self, out_dir: str | Path, store: Store | None, db_label: str, *, last: int | None,
+                 generated_at: str, incremental: bool) -> None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        manifests = SiteManifests(store) if store is not None else None
+        common = {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
+                  "generated_at": generated_at, "last": last}
+        self.site = _Pages(out, manifests.read(out) if manifests is not None else Manifest(),
+                           incremental and manifests is not None, None, common)
+        self.shared = evidence_fingerprint(db_label, last)
+        self.done: set[str] = set()
+        self.seconds = 0.0
+
+    def render(self, evidence: Any) -> None:
+        began = time.perf_counter()
+        found, samples = evidence_links(evidence)
+        self.site.env = _environment(found)
+        self.site.common["evidence"] = found
+        _write_evidence(self.site, found, samples, self.shared, self.done)
+        self.done = set(self.site.manifest.pages) | self.site.stats.names
+        self.seconds += time.perf_counter() - began
+
+    def merge_into(self, site: _Pages) -> None:
+        stats = self.site.stats
+        site.merge(self.site.manifest.pages, stats.rendered, stats.kept, stats.names)
 
 
 def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_pages.Links,
@@ -795,10 +864,10 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                 baselines: dict[str, str], *, matrix: Any,
                 regressions: list[Any], failing_before: Mapping[str, set[str]] | None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None,
-                checks: Mapping[str, str] | None, manifests: SiteManifests | None, stats: WriteStats | None
-                ) -> Path:
+                checks: Mapping[str, str] | None, manifests: SiteManifests | None, stats: WriteStats | None,
+                early: EvidencePages | None) -> Path:
     frame = history.frame
-    out, shared = frame.out, frame.shared
+    out = frame.out
     site = _Pages(out, frame.previous, frame.incremental, _environment(found), {**frame.common, "evidence": found},
                   stats=stats if stats is not None else WriteStats())
     page, write = site.page, site.write
@@ -808,22 +877,10 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     matrix_chips, rows = site_render.matrix_rows(matrix)
 
     # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
-    for compare in found.compares:
-        view, report = compare.view, compare.view.report
-        shas = [report.base.sha, report.head.sha, *(run.sha for run in (*view.base_runs, *view.head_runs))]
-        page("compare", compare.name,
-             lambda compare=compare, shas=shas: Fingerprint(shared, "compare", compare,
-                                                            commit_links(found, shas)),
-             lambda compare=compare: write(compare.name, "compare.html.j2", page=compare,
-                                           hours_apart=evidence_pages._hours))
-    for name, data, compare in samples:
-        page("samples", name,
-             lambda name=name, data=data, compare=compare: Fingerprint(
-                 shared, "samples", name, _samples_input(data, compare),
-                 commit_links(found, (run.sha for run in _sample_runs(data)))),
-             lambda name=name, data=data, compare=compare: write(
-                 name, "samples.html.j2", page=evidence_pages._samples_page(data, compare)))
-    # --- end of the evidence path
+    _write_evidence(site, found, samples, evidence_fingerprint(frame.common["db_label"], frame.common["last"]),
+                    early.done if early is not None else frozenset())
+    if early is not None:
+        early.merge_into(site)
 
     pages = history.finish(site)
     pages_of_chip: dict[str, list[Any]] = defaultdict(list)

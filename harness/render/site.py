@@ -35,6 +35,7 @@ from harness.record.store import Store, mask_url
 from harness.render import pages as render_pages
 from harness.render.pages import (
     DeliveredHistoryPages,
+    EvidencePages,
     ForkedWork,
     HistoryPages,
     SiteManifests,
@@ -230,12 +231,13 @@ def check_descriptions() -> dict[str, str]:
 
 def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: Store | None = None,
            incremental: bool = True, history: HistoryPages | DeliveredHistoryPages | None = None,
-           generated_at: str | None = None) -> Path:
+           generated_at: str | None = None, early: EvidencePages | None = None) -> Path:
     """Write the site into ``out_dir`` (``harness.render.pages.write_site``); returns the index path. With ``store``,
     its analysis cache holds the folder's manifest: ``incremental``, only the pages whose inputs changed since the
     last build there are rendered; else every page, and the manifest is removed. Without, every page, nothing
     stored. ``history``: the history pages, started by the caller (``build_report``) from the same data;
-    ``generated_at``: the build's time stamp (now, by default)."""
+    ``generated_at``: the build's time stamp (now, by default); ``early``: the evidence pages rendered already
+    (``build_report``)."""
     start = time.perf_counter()
     data.pages = WriteStats()
     index = write_site(out_dir, data.chips, data.latest, data.baselines, data.db_label, matrix=data.matrix,
@@ -243,7 +245,7 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: S
                        histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
                        generated_at=generated_at or _stamp(), evidence=data.evidence,
                        manifests=SiteManifests(store) if store is not None else None, incremental=incremental,
-                       stats=data.pages, history=history)
+                       stats=data.pages, history=history, early=early)
     data.timings["render"] = time.perf_counter() - start
     if history is not None and history.seconds is not None:
         data.timings["history pages"] = history.seconds
@@ -358,10 +360,14 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
             data.regressions = analysis.regressions(data.timings)
             return data.regressions
 
-        data.evidence = load_evidence(store, data.latest, regressions, cache=cache, links=(briefs, urls))
+        # the chip pages' compare and samples pages while the analysis goes on: they do not depend on it
+        early = EvidencePages(out_dir, store, data.db_label, last=last, generated_at=generated_at, incremental=cache)
+        data.evidence = load_evidence(store, data.latest, regressions, cache=cache, links=(briefs, urls),
+                                      shown=early.render)
         data.timings["evidence"] = time.perf_counter() - start
+        data.timings["evidence pages"] = early.seconds
         index = render(data, out_dir, store=store, incremental=cache, history=analysis.history,
-                       generated_at=generated_at)
+                       generated_at=generated_at, early=early)
     finally:
         analysis.abandon()
     if timings is not None:
@@ -488,7 +494,8 @@ def _positive_runs(jobs: list[query.JobSamples]) -> set[str]:
 def load_evidence(store: Store, latest: dict[str, query.RunView | None],
                   regressions: Sequence[RegressionEvidence] | Callable[[], Sequence[RegressionEvidence]], *,
                   commit_url: str | None = None, repo: str | None = None, cache: bool = True,
-                  links: tuple[list[query.RunBrief], dict[str, str]] | None = None) -> Evidence:
+                  links: tuple[list[query.RunBrief], dict[str, str]] | None = None,
+                  shown: Callable[[Evidence], None] | None = None) -> Evidence:
     """Commit links and run ids for every run, a compare page per chip (the shown run against its previous run) and
     per regression pair (at most ``MAX_REGRESSION_COMPARES``), and the samples behind them: every series of a chip's
     shown run (and its previous run), and the changed series of a regression pair. ``cache``: compare reports whose
@@ -496,7 +503,9 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     rows and samples pages take from its samples (``_SampleSummaries``); the samples themselves are read per pair
     when a samples page is drawn (``SeriesSamples.jobs``), so the pages a build keeps read none. ``links``: the runs'
     briefs and commit links (``query.run_briefs``, ``commit_urls``), when the caller has them already.
-    ``regressions``: the list, or a function that gives it, called once the chip pages' compares are made."""
+    ``regressions``: the list, or a function that gives it, called once the chip pages' pairs are loaded; ``shown``
+    is called with the evidence of those pairs first (their compare and samples pages do not depend on the list:
+    ``build_report`` renders them while the analysis goes on). The evidence grows afterwards: the same object."""
     pages = ComparePages(store, use_cache=cache)
     briefs, urls = links if links is not None else (None, None)
     if briefs is None or urls is None:
@@ -507,7 +516,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     for b in briefs:
         runs_of.setdefault((b.chip, b.sha), []).append(b.id)
     evidence = Evidence(urls, {key: tuple(ids) for key, ids in runs_of.items()})
-    wanted: list[tuple[str, tuple[str, ...], tuple[str, ...], CompareView | None]] = []
+    wanted: list[_Wanted] = []
     seen: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
     for chip, run in latest.items():
         if run is None:
@@ -519,6 +528,11 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
             evidence.compares.append(view)
         wanted.append((chip, (previous,) if previous else (), (run.id,), view))
         seen.add(((previous,) if previous else (), (run.id,)))
+    summaries = _SampleSummaries(store) if cache else None
+    # the chip pages' pairs are read whole: their samples do not depend on the pairs still to come
+    _add_samples(evidence, store, wanted, wanted, pages, summaries, by_id, cache)
+    if shown is not None:
+        shown(evidence)
     pairs = []
     for reg in regressions() if callable(regressions) else regressions:
         if reg.kind == "performance" and reg.base_sha:
@@ -528,27 +542,40 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
                 pairs.append((reg.chip, reg.base_sha, reg.head_sha, base, head))
     pairs.sort(key=lambda pair: max(_when(by_id[i]) for i in pair[4]), reverse=True)
     evidence.skipped_compares = max(0, len(pairs) - MAX_REGRESSION_COMPARES)
+    added: list[_Wanted] = []
     for chip, base_sha, head_sha, base, head in pairs[:MAX_REGRESSION_COMPARES]:
         view = _compare_view(pages.compare(base_sha, head_sha, chip), chip, False, by_id)
         evidence.compares.append(view)
-        wanted.append((chip, base, head, view))
+        added.append((chip, base, head, view))
     pages.flush()
-    # Samples: every series of the shown runs; of a regression pair, the kernels of its changed series only (the
-    # runs behind each row of a side with one run are that run), unless a side pools several runs.
-    full = {i for chip, base, head, view in wanted if view is None or view.shown or len(base) > 1 or len(head) > 1
+    _add_samples(evidence, store, added, wanted + added, pages, summaries, by_id, cache)
+    if summaries is not None:
+        summaries.flush()
+    return evidence
+
+
+_Wanted = tuple[str, tuple[str, ...], tuple[str, ...], "CompareView | None"]  # chip, base runs, head runs, compare
+
+
+def _add_samples(evidence: Evidence, store: Store, wanted: list[_Wanted], every: list[_Wanted], pages: ComparePages,
+                 summaries: _SampleSummaries | None, by_id: dict[str, query.RunBrief], cache: bool) -> None:
+    """The samples behind the pairs of ``wanted`` (``every``: all the pairs of the evidence, these included): every
+    series of a chip page's pair; of a regression pair, the kernels of its changed series only (the runs behind
+    each row of a side with one run are that run), unless a side pools several runs -- or a run is a chip page's,
+    read whole anyway."""
+    full = {i for chip, base, head, view in every if view is None or view.shown or len(base) > 1 or len(head) > 1
             for i in (*base, *head)}
-    kernels = {row.key.kernel for _, _, _, view in wanted if view is not None for row in view.report.changed}
+    kernels = {row.key.kernel for _, _, _, view in every if view is not None for row in view.report.changed}
     prints = pages.run_prints([i for _, base, head, _ in wanted for i in (*base, *head)]) if cache else {}
-    summaries = _SampleSummaries(store, prints) if cache else None
     for chip, base, head, view in wanted:
         source = _PairSamples(store, base, head, full, kernels, by_id)
         rows = {row.key: row for row in view.report.rows} if view else {}
-        every = view is None or view.shown
-        found = summaries.get(chip, source, rows, every) if summaries is not None else None
+        every_series = view is None or view.shown
+        found = summaries.get(chip, source, rows, every_series, prints) if summaries is not None else None
         if found is None:
-            found = _sample_summary(source, rows, every, chip)
+            found = _sample_summary(source, rows, every_series, chip)
             if summaries is not None:
-                summaries.put(chip, source, rows, every, found)
+                summaries.put(chip, source, rows, every_series, found, prints)
         counts, keys = found
         if view is not None:
             view.runs.update(counts)
@@ -556,9 +583,6 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
         briefs = tuple(by_id[i] for i in (*base, *head))
         evidence.samples += [SeriesSamples(key, base, head, source, rows.get(key), briefs, run_prints)
                              for key in keys]
-    if summaries is not None:
-        summaries.flush()
-    return evidence
 
 
 def _sample_summary(source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool, chip: str
@@ -590,22 +614,25 @@ class _SampleSummaries:
 
     KIND = "samples"
 
-    def __init__(self, store: Store, prints: dict[str, tuple[Any, ...]]) -> None:
-        self.store, self.prints = store, prints
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self.shown: dict[str, set[str]] = {}
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
 
-    def _key(self, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool) -> tuple[str, str]:
+    @staticmethod
+    def _key(source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool,
+             prints: dict[str, tuple[Any, ...]]) -> tuple[str, str]:
         name = hashlib.sha256(repr((source.base, source.head)).encode()).hexdigest()[:32]
         key = hashlib.sha256(repr((_SUMMARY_FORMAT, source.base, source.head, source.full,
-                                   [self.prints.get(i) for i in (*source.base, *source.head)],
+                                   [prints.get(i) for i in (*source.base, *source.head)],
                                    sorted(source.kernels) if source.partial else None,
                                    sorted(rows), every)).encode()).hexdigest()
         return name, key
 
-    def get(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool
+    def get(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool,
+            prints: dict[str, tuple[Any, ...]]
             ) -> tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]] | None:
-        name, key = self._key(source, rows, every)
+        name, key = self._key(source, rows, every, prints)
         self.shown.setdefault(chip, set()).add(name)
         try:
             entry = analysis_cache.read_entries(self.store, chip, self.KIND, [name]).get(name)
@@ -621,8 +648,9 @@ class _SampleSummaries:
             return None
 
     def put(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool,
-            found: tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]]) -> None:
-        name, key = self._key(source, rows, every)
+            found: tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]],
+            prints: dict[str, tuple[Any, ...]]) -> None:
+        name, key = self._key(source, rows, every, prints)
         counts, keys = found
         payload = json.dumps({"counts": [[*k, b, h] for k, (b, h) in counts.items()], "keys": [list(k) for k in keys]},
                              separators=(",", ":"))

@@ -91,6 +91,34 @@ def test_one_new_run_renders_only_what_changed_and_equals_a_full_build(store, tm
     assert len(stale) == 3 and all(name.startswith("samples-") for name in stale)
 
 
+def test_the_chip_pages_evidence_is_rendered_before_the_regression_list_is_taken(store, tmp_path, monkeypatch):
+    """``build_report`` renders the chip pages' compare and samples pages while the analysis goes on (they do not
+    depend on it), the rest after: the same files as a build that renders every page at the end."""
+    events: list[str] = []
+    render_early, regressions = pages.EvidencePages.render, site.SiteAnalysis.regressions
+
+    def early(self, evidence):  # noqa: ANN001, ANN202 - the method's own
+        events.append(f"early: {len(evidence.compares)} compares, {len(evidence.samples)} samples")
+        render_early(self, evidence)
+        events.append(f"rendered {sorted(self.site.stats.rendered.items())}")
+
+    def taken(self, timings):  # noqa: ANN001, ANN202
+        events.append("regressions")
+        return regressions(self, timings)
+
+    monkeypatch.setattr(pages.EvidencePages, "render", early)
+    monkeypatch.setattr(site.SiteAnalysis, "regressions", taken)
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
+    build(store, tmp_path / "site")
+    assert events[:2] == ["early: 2 compares, 8 samples", "rendered [('compare', 2), ('samples', 8)]"]
+    assert events[2] == "regressions"
+    data = site.load_site(store, change_points=False)  # analysed here, every page rendered at the end
+    data.evidence = site.load_evidence(store, data.latest, data.regressions, commit_url=URL_TEMPLATE)
+    site.render(data, tmp_path / "at-the-end", store=store)
+    assert files(tmp_path / "site") == files(tmp_path / "at-the-end")
+    assert data.pages.rendered["compare"] > 2  # the regression pairs' pages besides the chip pages'
+
+
 def test_the_samples_of_kept_pages_are_not_read(store, tmp_path, monkeypatch):
     out = tmp_path / "site"
     build(store, out)
