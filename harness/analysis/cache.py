@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import struct
 import sys
 import time
@@ -98,7 +99,7 @@ from harness.analysis.regressions import (
     correctness_regressions,
     performance_regressions,
 )
-from harness.core import defaults, distributions, stats, trials
+from harness.core import defaults, distributions, fork, stats, trials
 from harness.core.errors import first_line
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
@@ -749,13 +750,18 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     reusing the stored analysis of what did not change and storing what was computed (``use_cache=False``:
     computed from the samples, nothing read or written). ``timings`` gets the seconds spent on the cells (loading),
     the histories and the regressions. ``states``: per chip ``analysis_cache.chip_state(include_dirty=True)`` when
-    the caller read it (before anything else: its watermark), else read here."""
+    the caller read it (before anything else: its watermark), else read here. Chips to compute, when there are
+    several and a fork is safe (``harness.core.fork``), are computed in forked processes, a core each: a full
+    analysis is mostly per-chip Python work."""
     timings = timings if timings is not None else {}
     stats_out = CacheStats()
     histories: dict[str, list[SeriesHistory]] = {}
-    per_chip: list[list[RegressionEvidence]] = []
+    per_chip: dict[str, list[RegressionEvidence]] = {}
     for key in ("cells", "histories", "regressions"):
         timings.setdefault(key, 0.0)
+    options = {"change_points": change_points, "last": last, "include_dirty": include_dirty,
+               "min_effect": min_effect, "alpha": alpha}
+    todo: list[tuple[str, Any]] = []
     for chip in sorted(chips):
         start = time.perf_counter()
         if not use_cache:
@@ -763,11 +769,10 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
                                                      change_points=change_points, min_effect=min_effect, alpha=alpha)
             timings["histories"] += time.perf_counter() - start
             start = time.perf_counter()
-            per_chip.append(regressions_module._chip_regressions(store, chip, include_dirty=include_dirty, last=last,
-                                                                 min_effect=min_effect, alpha=alpha))
+            per_chip[chip] = regressions_module._chip_regressions(store, chip, include_dirty=include_dirty, last=last,
+                                                                  min_effect=min_effect, alpha=alpha)
             timings["regressions"] += time.perf_counter() - start
             continue
-        writes = _Writes()
         arranged = analysis_cache.arrangement(store, chip, include_dirty=include_dirty, last=last)
         state = (states or {}).get(chip)
         if state is not None and not include_dirty:
@@ -778,42 +783,104 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         chip_key = _chip_key(chip, arranged, state, include_dirty=include_dirty, last=last,
                              change_points=change_points, min_effect=min_effect, alpha=alpha)
         stored_chip = _stored_chip(store, chip, chip_name, chip_key, arranged[0], state)
+        histories[chip] = []  # the chips keep their order
         if stored_chip is not None:  # none of its runs changed: its histories and regressions as stored
-            histories[chip], events = stored_chip
-            per_chip.append(events)
+            histories[chip], per_chip[chip] = stored_chip
             stats_out.cells[chip] = (len(arranged[0]), 0)
             stats_out.changes[chip] = (len(histories[chip]) if change_points else 0, 0)
             stats_out.families[chip] = (int(sum(arranged[2])), 0)
             stats_out.chips_reused += 1
-            timings["cells"] += time.perf_counter() - start
-            continue
-        per_commit, fingerprint, raw, run_fingerprints = _load_cells(
-            store, chip, arranged[0], include_dirty=include_dirty, windowed=last is not None, writes=writes,
-            stats_out=stats_out, state=state)
-        summary = _assemble(chip, arranged, per_commit, fingerprint, raw, run_fingerprints)
+        else:
+            todo.append((chip, (arranged, state, chip_name, chip_key)))
         timings["cells"] += time.perf_counter() - start
-        start = time.perf_counter()
-        histories[chip] = series_histories(
-            summary.data, summary.level, summary.low, summary.high, change_points=change_points,
-            min_effect=min_effect, alpha=alpha,
-            find=_change_finder(store, summary.data, last=last, min_effect=min_effect, alpha=alpha, writes=writes,
-                                stats_out=stats_out))
-        timings["histories"] += time.perf_counter() - start
-        start = time.perf_counter()
-        per_chip.append(_regressions(store, summary, include_dirty=include_dirty, last=last, min_effect=min_effect,
-                                     alpha=alpha, writes=writes, stats_out=stats_out))
-        timings["regressions"] += time.perf_counter() - start
-        start = time.perf_counter()
-        if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
-            writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, _chip_out(histories[chip], per_chip[-1]),
-                                                                state.watermark)})
-        _flush(store, chip, writes, stats_out)
-        timings["cells"] += time.perf_counter() - start
+    for chip, (found, events, chip_stats, chip_timings) in _each_chip(store, todo, options):
+        histories[chip], per_chip[chip] = found, events
+        for name in ("cells", "changes", "families", "unfinished"):
+            getattr(stats_out, name).update(getattr(chip_stats, name))
+        stats_out.write_errors += chip_stats.write_errors
+        for key, seconds in chip_timings.items():
+            timings[key] += seconds
     if use_cache:
         log.info("analysis cache: %s", stats_out.summary())
-    correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
-    performance = [e for events in per_chip for e in events if e.kind == "performance"]
-    return histories, correctness + performance, stats_out
+    events = [e for chip in sorted(per_chip) for e in per_chip[chip]]
+    return histories, [e for e in events if e.kind == "correctness"] + [e for e in events if e.kind == "performance"], \
+        stats_out
+
+
+_ChipResult = tuple[list[SeriesHistory], list[RegressionEvidence], CacheStats, dict[str, float]]
+
+
+def _each_chip(store: Store, todo: list[tuple[str, Any]], options: dict[str, Any]
+               ) -> Iterator[tuple[str, _ChipResult]]:
+    """``_analyse_chip`` of each chip of ``todo`` (chip, what was read of it), in order: in forked processes, at
+    most one a core at a time, where there are several and a fork is safe (a process that fails leaves its chip to
+    this one), else here."""
+    if len(todo) < 2 or not fork.can_fork() or not store.shared_by_processes:
+        for chip, read in todo:
+            yield chip, _analyse_chip(store, chip, read, options)
+        return
+    width = max(1, min(os.cpu_count() or 1, len(todo)))
+    running: list[tuple[str, Any, fork.ForkedWork]] = []
+    queue = list(todo)
+
+    def started(chip: str, read: Any) -> fork.ForkedWork:
+        def work(send: Callable[[Any], None]) -> None:
+            store.forked()
+            send(_analyse_chip(store, chip, read, options))
+        return fork.ForkedWork(work)
+
+    try:
+        while queue and len(running) < width:
+            chip, read = queue.pop(0)
+            running.append((chip, read, started(chip, read)))
+        while running:
+            chip, read, work = running.pop(0)
+            ok, value = work.receive()
+            work.close()
+            if queue:  # the next chip takes the core this one had
+                following, next_read = queue.pop(0)
+                running.append((following, next_read, started(following, next_read)))
+            if not ok:
+                log.warning("analysis of %s: its process failed (%s); analysed here instead", chip, value)
+                value = _analyse_chip(store, chip, read, options)
+            yield chip, value
+    finally:
+        for _, _, work in running:
+            work.abandon()
+
+
+def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -> _ChipResult:
+    """One chip's histories and regressions from its cells, its analysis stored (its stats and timings apart)."""
+    arranged, state, chip_name, chip_key = read
+    change_points, last, include_dirty = options["change_points"], options["last"], options["include_dirty"]
+    min_effect, alpha = options["min_effect"], options["alpha"]
+    stats_out = CacheStats()
+    timings = {"cells": 0.0, "histories": 0.0, "regressions": 0.0}
+    writes = _Writes()
+    start = time.perf_counter()
+    per_commit, fingerprint, raw, run_fingerprints = _load_cells(
+        store, chip, arranged[0], include_dirty=include_dirty, windowed=last is not None, writes=writes,
+        stats_out=stats_out, state=state)
+    summary = _assemble(chip, arranged, per_commit, fingerprint, raw, run_fingerprints)
+    timings["cells"] += time.perf_counter() - start
+    start = time.perf_counter()
+    histories = series_histories(
+        summary.data, summary.level, summary.low, summary.high, change_points=change_points,
+        min_effect=min_effect, alpha=alpha,
+        find=_change_finder(store, summary.data, last=last, min_effect=min_effect, alpha=alpha, writes=writes,
+                            stats_out=stats_out))
+    timings["histories"] += time.perf_counter() - start
+    start = time.perf_counter()
+    events = _regressions(store, summary, include_dirty=include_dirty, last=last, min_effect=min_effect,
+                          alpha=alpha, writes=writes, stats_out=stats_out)
+    timings["regressions"] += time.perf_counter() - start
+    start = time.perf_counter()
+    if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
+        writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, _chip_out(histories, events),
+                                                            state.watermark)})
+    _flush(store, chip, writes, stats_out)
+    timings["cells"] += time.perf_counter() - start
+    return histories, events, stats_out, timings
 
 
 # ---------------------------------------------------------------------------------------------------------------

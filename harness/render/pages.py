@@ -45,16 +45,10 @@ renders everything.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import json
 import logging
-import os
-import pickle
 import re
-import signal
-import sys
-import threading
 import time
 import zlib
 from collections import defaultdict
@@ -73,6 +67,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from harness.analysis import records
 from harness.analysis.records import HistoryPoints
 from harness.core.errors import first_line
+from harness.core.fork import ForkedWork, can_fork
 from harness.core.status import is_code_failure
 from harness.record import analysis_cache, query
 from harness.record.store import Store
@@ -557,84 +552,6 @@ def _environment(links: evidence_pages.Links) -> Any:
 
 
 # --- the history pages, maybe in a process of their own ------------------------------------------------------------
-
-
-def can_fork() -> bool:
-    """Whether work is handed to a forked process (``ForkedWork``): where ``os.fork`` is safe -- not on macOS, whose
-    frameworks (Metal, once MLX is loaded) do not survive a fork, and not while another thread runs here (e.g. a Ray
-    client's, after ``harness run``): the child would inherit the locks it holds -- and a second core can take it."""
-    return (hasattr(os, "fork") and sys.platform != "darwin" and (os.cpu_count() or 1) > 1
-            and threading.active_count() == 1)
-
-
-class ForkedWork:
-    """``work(send)`` run in a forked process, each value it ``send``s coming back, in order, to ``receive``.
-
-    The collector is frozen while the child lives (``gc.freeze``: neither process copies memory pages to scan
-    what existed at the fork) and the child leaves by ``os._exit``, running none of the parent's exit handlers; it
-    must not use the parent's open connections (``Store.forked``). A child that raises sends why."""
-
-    def __init__(self, work: Callable[[Callable[[Any], None]], None]) -> None:
-        read, write = os.pipe()
-        gc.freeze()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                gc.disable()
-                os.close(read)
-                with os.fdopen(write, "wb") as pipe:
-                    def send(value: Any, outcome: str = "ok") -> None:
-                        payload = pickle.dumps((outcome, value), protocol=pickle.HIGHEST_PROTOCOL)
-                        pipe.write(len(payload).to_bytes(8, "little") + payload)
-                        pipe.flush()
-
-                    try:
-                        work(send)
-                    except Exception as exc:  # told to the parent, which does the work itself
-                        send(f"{type(exc).__name__}: {first_line(exc)}", "failed")
-            finally:
-                os._exit(0)
-        os.close(write)
-        self.pid: int | None = pid
-        self._pipe: Any = os.fdopen(read, "rb")
-
-    def receive(self) -> tuple[bool, Any]:
-        """The next value sent: (True, value), or (False, why) when the child failed or ended before sending it
-        (then it is reaped: nothing more comes)."""
-        if self._pipe is None:
-            return False, "no more results"
-        head = self._pipe.read(8)
-        payload = self._pipe.read(int.from_bytes(head, "little")) if len(head) == 8 else b""
-        try:
-            outcome, value = pickle.loads(payload) if payload else ("failed", None)
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):
-            outcome, value = "failed", None
-        if outcome == "ok":
-            return True, value
-        status = self.close()
-        return False, value or f"exit status {status}, no result"
-
-    def close(self) -> int | None:
-        """Wait for the child to end (it has sent everything, or failed); its exit status."""
-        status = None
-        if self._pipe is not None:
-            self._pipe.close()
-            self._pipe = None
-        if self.pid is not None:
-            _, raw = os.waitpid(self.pid, 0)
-            status = os.waitstatus_to_exitcode(raw)
-            self.pid = None
-            gc.unfreeze()
-        return status
-
-    def abandon(self) -> None:
-        """Stop the child (the parent failed before taking everything)."""
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        self.close()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ renders the same pages."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -218,6 +219,40 @@ def test_a_new_run_reads_the_correctness_rows_of_its_commit_only(db, monkeypatch
     assert found.families["chip-a"][1] == 1
     _, regressions, _ = cache.analyse(db, CHIPS)
     assert any(e.kind == "correctness" and e.head_sha.startswith("000c") for e in regressions)
+
+
+def test_the_chips_of_a_full_analysis_are_computed_in_processes_of_their_own(db, monkeypatch, tmp_path, caplog):
+    """Each chip to compute goes to a forked process (a core each) where several are: the same results as in
+    one process, its analysis stored; a process that fails leaves its chip to the caller's."""
+    from harness.core import fork
+
+    build(db)
+    pids = tmp_path / "pids"
+    compute = cache._analyse_chip
+
+    def recorded(store, chip, read, options):  # noqa: ANN001, ANN202 - the function's own
+        with pids.open("a") as out:
+            out.write(f"{chip} {os.getpid()}\n")
+        return compute(store, chip, read, options)
+
+    monkeypatch.setattr(cache, "_analyse_chip", recorded)
+    monkeypatch.setattr(fork, "can_fork", lambda: True)
+    found = assert_same_as_uncached(db)  # cold: both chips computed, each in its own process
+    assert found.cells == {"chip-a": (0, 12), "chip-b": (0, 12)} and found.write_errors == 0
+    computed = dict(line.split() for line in pids.read_text().splitlines())
+    assert set(computed) == {"chip-a", "chip-b"} and str(os.getpid()) not in computed.values()
+    assert len(set(computed.values())) == 2
+
+    def fails_in_a_child(store, chip, read, options):  # noqa: ANN001, ANN202
+        if chip == "chip-b" and os.getpid() != parent:
+            raise RuntimeError("no analysis there")
+        return compute(store, chip, read, options)
+
+    parent = os.getpid()
+    monkeypatch.setattr(cache, "_analyse_chip", fails_in_a_child)
+    analysis_cache.clear(db)
+    assert_same_as_uncached(db)
+    assert "analysis of chip-b: its process failed (RuntimeError: no analysis there); analysed here" in caplog.text
 
 
 def test_imported_bundles_are_new_runs(db, tmp_path):

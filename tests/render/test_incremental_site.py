@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -420,7 +421,7 @@ def test_no_fork_while_another_thread_runs(monkeypatch):
     import threading
 
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(pages.sys, "platform", "linux")
+    monkeypatch.setattr(sys, "platform", "linux")
     assert pages.can_fork() == hasattr(os, "fork")
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
@@ -430,7 +431,7 @@ def test_no_fork_while_another_thread_runs(monkeypatch):
     finally:
         stop.set()
         other.join()
-    monkeypatch.setattr(pages.sys, "platform", "darwin")
+    monkeypatch.setattr(sys, "platform", "darwin")
     assert not pages.can_fork()  # Metal (MLX) does not survive a fork
 
 
