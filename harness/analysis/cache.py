@@ -803,8 +803,9 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     if use_cache:
         log.info("analysis cache: %s", stats_out.summary())
     events = [e for chip in sorted(per_chip) for e in per_chip[chip]]
-    return histories, [e for e in events if e.kind == "correctness"] + [e for e in events if e.kind == "performance"], \
-        stats_out
+    correctness = [e for e in events if e.kind == "correctness"]
+    performance = [e for e in events if e.kind == "performance"]
+    return histories, correctness + performance, stats_out
 
 
 _ChipResult = tuple[list[SeriesHistory], list[RegressionEvidence], CacheStats, dict[str, float]]
@@ -819,7 +820,7 @@ def _each_chip(store: Store, todo: list[tuple[str, Any]], options: dict[str, Any
         for chip, read in todo:
             yield chip, _analyse_chip(store, chip, read, options)
         return
-    width = max(1, min(os.cpu_count() or 1, len(todo)))
+    width = min(os.cpu_count() or 1, len(todo))
     running: list[tuple[str, Any, fork.ForkedWork]] = []
     queue = list(todo)
 

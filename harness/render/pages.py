@@ -587,8 +587,7 @@ class HistoryPages:
         out.mkdir(parents=True, exist_ok=True)
         self.specs = history_specs(histories, regressions, baselines)
         self.shas = [spec.shas() for spec in self.specs]
-        common = {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
-                  "generated_at": generated_at, "last": last, "history_names": {spec.name for spec in self.specs}}
+        common = {**_common_context(db_label, generated_at, last), "history_names": {spec.name for spec in self.specs}}
         self.frame = HistoryFrame(
             out, manifests.read(out) if manifests is not None else Manifest(), incremental and manifests is not None,
             common, Fingerprint(render_version(), db_label, last, sorted(common["history_names"])).hexdigest(),
@@ -710,6 +709,12 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                        early=early)
 
 
+def _common_context(db_label: str, generated_at: str, last: int | None) -> dict[str, Any]:
+    """What every page's template gets: the stylesheet, the database label, the build's stamp and ``last``."""
+    return {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
+            "generated_at": generated_at, "last": last}
+
+
 def evidence_fingerprint(db_label: str, last: int | None) -> str:
     """What every compare and samples page's fingerprint starts with. They name no history page, so unlike the
     other pages (``HistoryFrame.shared``) not which history pages there are: they can be rendered before the
@@ -754,13 +759,15 @@ class EvidencePages:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         manifests = SiteManifests(store) if store is not None else None
-        common = {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
-                  "generated_at": generated_at, "last": last}
         self.site = _Pages(out, manifests.read(out) if manifests is not None else Manifest(),
-                           incremental and manifests is not None, None, common)
+                           incremental and manifests is not None, None, _common_context(db_label, generated_at, last))
         self.shared = evidence_fingerprint(db_label, last)
-        self.done: set[str] = set()
         self.seconds = 0.0
+
+    @property
+    def done(self) -> set[str]:
+        """The pages rendered or kept so far."""
+        return set(self.site.manifest.pages) | self.site.stats.names
 
     def render(self, evidence: Any) -> None:
         began = time.perf_counter()
@@ -768,7 +775,6 @@ class EvidencePages:
         self.site.env = _environment(found)
         self.site.common["evidence"] = found
         _write_evidence(self.site, found, samples, self.shared, self.done)
-        self.done = set(self.site.manifest.pages) | self.site.stats.names
         self.seconds += time.perf_counter() - began
 
     def merge_into(self, site: _Pages) -> None:

@@ -567,15 +567,17 @@ def _add_samples(evidence: Evidence, store: Store, wanted: list[_Wanted], every:
             for i in (*base, *head)}
     kernels = {row.key.kernel for _, _, _, view in every if view is not None for row in view.report.changed}
     prints = pages.run_prints([i for _, base, head, _ in wanted for i in (*base, *head)]) if cache else {}
+    if summaries is not None:
+        summaries.prints.update(prints)
     for chip, base, head, view in wanted:
         source = _PairSamples(store, base, head, full, kernels, by_id)
         rows = {row.key: row for row in view.report.rows} if view else {}
         every_series = view is None or view.shown
-        found = summaries.get(chip, source, rows, every_series, prints) if summaries is not None else None
+        found = summaries.get(chip, source, rows, every_series) if summaries is not None else None
         if found is None:
             found = _sample_summary(source, rows, every_series, chip)
             if summaries is not None:
-                summaries.put(chip, source, rows, every_series, found, prints)
+                summaries.put(chip, source, rows, every_series, found)
         counts, keys = found
         if view is not None:
             view.runs.update(counts)
@@ -616,23 +618,21 @@ class _SampleSummaries:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.prints: dict[str, tuple[Any, ...]] = {}  # of the runs of the pairs so far (``_add_samples``)
         self.shown: dict[str, set[str]] = {}
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
 
-    @staticmethod
-    def _key(source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool,
-             prints: dict[str, tuple[Any, ...]]) -> tuple[str, str]:
+    def _key(self, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool) -> tuple[str, str]:
         name = hashlib.sha256(repr((source.base, source.head)).encode()).hexdigest()[:32]
         key = hashlib.sha256(repr((_SUMMARY_FORMAT, source.base, source.head, source.full,
-                                   [prints.get(i) for i in (*source.base, *source.head)],
+                                   [self.prints.get(i) for i in (*source.base, *source.head)],
                                    sorted(source.kernels) if source.partial else None,
                                    sorted(rows), every)).encode()).hexdigest()
         return name, key
 
-    def get(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool,
-            prints: dict[str, tuple[Any, ...]]
+    def get(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool
             ) -> tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]] | None:
-        name, key = self._key(source, rows, every, prints)
+        name, key = self._key(source, rows, every)
         self.shown.setdefault(chip, set()).add(name)
         try:
             entry = analysis_cache.read_entries(self.store, chip, self.KIND, [name]).get(name)
@@ -648,9 +648,8 @@ class _SampleSummaries:
             return None
 
     def put(self, chip: str, source: _PairSamples, rows: dict[query.SeriesKey, CompareRow], every: bool,
-            found: tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]],
-            prints: dict[str, tuple[Any, ...]]) -> None:
-        name, key = self._key(source, rows, every, prints)
+            found: tuple[dict[query.SeriesKey, tuple[int, int]], list[query.SeriesKey]]) -> None:
+        name, key = self._key(source, rows, every)
         counts, keys = found
         payload = json.dumps({"counts": [[*k, b, h] for k, (b, h) in counts.items()], "keys": [list(k) for k in keys]},
                              separators=(",", ":"))
