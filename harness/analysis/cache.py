@@ -1015,6 +1015,25 @@ def _report_in(payload: bytes) -> CompareReport:
         values["counts"], values["only_base"], values["only_head"], values["min_effect"], values["alpha"])
 
 
+class RunPrints:
+    """``analysis_cache.run_prints`` of the runs asked for, each run read once (the pages of a report share runs),
+    their job ids summed once (``analysis_cache.job_id_summaries``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._prints: dict[str, tuple[Any, ...] | None] = {}
+        self._jobs: analysis_cache.JobIds | None = None
+
+    def __call__(self, run_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+        missing = sorted({i for i in run_ids if i not in self._prints})
+        if missing:
+            if self._jobs is None:
+                self._jobs = analysis_cache.job_id_summaries(self.store)
+            found = analysis_cache.run_prints(self.store, missing, jobs=self._jobs)
+            self._prints.update({i: found.get(i) for i in missing})
+        return {i: p for i in run_ids if (p := self._prints[i]) is not None}
+
+
 class ComparePages:
     """``compare.compare`` of the (base, head) pairs a report shows, each reused from the analysis cache while
     nothing it reads changed (see the module docstring, ``compare``); ``flush`` stores what was computed and drops
@@ -1026,15 +1045,7 @@ class ComparePages:
         self.shown: dict[str, set[str]] = {}
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
         self.reused = 0
-        self._prints: dict[str, tuple[Any, ...] | None] = {}
-
-    def run_prints(self, run_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-        """``analysis_cache.run_prints`` of ``run_ids``, each run read once per report (the pairs share runs)."""
-        missing = sorted({i for i in run_ids if i not in self._prints})
-        if missing:
-            found = analysis_cache.run_prints(self.store, missing)
-            self._prints.update({i: found.get(i) for i in missing})
-        return {i: p for i in run_ids if (p := self._prints[i]) is not None}
+        self.run_prints = RunPrints(store)
 
     def compare(self, base: str, head: str, chip: str) -> CompareReport:
         if not self.use_cache:
@@ -1096,12 +1107,13 @@ class NoiseRows:
         self.shown: dict[str, set[str]] = {}
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
         self.reused = 0
+        self.run_prints = RunPrints(store)
 
     def __call__(self, chip: str, run_ids: Sequence[str]) -> list[NoiseRow]:
         if not self.use_cache:
             return noise_module.chip_noise_rows(self.store, run_ids)
         runs = [*run_ids, *query.history_run_ids(self.store, list(run_ids))]
-        prints = analysis_cache.run_prints(self.store, runs)
+        prints = self.run_prints(runs)
         key = _digest(code_version(), tuple(run_ids), runs, sorted(prints.items()))[:40]
         name = _digest(tuple(run_ids))[:32]
         self.shown.setdefault(chip, set()).add(name)

@@ -145,8 +145,9 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     chips = query.chips(store)
     # each chip's runs (and the highest sample id, before anything else), for the analysis cache's keys: read once
-    states = {chip["key"]: analysis_cache.chip_state(store, chip["key"], include_dirty=True) for chip in chips
-              } if cache else None
+    jobs = analysis_cache.job_id_summaries(store) if cache else None
+    states = {chip["key"]: analysis_cache.chip_state(store, chip["key"], include_dirty=True, jobs=jobs)
+              for chip in chips} if cache else None
     if analysis is not None:
         analysis.start(store, [chip["key"] for chip in chips], states)
     catalogue = None

@@ -524,3 +524,85 @@ def test_the_code_version_covers_the_compiled_search_and_the_distributions():
     from harness.core import distributions
 
     assert segment_search in cache._SOURCES and distributions in cache._SOURCES
+
+
+def _job_ids_summed(db: store.Store) -> dict[str, tuple[int, int, int, int]]:
+    """Every run's count, min, max and sum of job ids, straight from the table."""
+    from sqlalchemy import func
+
+    from harness.record.models import JobRecord
+
+    with db.session() as session:
+        return {run: (n, low, high, total) for run, n, low, high, total in session.execute(
+            select(JobRecord.run_id, func.count(JobRecord.id), func.min(JobRecord.id), func.max(JobRecord.id),
+                   func.sum(JobRecord.id)).group_by(JobRecord.run_id))}
+
+
+def _job_statements(db: store.Store, monkeypatch, read) -> list[str]:  # noqa: ANN001 - a callable of no arguments
+    """The SQL statements on the job table that ``read()`` makes (through SQLAlchemy or the DBAPI cursor)."""
+    from sqlalchemy import event
+
+    statements: list[str] = []
+
+    def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
+        statements.append(statement)
+
+    plain_rows = query._plain_rows
+
+    def kept_rows(session, statement):  # noqa: ANN001, ANN202 - reads through the DBAPI cursor: no hook sees it
+        statements.append(str(statement.compile(dialect=session.get_bind().dialect)))
+        return plain_rows(session, statement)
+
+    monkeypatch.setattr(query, "_plain_rows", kept_rows)
+    event.listen(db.engine, "before_cursor_execute", keep)
+    try:
+        read()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", keep)
+        monkeypatch.setattr(query, "_plain_rows", plain_rows)
+    return [s for s in statements if re.search(r"\bFROM job\b", s)]
+
+
+def test_the_job_id_summaries_read_only_the_jobs_added_since(db, monkeypatch):
+    """Every run's job-id summary (what the runs' fingerprints hold) is kept in the cache: after a new run and a job
+    added to an old run, only the jobs above the highest id summed are read, no aggregate of every job, and the
+    summaries are those of the table."""
+    build(db)
+    assert analysis_cache.job_id_summaries(db) == _job_ids_summed(db)  # summed, then kept
+    add_run(db, "chip-b", 12, grid_results(np.random.default_rng(8)) + checks(), minutes=900)
+    job = bench_job("swiglu", "unfused", {"B": 3, "H": 1, "S": 64, "D": 32})  # a job added to an old run
+    store.record_result(db, _run_of(db, "chip-a", 2), job, JobResult(
+        job.key, "passed", samples=timings(np.random.default_rng(2), 4e-3), inner=1))
+    found: list[dict] = []
+    statements = _job_statements(db, monkeypatch, lambda: found.append(analysis_cache.job_id_summaries(db)))
+    assert found[0] == _job_ids_summed(db)
+    assert statements and not any("GROUP BY" in s or "sum(" in s.lower() for s in statements), statements
+    again = _job_statements(db, monkeypatch, lambda: found.append(analysis_cache.job_id_summaries(db)))
+    assert found[1] == found[0] and not any("GROUP BY" in s for s in again)
+
+
+@pytest.mark.parametrize("change", ["a job deleted", "the newest job deleted and another written"])
+def test_job_id_summaries_that_do_not_add_up_are_summed_anew(db, change):
+    """The harness deletes no job, but a hand can: a table whose count does not add up, or whose newest summed job
+    is now another run's (SQLite gives a deleted newest id to the next job), is summed again; the fingerprints
+    then see the change, as they did when every run was summed on every read."""
+    from sqlalchemy import delete, func
+
+    from harness.record.models import JobRecord
+
+    build(db)
+    before = analysis_cache.job_id_summaries(db)
+    with db.session() as session:
+        newest = session.scalar(select(func.max(JobRecord.id)))
+        doomed = newest if change != "a job deleted" else session.scalar(select(func.min(JobRecord.id)))
+        session.execute(delete(JobRecord).where(JobRecord.id == doomed))
+    if change != "a job deleted":  # into a run of the other chip than the deleted job's
+        with db.session() as session:
+            owner = next(run for run, (_, _, high, _) in before.items() if high == newest)
+            chip = session.scalar(select(Chip.key).join(Run, Run.chip_id == Chip.id).where(Run.id == owner))
+        other = _run_of(db, "chip-b" if chip == "chip-a" else "chip-a", 1)
+        job = bench_job("swiglu", "unfused", {"B": 5, "H": 1, "S": 64, "D": 32})
+        store.record_result(db, other, job, JobResult(job.key, "passed", samples=timings(
+            np.random.default_rng(3), 4e-3), inner=1))
+    assert analysis_cache.job_id_summaries(db) == _job_ids_summed(db) != before
+    assert_same_as_uncached(db)
