@@ -1,5 +1,5 @@
 """`python -m harness` is the `harness` command."""
 
-from harness.cli.main import main
+from harness.cli.main import command
 
-main()
+command()

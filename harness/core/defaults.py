@@ -34,3 +34,6 @@ ROUND_BATCH = 24  # a job process times up to this many benchmark jobs of one ro
 # 560.5 s (about 580 s); 1 trial: 169.0 s and 187.2 s, one after the other. More than 16: not measured.
 PREPARE_AHEAD = min(16, os.cpu_count() or 1)
 THREADS = None  # BLAS/OpenMP threads of a timed job process: None leaves OMP_NUM_THREADS & co. as inherited
+# The thread pools a process's numpy / BLAS / OpenMP / numexpr size from their environment when they load.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+               "NUMEXPR_NUM_THREADS")

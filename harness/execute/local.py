@@ -50,11 +50,6 @@ def worker_env(tree: str | None = None, venv: str | None = None) -> dict[str, st
     return env
 
 
-# The thread pools a job process's numpy / BLAS / OpenMP / numexpr size from their environment at import.
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-               "NUMEXPR_NUM_THREADS")
-
-
 def thread_env(job: Job) -> dict[str, str]:
     """The thread variables a job's ``[timing] threads`` sets (none without it: the job inherits the harness's).
 
@@ -62,7 +57,7 @@ def thread_env(job: Job) -> dict[str, str]:
     MLX, or the repository's package) first loads it, which may well be before the module under test sets them.
     """
     threads = job.timing.get("threads") if isinstance(job, KernelJob | FunctionJob) else None
-    return {name: str(int(threads)) for name in THREAD_VARS} if threads else {}
+    return {name: str(int(threads)) for name in defaults.THREAD_VARS} if threads else {}
 
 
 def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.executable) -> JobResult:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.defaults import THREAD_VARS
 from harness.core.job import FunctionJob
-from harness.execute.local import THREAD_VARS, run_in_subprocess
+from harness.execute.local import run_in_subprocess
 from harness.spec.plan import plan_suite
 from harness.spec.suite import parse_suite
 
