@@ -727,24 +727,29 @@ def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory],
         return None
 
 
-def _stored_chip(store: Store, chip: str, name: str, key: str, commits: list[tuple],
-                 state: analysis_cache.ChipState) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
-    """The chip's stored analysis when its key is ``key`` and none of its runs gained samples since it was stored
-    (a later trial of a stored job); else None."""
+def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysis_cache.ChipState) -> bool:
+    """Whether the chip's analysis is stored under ``key`` and none of its runs gained samples since it was stored (a
+    later trial of a stored job); its payload is not read."""
     if state.unfinished:
-        return None
+        return False
+    found = analysis_cache.entry_keys(store, chip, "chip", [name]).get(name)
+    return (found is not None and found[0] == key
+            and not analysis_cache.touched_since(store, state.run_commit, found[1] or 0))
+
+
+def _stored_chip(store: Store, chip: str, name: str, commits: list[tuple]
+                 ) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
+    """The chip's stored analysis (``_chip_is_stored``) on its freshly arranged ``commits``; None when it is gone or
+    unreadable."""
     entry = analysis_cache.read_entries(store, chip, "chip", [name]).get(name)
-    if entry is None or entry.key != key:
-        return None
-    if analysis_cache.touched_since(store, state.run_commit, entry.watermark or 0):
-        return None
-    return _chip_in(entry.payload, commits)
+    return _chip_in(entry.payload, commits) if entry is not None else None
 
 
 def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, last: int | None = None,
             include_dirty: bool = False, min_effect: float = stats.DEFAULT_MIN_EFFECT,
             alpha: float = stats.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
             states: Mapping[str, analysis_cache.ChipState] | None = None,
+            deferred_writes: list[Callable[[], None]] | None = None,
             ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence], CacheStats]:
     """Every chip's histories (``history.history``) and the regression list (``regressions.regressions``),
     reusing the stored analysis of what did not change and storing what was computed (``use_cache=False``:
@@ -752,7 +757,10 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     the histories and the regressions. ``states``: per chip ``analysis_cache.chip_state(include_dirty=True)`` when
     the caller read it (before anything else: its watermark), else read here. Chips to compute, when there are
     several and a fork is safe (``harness.core.fork``), are computed in forked processes, a core each: a full
-    analysis is mostly per-chip Python work."""
+    analysis is mostly per-chip Python work. ``deferred_writes``: the rows of the chips computed in this process
+    are not stored here but appended to it, as calls for the caller to make once it has handed on the results (a
+    report's forked analysis makes them after its history pages: a 1,000-commit chip's row is 16 MB); a forked
+    process stores its chip's rows itself."""
     timings = timings if timings is not None else {}
     stats_out = CacheStats()
     histories: dict[str, list[SeriesHistory]] = {}
@@ -760,8 +768,11 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     for key in ("cells", "histories", "regressions"):
         timings.setdefault(key, 0.0)
     options = {"change_points": change_points, "last": last, "include_dirty": include_dirty,
-               "min_effect": min_effect, "alpha": alpha}
+               "min_effect": min_effect, "alpha": alpha, "deferred": deferred_writes}
     todo: list[tuple[str, Any]] = []
+    if change_points and not use_cache:
+        segment_search.warm_up_in_background()
+    reads = []
     for chip in sorted(chips):
         start = time.perf_counter()
         if not use_cache:
@@ -782,7 +793,15 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         chip_name = f"{_suffix(include_dirty)}:{last}:{change_points}"
         chip_key = _chip_key(chip, arranged, state, include_dirty=include_dirty, last=last,
                              change_points=change_points, min_effect=min_effect, alpha=alpha)
-        stored_chip = _stored_chip(store, chip, chip_name, chip_key, arranged[0], state)
+        reads.append((chip, (arranged, state, chip_name, chip_key),
+                      _chip_is_stored(store, chip, chip_name, chip_key, state)))
+        timings["cells"] += time.perf_counter() - start
+    if change_points and not all(stored for *_, stored in reads):  # a search to come: loaded while the rest reads
+        segment_search.warm_up_in_background()
+    for chip, read, stored in reads:
+        start = time.perf_counter()
+        arranged = read[0]
+        stored_chip = _stored_chip(store, chip, read[2], arranged[0]) if stored else None
         histories[chip] = []  # the chips keep their order
         if stored_chip is not None:  # none of its runs changed: its histories and regressions as stored
             histories[chip], per_chip[chip] = stored_chip
@@ -791,7 +810,7 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
             stats_out.families[chip] = (int(sum(arranged[2])), 0)
             stats_out.chips_reused += 1
         else:
-            todo.append((chip, (arranged, state, chip_name, chip_key)))
+            todo.append((chip, read))
         timings["cells"] += time.perf_counter() - start
     for chip, (found, events, chip_stats, chip_timings) in _each_chip(store, todo, options):
         histories[chip], per_chip[chip] = found, events
@@ -800,6 +819,7 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         stats_out.write_errors += chip_stats.write_errors
         for key, seconds in chip_timings.items():
             timings[key] += seconds
+    segment_search.finish_warm_up()  # no thread of it outlives the analysis (a fork may come)
     if use_cache:
         log.info("analysis cache: %s", stats_out.summary())
     events = [e for chip in sorted(per_chip) for e in per_chip[chip]]
@@ -816,6 +836,8 @@ def _each_chip(store: Store, todo: list[tuple[str, Any]], options: dict[str, Any
     """``_analyse_chip`` of each chip of ``todo`` (chip, what was read of it), in order: in forked processes, at
     most one a core at a time, where there are several and a fork is safe (a process that fails leaves its chip to
     this one), else here."""
+    if len(todo) >= 2:  # the search loaded before the fork: the processes inherit it, and no other thread runs
+        segment_search.finish_warm_up()
     if len(todo) < 2 or not fork.can_fork() or not store.shared_by_processes:
         for chip, read in todo:
             yield chip, _analyse_chip(store, chip, read, options)
@@ -827,7 +849,7 @@ def _each_chip(store: Store, todo: list[tuple[str, Any]], options: dict[str, Any
     def started(chip: str, read: Any) -> fork.ForkedWork:
         def work(send: Callable[[Any], None]) -> None:
             store.forked()
-            send(_analyse_chip(store, chip, read, options))
+            send(_analyse_chip(store, chip, read, {**options, "deferred": None}))  # it stores its own rows
         return fork.ForkedWork(work)
 
     try:
@@ -875,12 +897,19 @@ def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -
     events = _regressions(store, summary, include_dirty=include_dirty, last=last, min_effect=min_effect,
                           alpha=alpha, writes=writes, stats_out=stats_out)
     timings["regressions"] += time.perf_counter() - start
-    start = time.perf_counter()
-    if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
-        writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, _chip_out(histories, events),
-                                                            state.watermark)})
-    _flush(store, chip, writes, stats_out)
-    timings["cells"] += time.perf_counter() - start
+
+    def store_rows() -> None:
+        if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
+            writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, _chip_out(histories, events),
+                                                                state.watermark)})
+        _flush(store, chip, writes, stats_out)
+
+    if options.get("deferred") is not None:
+        options["deferred"].append(store_rows)
+    else:
+        start = time.perf_counter()
+        store_rows()
+        timings["cells"] += time.perf_counter() - start
     return histories, events, stats_out, timings
 
 

@@ -14,6 +14,7 @@ report pays the compile (~1 s) once per machine and numba version.  ``available(
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy.typing as npt
 
 from harness.core import compiled
 
-__all__ = ["available", "search"]
+__all__ = ["available", "finish_warm_up", "search", "warm_up_in_background"]
 
 
 def _loop(x: Any, xx: Any, ix: Any, i: Any, ii: Any, segment: Any, slope: Any, min_segment: int,
@@ -67,7 +68,38 @@ def _loop(x: Any, xx: Any, ix: Any, i: Any, ii: Any, segment: Any, slope: Any, m
 
 
 def _compiled() -> Callable[..., None] | None:
+    finish_warm_up()  # one load: not one here and another in the warm-up's thread
     return compiled.njit(_loop)
+
+
+_warming: threading.Thread | None = None
+
+
+def warm_up_in_background() -> None:
+    """Load the compiled search in a thread of its own (numba's import and its cached machine code: ~0.5 s, much of
+    it outside the GIL) while the caller reads what it will search; the first search, or ``finish_warm_up``, waits
+    for it."""
+    global _warming
+    if _warming is None:
+        _warming = threading.Thread(target=_warm_up, name="segment-search-warm-up", daemon=True)
+        _warming.start()
+
+
+def finish_warm_up() -> None:
+    """Wait for ``warm_up_in_background``'s thread, if one runs (call it before a fork: no other thread may run)."""
+    global _warming
+    thread = _warming
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+        _warming = None
+
+
+def _warm_up() -> None:
+    if available():  # the smallest search of the types every search passes (so its machine code is loaded)
+        size = 4
+        zeros = np.zeros((1, size))
+        search(zeros, zeros, zeros, np.arange(size, dtype=np.float64), np.arange(size, dtype=np.float64),
+               np.ones(1), np.ones(1), min_segment=1, min_drift=2)
 
 
 def available() -> bool:

@@ -28,7 +28,8 @@ from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, u
 from harness.record.store import Store
 
 __all__ = ["ChipState", "Entry", "arrangement", "chip_jobs", "chip_state", "clean_state", "clear", "commit_history",
-           "correctness_rows", "job_id_summaries", "read_entries", "run_prints", "touched_since", "write_entries"]
+           "correctness_rows", "entry_keys", "job_id_summaries", "read_entries", "run_prints", "touched_since",
+           "write_entries"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,16 @@ def read_entries(store: Store, chip: str, kind: str, names: Collection[str] | No
     with store.session() as session:
         return {name: Entry(key, bytes(payload), watermark) for name, key, payload, watermark in
                 query._plain_rows(session, statement)}
+
+
+def entry_keys(store: Store, chip: str, kind: str, names: Collection[str]) -> dict[str, tuple[str, int | None]]:
+    """The key and watermark of the chip's rows of ``kind`` named ``names``, by name (their payloads not read)."""
+    if not names:
+        return {}
+    with store.session() as session:
+        return {name: (key, watermark) for name, key, watermark in session.execute(
+            select(AnalysisCache.name, AnalysisCache.key, AnalysisCache.watermark).where(
+                AnalysisCache.chip == chip, AnalysisCache.kind == kind, AnalysisCache.name.in_(list(names))))}
 
 
 def _upsert(dialect: str):

@@ -260,8 +260,9 @@ def _stamp() -> str:
 class SiteAnalysis:
     """The histories and the regression list (``analyse``) and then the history pages, in a forked process
     (``pages.ForkedWork``, where ``pages.can_fork``) while the report loads what the chip pages show: the regression
-    list and the pages' frame come back first (``regressions``), the pages when written (``history.finish``). What
-    the process did not deliver is done in the report's own; the site is the same either way."""
+    list and the pages' frame come back first (``regressions``), the pages when written (``history.finish``); then
+    it stores the analysis cache's rows, and the report waits for it to end once the site is written (``collect``).
+    What the process did not deliver is done in the report's own; the site is the same either way."""
 
     def __init__(self, out_dir: str | Path, *, change_points: bool, last: int | None, cache: bool,
                  commit_urls: dict[str, str], generated_at: str) -> None:
@@ -275,9 +276,11 @@ class SiteAnalysis:
         if render_pages.can_fork() and store.shared_by_processes:
             self._work = ForkedWork(self._in_child)
 
-    def _analyse(self, timings: dict[str, float]) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence]]:
+    def _analyse(self, timings: dict[str, float], deferred_writes: list[Callable[[], None]] | None = None
+                 ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence]]:
         histories, regressions, _ = analyse(self.store, self.chips, change_points=self.change_points, last=self.last,
-                                            use_cache=self.cache, timings=timings, states=self.states)
+                                            use_cache=self.cache, timings=timings, states=self.states,
+                                            deferred_writes=deferred_writes)
         return histories, regressions
 
     def _pages(self, histories: dict[str, list[SeriesHistory]], regressions: list[RegressionEvidence]
@@ -289,11 +292,14 @@ class SiteAnalysis:
     def _in_child(self, send: Callable[[Any], None]) -> None:
         self.store.forked()
         timings: dict[str, float] = {}
+        deferred: list[Callable[[], None]] = []
         with cache_log() as notes:
-            histories, regressions = self._analyse(timings)
+            histories, regressions = self._analyse(timings, deferred)
         pages = self._pages(histories, regressions)
         send((regressions, timings, notes, pages.frame))
         send(pages.render())
+        for store_rows in deferred:  # the analysis cache's rows, once the report has what it waits for
+            store_rows()
 
     def regressions(self, timings: dict[str, float]) -> list[RegressionEvidence]:
         """The regression list (``timings`` gets the analysis' phases, and how long this process waited for them);
@@ -318,9 +324,16 @@ class SiteAnalysis:
     def _pages_sent(self) -> tuple[bool, Any]:
         assert self._work is not None
         found = self._work.receive()
-        self._work.close()
-        self._work = None
+        if not found[0]:  # it ended: reaped
+            self._work = None
         return found
+
+    def collect(self) -> None:
+        """Wait for the analysis' process to end, once the site is written: it stores the analysis cache's rows
+        after it sent the history pages."""
+        if self._work is not None:
+            self._work.close()
+            self._work = None
 
     def _redo(self) -> HistoryPages:
         return self._pages(*self._analyse({}))
@@ -369,6 +382,7 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
         data.timings["evidence pages"] = early.seconds
         index = render(data, out_dir, store=store, incremental=cache, history=analysis.history,
                        generated_at=generated_at, early=early)
+        analysis.collect()
     finally:
         analysis.abandon()
     if timings is not None:

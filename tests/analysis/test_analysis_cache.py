@@ -606,3 +606,99 @@ def test_job_id_summaries_that_do_not_add_up_are_summed_anew(db, change):
             np.random.default_rng(3), 4e-3), inner=1))
     assert analysis_cache.job_id_summaries(db) == _job_ids_summed(db) != before
     assert_same_as_uncached(db)
+
+
+def test_the_compiled_search_loads_while_the_stored_chips_are_read(db, monkeypatch):
+    """After a new run on one chip, the change-point search's compiled code starts loading in a thread of its own
+    (numba: ~0.5 s) before the other chip's stored analysis is read, and no thread of it outlives the analysis;
+    with nothing to compute it is not loaded at all. The results are the uncached ones."""
+    import threading
+
+    from harness.analysis import segment_search
+
+    build(db)
+    analysed(db)
+    finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9)), minutes=200))
+    plain = analysed(db, use_cache=False)[:2]
+    order: list[str] = []
+    warm_up, stored = segment_search.warm_up_in_background, cache._stored_chip
+    monkeypatch.setattr(segment_search, "warm_up_in_background", lambda: order.append("warm-up") or warm_up())
+    monkeypatch.setattr(cache, "_stored_chip", lambda store, chip, *a: order.append(f"read {chip}") or stored(
+        store, chip, *a))
+    threads = threading.active_count()
+    assert analysed(db)[:2] == plain
+    assert order == ["warm-up", "read chip-b"] and threading.active_count() == threads
+    order.clear()
+    assert analysed(db)[:2] == plain
+    assert order == ["read chip-a", "read chip-b"]
+
+
+def test_a_search_after_its_warm_up_is_the_plain_one_and_no_thread_is_left():
+    import threading
+
+    from harness.analysis import segment_search
+    from harness.analysis.history import _optimal_segments_many
+
+    if not segment_search.available():
+        pytest.skip("numba is not importable here")
+    values = np.random.default_rng(3).normal(size=(3, 60)).cumsum(axis=1)
+    penalty = np.full(3, 2.0)
+    segment_search.warm_up_in_background()
+    compiled = _optimal_segments_many(values, 2 * penalty, penalty, min_segment=3, min_drift_length=8)
+    assert threading.active_count() == 1 or not any(t.name == "segment-search-warm-up" and t.is_alive()
+                                                    for t in threading.enumerate())
+    plain = _optimal_segments_many(values, 2 * penalty, penalty, min_segment=3, min_drift_length=8, compiled=False)
+    assert all(np.array_equal(a, b) for a, b in zip(compiled, plain, strict=True))
+
+
+def test_deferred_cache_writes_are_stored_only_when_made(db):
+    """``analyse(deferred_writes=[...])`` stores nothing of a chip it computes itself: the calls it hands back store
+    the rows, and the analysis after them reuses them."""
+    build(db, commits=8)
+    analysed(db)
+    finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
+    plain = analysed(db, use_cache=False)[:2]
+
+    def rows() -> dict:
+        with db.session() as session:
+            return dict(session.execute(select(AnalysisCache.name, AnalysisCache.key).where(
+                AnalysisCache.chip == "chip-a", AnalysisCache.kind.in_(["chip", "families"]))).all())
+
+    before = rows()
+    deferred: list = []
+    histories, regressions, found = cache.analyse(db, query.chip_keys(db), deferred_writes=deferred)
+    assert (repr(histories), repr(regressions)) == plain and found.chips_reused == 1 and len(deferred) == 1
+    assert rows() == before
+    deferred[0]()
+    assert rows() != before
+    again = analysed(db)
+    assert again[:2] == plain and again[2].chips_reused == 2
+
+
+def test_the_reports_analysis_stores_its_cache_rows_after_its_history_pages(db, tmp_path, monkeypatch):
+    """In the report's forked analysis the chip's rows (16 MB at 1,000 commits) are written after the history pages
+    are sent, not before the regression list; the report returns once they are stored."""
+    from harness.core import fork
+    from harness.render import pages as render_pages
+
+    if not fork.can_fork() or not db.shared_by_processes:
+        pytest.skip("the report forks no analysis here")
+    build(db, commits=8)
+    site.build_report(db, tmp_path / "site")
+    finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
+    events = tmp_path / "events"
+    flush, render = cache._flush, render_pages.HistoryPages.render
+
+    def noted(what: str):  # noqa: ANN202
+        with events.open("a") as out:
+            out.write(f"{what} {os.getpid()}\n")
+
+    monkeypatch.setattr(cache, "_flush", lambda store, chip, *a: noted(f"rows {chip}") or flush(store, chip, *a))
+    monkeypatch.setattr(render_pages.HistoryPages, "render", lambda self: (render(self), noted("pages"))[0])
+    site.build_report(db, tmp_path / "site")
+    lines = [line.split() for line in events.read_text().splitlines()]
+    assert [what for what, *_ in lines] == ["pages", "rows"] and lines[0][-1] == lines[1][-1] != str(os.getpid())
+    with db.session() as session:  # stored by the time the report returned
+        assert session.scalar(select(AnalysisCache.watermark).where(AnalysisCache.chip == "chip-a",
+                                                                    AnalysisCache.kind == "chip"))
+    assert analysed(db)[2].chips_reused == 2
