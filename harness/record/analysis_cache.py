@@ -3,9 +3,10 @@
 The ``analysis_cache`` table holds derived results as opaque payloads, one row per (chip, kind, name), each with the
 ``key`` (a digest of the inputs it was computed from) under which it may be reused.  This module reads and writes
 those rows (``read_entries``, ``write_entries``: an upsert, so concurrent reports never collide), and reads what the
-keys are made of without touching samples: the chip's runs with an index-only summary of their job ids
-(``chip_state``: a run's fingerprint changes when it is added, deleted, reaped or finished, re-dated, made dirty or
-clean, or gains or loses jobs -- a bundle import adds runs like any writer), plus the runs that gained samples since
+keys are made of without touching samples: the chip's runs with a summary of their job ids (``chip_state``: a run's
+fingerprint changes when it is added, deleted, reaped or finished, re-dated, made dirty or clean, or gains or loses
+jobs -- a bundle import adds runs like any writer; the summaries are kept in a row of their own and brought up to
+date from the jobs added since, ``job_id_summaries``), plus the runs that gained samples since
 a sample id (``touched_since``: a later trial of a stored job adds samples without adding a job).  It also loads the
 samples of chosen commits only (``commit_history``): the cells of a commit that changed, not the chip's whole history.
 """
