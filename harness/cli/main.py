@@ -20,9 +20,9 @@ COMMANDS = ("run", "chips", "report", "compare", "noise", "variants", "bundle", 
 ANALYSIS_VERBS = ("report", "compare", "variants", "noise")
 """The verbs that read and analyse the database and start no timed job: their BLAS runs on one thread (set in the
 environment before numpy loads, unless set already). A report shares the cores between processes of its own
-(``harness.core.fork``), and an idle BLAS pool's threads spin on the cores the others need: on 2 cores, about a
-sixth of the CPU time of a report after one new run. A verb that starts jobs is not among them: the job
-processes inherit the environment, and their timing protocol decides their threads."""
+(``harness.core.fork``), and an idle BLAS pool's threads spin on the cores the others need: on 2 cores, 7-25 % of
+the user CPU time of a report after one new run in three measured pairs. A verb that starts jobs is not among
+them: the job processes inherit the environment, and their timing protocol decides their threads."""
 
 
 def _invoked_verb(argv: list[str]) -> str | None:
