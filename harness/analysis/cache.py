@@ -1046,12 +1046,12 @@ def _report_in(payload: bytes) -> CompareReport:
 
 class RunPrints:
     """``analysis_cache.run_prints`` of the runs asked for, each run read once (the pages of a report share runs),
-    their job ids summed once (``analysis_cache.job_id_summaries``)."""
+    their job ids summed once (``analysis_cache.job_id_summaries``, or ``jobs`` when the caller read them)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, jobs: analysis_cache.JobIds | None = None) -> None:
         self.store = store
         self._prints: dict[str, tuple[Any, ...] | None] = {}
-        self._jobs: analysis_cache.JobIds | None = None
+        self._jobs = jobs
 
     def __call__(self, run_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         missing = sorted({i for i in run_ids if i not in self._prints})
@@ -1131,12 +1131,12 @@ class NoiseRows:
 
     KIND = "noise"
 
-    def __init__(self, store: Store, *, use_cache: bool = True) -> None:
+    def __init__(self, store: Store, *, use_cache: bool = True, jobs: analysis_cache.JobIds | None = None) -> None:
         self.store, self.use_cache = store, use_cache
         self.shown: dict[str, set[str]] = {}
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
         self.reused = 0
-        self.run_prints = RunPrints(store)
+        self.run_prints = RunPrints(store, jobs)
 
     def __call__(self, chip: str, run_ids: Sequence[str]) -> list[NoiseRow]:
         if not self.use_cache:

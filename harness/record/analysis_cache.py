@@ -128,7 +128,7 @@ _RUN_COLUMNS = (Run.id, Run.commit_id, Run.dirty, Run.started_at, Run.finished_a
 
 JobIds = dict[str, tuple[int, int, int, int]]  # per run: the count, min, max and sum of its job ids
 
-_JOB_IDS = ("", "job-ids", "")  # the (chip, kind, name) of the row that keeps every run's ``JobIds``
+_JOB_IDS_CHIP, _JOB_IDS_KIND, _JOB_IDS_NAME = "", "job-ids", ""  # the row that keeps every run's ``JobIds``
 _JOB_IDS_FORMAT = "job-ids-1"  # that row's key: the payload's format
 
 
@@ -139,12 +139,13 @@ def job_id_summaries(store: Store) -> JobIds:
     jobs) where the table does not add up -- not as many jobs as it summed plus those above, or its highest job in
     another run now (a job deleted by other means, and its id taken again) -- or where its row is missing or
     unreadable. Stored again when it changed; a failed write costs only time."""
-    kept = _job_id_state(read_entries(store, _JOB_IDS[0], _JOB_IDS[1], [_JOB_IDS[2]]).get(_JOB_IDS[2]))
+    kept = _job_id_state(read_entries(store, _JOB_IDS_CHIP, _JOB_IDS_KIND, [_JOB_IDS_NAME]).get(_JOB_IDS_NAME))
     with store.session() as session:
         found = (_job_ids_added(session, kept) if kept is not None else None) or _job_ids_summed(session)
     if found is not kept:
         try:
-            write_entries(store, _JOB_IDS[0], _JOB_IDS[1], {_JOB_IDS[2]: Entry(_JOB_IDS_FORMAT, found.to_bytes())})
+            write_entries(store, _JOB_IDS_CHIP, _JOB_IDS_KIND,
+                          {_JOB_IDS_NAME: Entry(_JOB_IDS_FORMAT, found.to_bytes())})
         except SQLAlchemyError:  # a read-only database, a lock held too long: summed again next time
             pass
     return found.runs

@@ -163,7 +163,7 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     matrix = variant_matrix(store, commit, series=catalogue.series if catalogue is not None else None)
     timings["variant matrix"] = time.perf_counter() - start
     start = time.perf_counter()
-    noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache))
+    noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache, jobs=jobs))
     timings["noise"] = time.perf_counter() - start
     if analysis is not None:  # its regression list is taken when needed (``SiteAnalysis.regressions``)
         histories, regressions = {}, []
