@@ -23,10 +23,12 @@ What is kept, per chip (``analysis_cache.kind``):
   identities, the kernels broken at the head and the parameters.
 - ``correctness``: the chip's correctness job statuses and failures, keyed by all its runs' fingerprints (a
   correctness job is written once).
-- ``compare``, one row per (base, head) compare page the report shows (``ComparePages``): the ``harness compare``
-  report, keyed by the fingerprints of everything it reads -- both sides' runs and the runs the base side's history
-  floors come from (``analysis_cache.run_prints``: a run's fingerprint plus its highest sample id, read once per
-  report) -- and the parameters.  Rows of pairs the report no longer shows are deleted.
+- ``compare``, one row per pair of run sets a compare page the report shows compares (``ComparePages``): the
+  ``harness compare`` report, keyed by the fingerprints of everything it reads -- both sides' runs and the runs the
+  base side's history floors come from (``analysis_cache.run_prints``: a run's fingerprint plus its highest sample id,
+  read once per report) -- and the parameters.  A row is named by the runs, not by the refs: a regression's (base,
+  head) commits reuse the chip page's compare of the same two runs, named by run ids, with the sides as resolved now.
+  Rows of pairs the report no longer shows are deleted.
 - ``noise``, one row per chip page's (chip, runs) (``NoiseRows``): its noise meters, keyed as a compare page is (the
   runs and their history runs with their fingerprints).
 - ``chip``, one row per chip and options (dirty runs, window, change points): the chip's whole analysis -- every
@@ -48,6 +50,7 @@ recomputed; rows are written after the analysis (a failed write costs only time)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -1084,13 +1087,15 @@ class ComparePages:
         head_side = compare_module.resolve_side(self.store, head, chip)
         runs = [*base_side.run_ids, *head_side.run_ids, *query.history_run_ids(self.store, base_side.run_ids)]
         prints = self.run_prints(runs)
-        key = _digest(code_version(), base_side, head_side, sorted(prints.values()), self.min_effect, self.alpha)
-        name = _digest(base, head)[:32]
+        # compare reads the sides' runs only: its report on other refs to the same runs differs in the sides alone
+        compared = (tuple(base_side.run_ids), tuple(head_side.run_ids))
+        key = _digest(code_version(), *compared, sorted(prints.values()), self.min_effect, self.alpha)
+        name = _digest(chip, *compared)[:32]
         self.shown.setdefault(chip, set()).add(name)
         entry = analysis_cache.read_entries(self.store, chip, "compare", [name]).get(name)
         if entry is not None and entry.key == key:
             try:
-                report = _report_in(entry.payload)
+                report = dataclasses.replace(_report_in(entry.payload), base=base_side, head=head_side)
                 self.reused += 1
                 return report
             except (ValueError, TypeError, KeyError, zlib.error):  # unreadable: computed again below

@@ -182,9 +182,14 @@ class SeriesTrials(NamedTuple):
 
 def series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, SeriesTrials]:
     """Raw benchmark samples of the given runs per series (chip included), one array per trial (a run's job
-    process; rows stored before trials were recorded are one trial each); only finite positive samples."""
+    process; rows stored before trials were recorded are one trial each); only finite positive samples. Read once
+    per ``run_ids`` within ``Store.memoised`` (the arrays are shared: not to be changed)."""
     if not run_ids:
         return {}
+    return dict(store.memo(("series trials", *run_ids), lambda: _series_trials(store, run_ids)))
+
+
+def _series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, SeriesTrials]:
     with store.session() as session:
         rows = _plain_rows(session,  # tuples: SQLAlchemy's Row objects cost more than the query on 10^5 samples
             select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
@@ -242,10 +247,12 @@ def _history_runs(session: Session, graph: ancestry.Graph, runs: Sequence[Run], 
     return [run_id for run_id, _, _ in sorted(rows, key=lambda row: order[row[1]])][:limit]
 
 
-def _history_groups(session: Session, run_ids: Sequence[str], limit: int) -> Iterator[tuple[str, list[str]]]:
+def _history_groups(store: Store, session: Session, run_ids: Sequence[str], limit: int
+                    ) -> Iterator[tuple[str, list[str]]]:
     """Per (repository, chip) of the given runs: the chip's key and its history runs (:func:`_history_runs`)."""
     given = session.scalars(select(Run).where(Run.id.in_(list(run_ids)))).all()
-    graph = ancestry.load_graph(session, {run.commit.repo for run in given})
+    repos = sorted({run.commit.repo for run in given})
+    graph = store.memo(("commit graph", *repos), lambda: ancestry.load_graph(session, repos))
     for (_, _, chip_key), runs in groupby(sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
                                           key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
         yield chip_key, _history_runs(session, graph, list(runs), limit)
@@ -256,7 +263,7 @@ def history_run_ids(store: Store, run_ids: Sequence[str], limit: int = defaults.
     if not run_ids:
         return []
     with store.session() as session:
-        return [run_id for _, chosen in _history_groups(session, run_ids, limit) for run_id in chosen]
+        return [run_id for _, chosen in _history_groups(store, session, run_ids, limit) for run_id in chosen]
 
 
 def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS
@@ -269,7 +276,7 @@ def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.
         return {}
     medians: dict[SeriesKey, list[float]] = {}
     with store.session() as session:
-        for chip_key, chosen in _history_groups(session, run_ids, limit):
+        for chip_key, chosen in _history_groups(store, session, run_ids, limit):
             rows = session.execute(
                 select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.median_s)
                 .where(JobRecord.run_id.in_(chosen), JobRecord.kind == "benchmark", JobRecord.median_s.is_not(None)))

@@ -10,7 +10,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
 from operator import itemgetter
@@ -216,6 +216,27 @@ class Store:
 
     engine: Engine
     url: str
+    _memo: dict[Any, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @contextmanager
+    def memoised(self) -> Iterator[None]:
+        """Within it, the reads that go through ``memo`` are made once each: a report's pages read the same runs
+        again and again (the newest run's samples: its compare, noise and variant cells). They do not see what is
+        written meanwhile, as a report, which writes only its analysis cache, does not need to. Nested: one memo."""
+        outer = self._memo
+        self._memo = {} if outer is None else outer
+        try:
+            yield
+        finally:
+            self._memo = outer
+
+    def memo(self, key: Any, read: Callable[[], Any]) -> Any:
+        """``read()``, or within ``memoised`` its first answer for ``key`` (the caller must not change it)."""
+        if self._memo is None:
+            return read()
+        if key not in self._memo:
+            self._memo[key] = read()
+        return self._memo[key]
 
     @property
     def sessions(self) -> sessionmaker[Session]:

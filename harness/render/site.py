@@ -366,23 +366,25 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
     analysis = SiteAnalysis(out_dir, change_points=change_points, last=last, cache=cache, commit_urls=urls,
                             generated_at=generated_at)
     try:
-        data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache,
-                         analysis=analysis)
-        start = time.perf_counter()
+        with store.memoised():  # the pages read the newest runs again and again
+            data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache,
+                             analysis=analysis)
+            start = time.perf_counter()
 
-        def regressions() -> list[RegressionEvidence]:  # after the chip pages' compares (the analysis goes on)
-            data.regressions = analysis.regressions(data.timings)
-            return data.regressions
+            def regressions() -> list[RegressionEvidence]:  # after the chip pages' compares (the analysis goes on)
+                data.regressions = analysis.regressions(data.timings)
+                return data.regressions
 
-        # the chip pages' compare and samples pages while the analysis goes on: they do not depend on it
-        early = EvidencePages(out_dir, store, data.db_label, last=last, generated_at=generated_at, incremental=cache)
-        data.evidence = load_evidence(store, data.latest, regressions, cache=cache, links=(briefs, urls),
-                                      shown=early.render)
-        data.timings["evidence"] = time.perf_counter() - start
-        data.timings["evidence pages"] = early.seconds
-        index = render(data, out_dir, store=store, incremental=cache, history=analysis.history,
-                       generated_at=generated_at, early=early)
-        analysis.collect()
+            # the chip pages' compare and samples pages while the analysis goes on: they do not depend on it
+            early = EvidencePages(out_dir, store, data.db_label, last=last, generated_at=generated_at,
+                                  incremental=cache)
+            data.evidence = load_evidence(store, data.latest, regressions, cache=cache, links=(briefs, urls),
+                                          shown=early.render)
+            data.timings["evidence"] = time.perf_counter() - start
+            data.timings["evidence pages"] = early.seconds
+            index = render(data, out_dir, store=store, incremental=cache, history=analysis.history,
+                           generated_at=generated_at, early=early)
+            analysis.collect()
     finally:
         analysis.abandon()
     if timings is not None:

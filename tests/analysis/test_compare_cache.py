@@ -81,3 +81,17 @@ def test_an_unreadable_row_is_computed_again(db):
             row.payload = row.payload[:-5]
     again = cache.ComparePages(db)
     assert text(again.compare(*pairs()[0], "chip-a")) == expected and again.reused == 0
+
+
+def test_commit_refs_reuse_the_stored_compare_of_the_same_runs_named_by_run_ids(db):
+    """A report compares the chip page's newest run with the run before it (by run ids), and a regression found
+    later compares the same two runs by their commits: the second is the first's row, with its own sides."""
+    base_run, head_run = (compare.resolve_side(db, sha, "chip-a").run_ids[0] for sha in pairs()[0])
+    first = cache.ComparePages(db)
+    by_runs = first.compare(base_run, head_run, "chip-a")
+    first.flush()
+    later = cache.ComparePages(db)
+    by_commits = later.compare(*pairs()[0], "chip-a")
+    assert later.reused == 1
+    assert text(by_commits) == text(compare.compare(db, *pairs()[0], chip="chip-a"))
+    assert by_commits.base.kind == "commit" and by_runs.base.kind == "run" and by_commits.rows == by_runs.rows

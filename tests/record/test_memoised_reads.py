@@ -1,0 +1,72 @@
+"""``Store.memoised``: within it the memoised reads (a run set's samples, the commit graph) are made once each and
+give what a plain read gives; outside it, and after it, every call reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.core.job import JobResult
+from harness.record import ancestry, query, store
+from testkit.analysis import add_run, bench_job, grid_results, sha_of, timings
+
+
+@pytest.fixture
+def db(db):
+    rng = np.random.default_rng(5)
+    for i in range(4):
+        add_run(db, "chip-a", i, grid_results(rng, trials=2), minutes=10 * i)
+    return db
+
+
+def _counted(monkeypatch, module, name: str) -> list[int]:  # noqa: ANN001 - a module
+    """Counts the calls of ``module.name`` (one entry per call)."""
+    calls: list[int] = []
+    original = getattr(module, name)
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - passes everything on
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def _runs(db) -> list[str]:  # noqa: ANN001 - the store
+    return [query.resolve_ref(db, sha_of(i)).runs["chip-a"][-1] for i in range(4)]
+
+
+def _plain(found: dict) -> dict:
+    return {key: ([array.tolist() for array in value.trials], value.runs) for key, value in sorted(found.items())}
+
+
+def test_within_memoised_a_run_sets_samples_and_the_commit_graph_are_read_once(db, monkeypatch):
+    runs = _runs(db)
+    expected = _plain(query.series_trials(db, [runs[3]]))
+    expected_history = query.history_run_ids(db, [runs[3]])
+    reads = _counted(monkeypatch, query, "_series_trials")
+    graphs = _counted(monkeypatch, ancestry, "load_graph")
+    with db.memoised():
+        first = query.series_trials(db, [runs[3]])
+        first.clear()  # a caller's own dict: the memo keeps its answer
+        assert _plain(query.series_trials(db, [runs[3]])) == expected and len(reads) == 1
+        query.series_trials(db, runs[2:])  # another run set: read
+        assert len(reads) == 2
+        assert query.history_run_ids(db, [runs[3]]) == expected_history == query.history_run_ids(db, [runs[3]])
+        query.history_medians(db, [runs[2]])
+        assert len(graphs) == 1
+    query.series_trials(db, [runs[3]])
+    query.history_run_ids(db, [runs[3]])
+    assert len(reads) == 3 and len(graphs) == 2  # outside: every call reads
+
+
+def test_a_sample_written_after_the_memoised_block_is_read(db):
+    run = _runs(db)[3]
+    job = bench_job("swiglu", "unfused", {"B": 2, "H": 1, "S": 64, "D": 32})  # a series the run lacks
+    with db.memoised():
+        before = set(query.series_trials(db, [run]))
+        store.record_result(db, run, job, JobResult(job.key, "passed", samples=timings(
+            np.random.default_rng(1), 4e-3), inner=1))
+        assert set(query.series_trials(db, [run])) == before  # within: the first answer
+    after = set(query.series_trials(db, [run]))
+    assert len(after - before) == 1 and before < after
