@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import queue
 import signal
 import sys
 import threading
@@ -41,15 +42,13 @@ class ForkedWork:
                 gc.disable()
                 os.close(read)
                 with os.fdopen(write, "wb") as pipe:
-                    def send(value: Any, outcome: str = "ok") -> None:
-                        payload = pickle.dumps((outcome, value), protocol=pickle.HIGHEST_PROTOCOL)
-                        pipe.write(len(payload).to_bytes(8, "little") + payload)
-                        pipe.flush()
-
+                    writer = _Writer(pipe)
                     try:
-                        work(send)
+                        work(writer.send)
                     except Exception as exc:  # told to the parent, which does the work itself
-                        send(f"{type(exc).__name__}: {first_line(exc)}", "failed")
+                        writer.send(f"{type(exc).__name__}: {first_line(exc)}", "failed")
+                    finally:
+                        writer.close()
             finally:
                 os._exit(0)
         os.close(write)
@@ -93,3 +92,35 @@ class ForkedWork:
             except ProcessLookupError:
                 pass
         self.close()
+
+
+class _Writer:
+    """The child's end of the pipe: ``send`` pickles a value and goes on while a thread of its own writes it (a pipe
+    holds 64 KiB: a larger value written here would hold the child until the parent reads it, and the parent reads
+    when it needs the value -- the report's analysis sends its results, then writes the history pages meanwhile).
+    ``close`` waits until everything sent is written (or the parent is gone)."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def send(self, value: Any, outcome: str = "ok") -> None:
+        payload = pickle.dumps((outcome, value), protocol=pickle.HIGHEST_PROTOCOL)
+        if self._thread is None:  # started on the first value: the child's work may fork before it sends
+            self._thread = threading.Thread(target=self._drain, name="forked-work-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(len(payload).to_bytes(8, "little") + payload)
+
+    def _drain(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            try:
+                self._pipe.write(chunk)
+                self._pipe.flush()
+            except OSError:  # the parent stopped reading (it abandoned the work): nothing more to write
+                return
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()

@@ -805,7 +805,9 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     if early is not None:
         early.merge_into(site)
 
-    pages = history.finish(site)
+    # what the other pages read of the history pages is known before those are written: they are rendered while
+    # the history pages' process still writes (``finish``, below, waits for it)
+    pages = history.frame.summaries
     pages_of_chip: dict[str, list[Any]] = defaultdict(list)
     for summary_of_page in pages:
         pages_of_chip[summary_of_page.chip].append(summary_of_page)
@@ -850,6 +852,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                        history=page_names, n_regressions=len(regressions),
                        n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
                        n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows)))
+    history.finish(site)
     _finish(out, site.previous, site.manifest, manifests, site.incremental, site.stats)
     log.info("pages: %s", site.stats.summary())
     return out / "index.html"

@@ -25,7 +25,7 @@ from harness.record.outbox import open_store
 from harness.render import pages, site
 from harness.render.site import build_report
 from reports.evidence import compare_page_name
-from reports.render import history_page_name, kernel_history_page_name, render_site
+from reports.render import chip_page_name, history_page_name, kernel_history_page_name, render_site
 from tests.render.test_compare_page import APPLE, NVIDIA, SHAS, add_run, build_store
 
 URL_TEMPLATE = "https://git.example.com/kernels/commit/{sha}"
@@ -352,6 +352,23 @@ def test_history_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(
     after = mtimes(tmp_path / "forked")
     history = [name for name in before if name.startswith("history")]
     assert history and all(before[name] == after[name] for name in history)
+
+
+@pytest.mark.parametrize("forks", [True, False])
+def test_the_other_pages_are_written_before_the_report_waits_for_the_history_pages(store, tmp_path, monkeypatch,
+                                                                                   forks):
+    """The index and chip pages read only the history pages' summaries, known before the pages are written: they
+    are rendered while the history pages' process (or, without one, this one later) writes them."""
+    out = tmp_path / "site"
+    seen: list[tuple[str, bool]] = []
+    for kind in (pages.HistoryPages, pages.DeliveredHistoryPages):
+        def finish(self, into, original=kind.finish):  # noqa: ANN001, ANN202 - the method's own
+            seen.append(((out / "index.html").exists(), (out / chip_page_name(APPLE.key)).exists()))
+            return original(self, into)
+        monkeypatch.setattr(kind, "finish", finish)
+    monkeypatch.setattr(pages, "can_fork", lambda: forks)
+    build(store, out)
+    assert seen == [(True, True)]  # one wait, after both were written
 
 
 def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
