@@ -31,6 +31,10 @@ What is kept, per chip (``analysis_cache.kind``):
   Rows of pairs the report no longer shows are deleted.
 - ``noise``, one row per chip page's (chip, runs) (``NoiseRows``): its noise meters, keyed as a compare page is (the
   runs and their history runs with their fingerprints).
+- ``variants``, one row per chip (``VariantCells``): what the variant matrix reads of the samples of its cells on
+  the chip (each cell's trial log medians and counts, ``trials.measure``), keyed by the cells with their runs, the
+  default variants and the runs' fingerprints; the matrix's verdicts (moderation and BH across every chip's cells)
+  are computed from all chips' rows each time.
 - ``chip``, one row per chip and options (dirty runs, window, change points): the chip's whole analysis -- every
   series' history points and change points, and its regression list -- keyed by the code version, the parameters,
   the history order with each commit's identity (``analysis_cache.arrangement``) and the fingerprints of all its
@@ -79,6 +83,7 @@ from harness.analysis import noise as noise_module
 from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis import segment_search
+from harness.analysis import variants as variants_module
 from harness.analysis.history import (
     Flags,
     by_series_key,
@@ -141,8 +146,8 @@ def replay_log(notes: Sequence[str]) -> None:
 FORMAT = 1  # of the payloads below
 _MAGIC = b"HARNESS-CELLS\n"
 # The code whose results are cached: any change to it (or to numpy / scipy) is a new version, every key changes.
-_SOURCES = (history_module, segment_search, regressions_module, records_module, compare_module, noise_module, stats,
-            distributions, trials, defaults, query, analysis_cache, ancestry)
+_SOURCES = (history_module, segment_search, regressions_module, records_module, compare_module, noise_module,
+            variants_module, stats, distributions, trials, defaults, query, analysis_cache, ancestry)
 
 
 @cache
@@ -1164,6 +1169,87 @@ class NoiseRows:
                              separators=(",", ":"))
         self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, payload.encode())
         return rows
+
+    def flush(self) -> None:
+        if self.use_cache:
+            _store_shown(self.store, self.KIND, self.shown, self.computed)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The variant matrix's cells
+# ---------------------------------------------------------------------------------------------------------------
+
+_CELLS_MAGIC = b"HARNESS-VARIANT-CELLS\n"
+_MEASURED_INTS = ("trials_base", "trials_head", "samples_base", "samples_head", "df")
+_MEASURED_FLOATS = ("effect", "variance")
+
+
+def _measured_out(keys: Sequence[variants_module.Cell], measured: trials.Measured) -> bytes:
+    logs = [side for pair in measured.logs for side in pair]
+    body = b"".join([*(np.ascontiguousarray(getattr(measured, name), dtype=np.int64).tobytes()
+                       for name in _MEASURED_INTS),
+                     *(np.ascontiguousarray(getattr(measured, name), dtype=np.float64).tobytes()
+                       for name in _MEASURED_FLOATS),
+                     np.ascontiguousarray(np.concatenate(logs) if logs else np.zeros(0), dtype=np.float64).tobytes()])
+    return _frame(_CELLS_MAGIC, {"keys": [list(key) for key in keys]}, body)
+
+
+def _measured_in(payload: bytes) -> tuple[list[variants_module.Cell], trials.Measured] | None:
+    """``_measured_out``'s cells and measurements; None when unreadable."""
+    try:
+        if (framed := _unframe(payload, _CELLS_MAGIC)) is None:
+            return None
+        header, body = framed
+        keys = [tuple(str(part) for part in key) for key in header["keys"]]
+        n, offset, columns = len(keys), 0, {}
+        for name in (*_MEASURED_INTS, *_MEASURED_FLOATS):
+            dtype = np.int64 if name in _MEASURED_INTS else np.float64
+            columns[name] = np.frombuffer(body, dtype=dtype, count=n, offset=offset).copy()
+            offset += n * 8
+        logs_flat = np.frombuffer(body, dtype=np.float64, offset=offset).copy()
+        sizes = [int(size) for pair in zip(columns["trials_base"], columns["trials_head"], strict=True)
+                 for size in pair]
+        if sum(sizes) != logs_flat.size or any(len(key) != 5 for key in keys):
+            return None
+        sides = np.split(logs_flat, np.cumsum(sizes)[:-1]) if sizes else []
+        logs = list(zip(sides[0::2], sides[1::2], strict=True))
+        return keys, trials.Measured(**columns, logs=logs)
+    except (ValueError, KeyError, TypeError, struct.error):
+        return None
+
+
+class VariantCells:
+    """``variants.measure_cells`` of each chip the variant matrix compares (``variants.MeasureCells``), reused from
+    the analysis cache (kind ``variants``, a row per chip) while the chip's cells compare the same runs and those
+    runs' fingerprints (``RunPrints``: their jobs and highest sample id) are the same: after a new run on one chip the
+    others' samples are not read. ``flush`` stores what was measured. ``use_cache=False``: measured, nothing stored."""
+
+    KIND, NAME = "variants", "cells"
+
+    def __init__(self, store: Store, *, use_cache: bool = True, jobs: analysis_cache.JobIds | None = None) -> None:
+        self.store, self.use_cache = store, use_cache
+        self.shown: dict[str, set[str]] = {}
+        self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
+        self.reused = 0
+        self.run_prints = RunPrints(store, jobs)
+
+    def __call__(self, store: Store, chip: str, cells: Mapping[variants_module.Cell, tuple[str, ...]],
+                 defaults: Mapping[str, str]) -> tuple[list[variants_module.Cell], trials.Measured]:
+        if not self.use_cache:
+            return variants_module.measure_cells(store, chip, cells, defaults)
+        prints = self.run_prints(sorted({run for runs in cells.values() for run in runs}))
+        key = _digest(code_version(), sorted(cells.items()), sorted(defaults.items()), sorted(prints.items()))[:40]
+        self.shown.setdefault(chip, set()).add(self.NAME)
+        try:
+            entry = analysis_cache.read_entries(store, chip, self.KIND, [self.NAME]).get(self.NAME)
+        except SQLAlchemyError:
+            entry = None
+        if entry is not None and entry.key == key and (found := _measured_in(entry.payload)) is not None:
+            self.reused += 1
+            return found
+        keys, measured = variants_module.measure_cells(store, chip, cells, defaults)
+        self.computed.setdefault(chip, {})[self.NAME] = analysis_cache.Entry(key, _measured_out(keys, measured))
+        return keys, measured
 
     def flush(self) -> None:
         if self.use_cache:

@@ -201,21 +201,21 @@ def _pairs(data: query.ChipHistory, broken: set[tuple[int, str]], heads: npt.NDA
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _measured(cells: _Cells, counts: npt.NDArray[np.int64], pairs: _Pairs) -> trials._Measured:
+def _measured(cells: _Cells, counts: npt.NDArray[np.int64], pairs: _Pairs) -> trials.Measured:
     """``compare_trials``' per-series measurements of every pair, from the cell summaries."""
     trials_base, trials_head = cells.trials[pairs.base_cell], cells.trials[pairs.head_cell]
     df = np.maximum(trials_base - 1, 0) + np.maximum(trials_head - 1, 0)
     squares = cells.squares[pairs.base_cell] + cells.squares[pairs.head_cell]
     with np.errstate(invalid="ignore", divide="ignore"):
         variance = np.where(df > 0, squares / np.maximum(df, 1), math.nan)
-    return trials._Measured(trials_base=trials_base, trials_head=trials_head, samples_base=counts[pairs.base_cell],
+    return trials.Measured(trials_base=trials_base, trials_head=trials_head, samples_base=counts[pairs.base_cell],
                             samples_head=counts[pairs.head_cell],
                             effect=cells.mean_log[pairs.head_cell] - cells.mean_log[pairs.base_cell],
                             variance=variance, df=df)
 
 
-def _slice(measured: trials._Measured, span: slice) -> trials._Measured:
-    return trials._Measured(measured.trials_base[span], measured.trials_head[span], measured.samples_base[span],
+def _slice(measured: trials.Measured, span: slice) -> trials.Measured:
+    return trials.Measured(measured.trials_base[span], measured.trials_head[span], measured.samples_base[span],
                             measured.samples_head[span], measured.effect[span], measured.variance[span],
                             measured.df[span])
 
@@ -247,7 +247,7 @@ class _Screened:
                 self.ci_low > (1.0 + min_effect) * (1 - _SCREEN_SLACK))
 
 
-def _screen(measured: trials._Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.float64],
+def _screen(measured: trials.Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.float64],
             floor_runs: npt.NDArray[np.int64], runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], *,
             alpha: float) -> _Screened:
     """The same steps on the same numbers as ``compare_trials`` of each family: the moderation prior per family

@@ -8,7 +8,7 @@ partial run never hides a kernel.  Runs, samples and failures come from ``harnes
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,7 @@ from harness.record import query
 from harness.record.query import SeriesKey
 from harness.record.store import Store
 
-__all__ = ["OUTCOME_ORDER", "default_variants", "tuning_drift", "variant_matrix"]
+__all__ = ["OUTCOME_ORDER", "MeasureCells", "default_variants", "measure_cells", "tuning_drift", "variant_matrix"]
 
 OUTCOME_ORDER = ("broken", "lose", "win", "inconclusive", "tie")
 """Display order of variant cells."""
@@ -105,6 +105,34 @@ def _cell_runs(presence: _Presence, defaults: Mapping[str, str], pooled: bool) -
     return chosen
 
 
+MeasureCells = Callable[[Store, str, Mapping[Cell, tuple[str, ...]], Mapping[str, str]],
+                        tuple[list[Cell], trials.Measured]]
+"""One chip's cells -> the cells with trials on both sides, in key order, and their ``trials.measure``
+(``measure_cells``, or the analysis cache's ``VariantCells``)."""
+
+
+def measure_cells(store: Store, chip: str, cells: Mapping[Cell, tuple[str, ...]], defaults: Mapping[str, str]
+                  ) -> tuple[list[Cell], trials.Measured]:
+    """The cells of one chip (cell -> its runs) whose variant and default both have trials in the cell's runs, in
+    key order, and ``trials.measure`` of their (default, variant) trials: what the matrix reads of the samples."""
+    by_run = {run: query.series_trials(store, [run]) for run in sorted({r for runs in cells.values() for r in runs})}
+
+    def trials_of(runs: tuple[str, ...], kernel: str, variant: str, dtype: str, shape_key: str
+                  ) -> list[npt.NDArray[np.float64]]:
+        key = SeriesKey(kernel, variant, dtype, shape_key, chip)
+        return [array for run in runs if key in by_run[run] for array in by_run[run][key].trials]
+
+    keys, pairs = [], []
+    for cell, runs in sorted(cells.items()):
+        kernel, dtype, shape_key, variant, _ = cell
+        baseline, values = trials_of(runs, kernel, defaults[kernel], dtype, shape_key), trials_of(
+            runs, kernel, variant, dtype, shape_key)
+        if baseline and values:
+            keys.append(cell)
+            pairs.append((baseline, values))
+    return keys, trials.measure(pairs)
+
+
 def _cell(key: Cell, default: str, verdict: stats.VariantVerdict, runs: tuple[str, ...], sha: str, *,
           host_paced: bool = False) -> VariantCell:
     kernel, dtype, shape_key, variant, chip = key
@@ -143,6 +171,7 @@ def variant_matrix(
     alpha: float = stats.DEFAULT_ALPHA,
     defaults: Mapping[str, str] | None = None,
     series: Mapping[SeriesKey, bool] | None = None,
+    measure: MeasureCells | None = None,
 ) -> VariantMatrix:
     """Each variant vs its kernel's default variant, per (kernel, dtype, shape, chip), BH across the whole matrix.
 
@@ -153,14 +182,14 @@ def variant_matrix(
     (kernel -> default variant) overrides ``kernels.REGISTRY``; kernels known to neither are left out. ``gaps``
     names, per chip, each variant of a compared row that has no verdict there and why; ``shared`` counts the rows
     with verdicts on two chips or more. ``series``: ``query.benchmark_series(store)`` when the caller has it (read
-    otherwise; not used with ``commit``).
+    otherwise; not used with ``commit``). ``measure``: what reads each chip's cells' samples (``measure_cells``, by
+    default; the report's analysis cache keeps them, ``VariantCells``).
     """
     defaults = {**default_variants(), **(defaults or {})}
     side = resolve_side(store, commit) if commit is not None else None
     presence = _presence(store, side.run_ids if side is not None else None, defaults, series)
     cell_runs = _cell_runs(presence, defaults, pooled=side is not None)
     used = sorted({run for runs in cell_runs.values() for run in runs})
-    by_run = {run: query.series_trials(store, [run]) for run in used}
     modes = {run: query.timing_modes(store, [run]) for run in used}
     host_paced = query.host_paced_series(store, used)
     failures = [CorrectnessFailure(*row) for row in query.correctness_failures(store, side.run_ids if side else used)]
@@ -169,25 +198,23 @@ def variant_matrix(
     else:
         failed = {(f.run_id, f.kernel, f.variant) for f in failures}
 
-    def trials_of(runs: tuple[str, ...], kernel: str, variant: str, dtype: str, shape_key: str, chip: str
-                  ) -> list[npt.NDArray[np.float64]]:
-        key = SeriesKey(kernel, variant, dtype, shape_key, chip)
-        return [array for run in runs if key in by_run[run] for array in by_run[run][key].trials]
-
     def mode_of(runs: tuple[str, ...], kernel: str, variant: str, dtype: str, shape_key: str, chip: str) -> str:
         key = SeriesKey(kernel, variant, dtype, shape_key, chip)
         return "+".join(sorted({part for run in runs for part in modes[run].get(key, "").split("+") if part}))
 
-    grid: dict[Cell, tuple[list[npt.NDArray[np.float64]], list[npt.NDArray[np.float64]]]] = {}
-    broken, mixed = set(), set()
+    of_chip: dict[str, dict[Cell, tuple[str, ...]]] = {}
     for cell, runs in cell_runs.items():
+        of_chip.setdefault(cell[4], {})[cell] = runs
+    keys: list[Cell] = []
+    parts = []
+    for chip, cells in sorted(of_chip.items()):
+        chip_keys, chip_measured = (measure or measure_cells)(store, chip, cells, defaults)
+        keys += chip_keys
+        parts.append(chip_measured)
+    broken, mixed = set(), set()
+    for cell in keys:
         kernel, dtype, shape_key, variant, chip = cell
-        default = defaults[kernel]
-        baseline, values = (trials_of(runs, kernel, default, dtype, shape_key, chip),
-                            trials_of(runs, kernel, variant, dtype, shape_key, chip))
-        if not baseline or not values:
-            continue
-        grid[cell] = (baseline, values)
+        runs, default = cell_runs[cell], defaults[kernel]
         if any((run, kernel, name) in failed for run in runs for name in (variant, default)):
             broken.add(cell)
         # A variant and its default measured in the same runs, their trials interleaved: the spread between trials
@@ -195,7 +222,8 @@ def variant_matrix(
         if not same_mode(mode_of(runs, kernel, default, dtype, shape_key, chip) or None,
                          mode_of(runs, kernel, variant, dtype, shape_key, chip) or None):
             mixed.add(cell)
-    verdicts = trials.variant_trials_grid(grid, min_effect=min_effect, alpha=alpha, broken=broken, incomparable=mixed)
+    verdicts = trials.variant_measured_grid(keys, trials.concat_measured(parts), min_effect=min_effect, alpha=alpha,
+                                            broken=broken, incomparable=mixed)
     cells = {key: _cell(key, defaults[key[0]], verdict, cell_runs[key], presence.shas[cell_runs[key][0]],
                         host_paced=any(SeriesKey(key[0], name, key[1], key[2], key[4]) in host_paced
                                        for name in (key[3], defaults[key[0]])))

@@ -172,7 +172,7 @@ import dataclasses
 import math
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -188,11 +188,16 @@ __all__ = [
     "NoiseMeter",
     "TrialComparison",
     "Trials",
+    "Measured",
+    "compare_measured",
     "compare_trials",
+    "concat_measured",
     "history_floor",
+    "measure",
     "MIN_SERIES_TO_MODERATE",
     "min_trials_alone",
     "noise_meter",
+    "variant_measured_grid",
     "variant_trials_grid",
 ]
 
@@ -286,8 +291,9 @@ def _valid_trials(trials: Trials) -> list[npt.NDArray[np.float64]]:
 
 
 @dataclass(frozen=True)
-class _Measured:
-    """Per-series arrays (one entry per series, in call order)."""
+class Measured:
+    """Per-series arrays (one entry per series, in call order): what ``measure`` takes of each pair's trials, all a
+    comparison reads of them (``compare_measured``)."""
 
     trials_base: npt.NDArray[np.int64]
     trials_head: npt.NDArray[np.int64]
@@ -324,7 +330,23 @@ def _batch_log_medians(sides: Sequence[Trials]) -> list[tuple[npt.NDArray[np.flo
     return out
 
 
-def _measure(pairs: Sequence[tuple[Trials, Trials]]) -> _Measured:
+def measure(pairs: Sequence[tuple[Trials, Trials]]) -> Measured:
+    """Each (base, head) pair's valid trials: their log medians, counts and pooled spread."""
+    return _measure(pairs)
+
+
+def concat_measured(parts: Sequence[Measured]) -> Measured:
+    """The series of ``parts``, in order, as one ``Measured`` (each part's series measured alone: the same values)."""
+    def joined(name: str, dtype: type) -> npt.NDArray[Any]:
+        return np.concatenate([getattr(part, name) for part in parts]) if parts else np.zeros(0, dtype=dtype)
+
+    return Measured(trials_base=joined("trials_base", np.int64), trials_head=joined("trials_head", np.int64),
+                    samples_base=joined("samples_base", np.int64), samples_head=joined("samples_head", np.int64),
+                    effect=joined("effect", np.float64), variance=joined("variance", np.float64),
+                    df=joined("df", np.int64), logs=[pair for part in parts for pair in part.logs])
+
+
+def _measure(pairs: Sequence[tuple[Trials, Trials]]) -> Measured:
     measured = _batch_log_medians([side for pair in pairs for side in pair])
     sides = list(zip(measured[0::2], measured[1::2], strict=True))
     trials_base = np.array([b[0].size for b, _ in sides], dtype=np.int64)
@@ -336,7 +358,7 @@ def _measure(pairs: Sequence[tuple[Trials, Trials]]) -> _Measured:
         df = np.maximum(trials_base - 1, 0) + np.maximum(trials_head - 1, 0)
         squares = np.array([_squared_deviations(b[0]) + _squared_deviations(h[0]) for b, h in sides])
         variance = np.where(df > 0, squares / np.maximum(df, 1), math.nan)
-    return _Measured(
+    return Measured(
         trials_base=trials_base,
         trials_head=trials_head,
         samples_base=np.array([b[1] for b, _ in sides], dtype=np.int64),
@@ -393,7 +415,7 @@ def _fit_prior(variance: npt.NDArray[np.float64], df: npt.NDArray[np.int64]) -> 
     return _Prior(s0_squared, d0)
 
 
-def _moderate(measured: _Measured, prior: _Prior) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def _moderate(measured: Measured, prior: _Prior) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Posterior variance and its df; series with df == 0 keep nan (they do not get the prior)."""
     df = measured.df.astype(np.float64)
     if prior.df > 0:
@@ -439,7 +461,7 @@ def _floor_terms(
 
 
 def _spread(
-    measured: _Measured,
+    measured: Measured,
     variance: npt.NDArray[np.float64],
     total_df: npt.NDArray[np.float64],
     floor_term: npt.NDArray[np.float64],
@@ -626,7 +648,7 @@ def _decide_row(row: _Row, p_adjusted: float, prior_df: float, settings: _Settin
     )
 
 
-def _rows(measured: _Measured, spread: _Spread, tested: _Tested, variance: npt.NDArray[np.float64],
+def _rows(measured: Measured, spread: _Spread, tested: _Tested, variance: npt.NDArray[np.float64],
           alone: bool) -> list[_Row]:
     """``alone``: no moderation prior, so a series on basis ``trials`` is judged on its own trials only."""
     rows = []
@@ -693,8 +715,26 @@ def compare_trials(
     and differ from the other on run-level evidence, turns it off.  See the module docstring.
     """
     keys = list(pairs)
+    return compare_measured(keys, _measure([pairs[key] for key in keys]), floors=floors, runs=runs,
+                            same_session=same_session, min_effect=min_effect, alpha=alpha, broken=broken,
+                            incomparable=incomparable, rank_check=rank_check)
+
+
+def compare_measured(
+    keys: Sequence[K],
+    measured: Measured,
+    *,
+    floors: Mapping[K, Floor] | None = None,
+    runs: Mapping[K, tuple[int, int]] | None = None,
+    same_session: bool = False,
+    min_effect: float = defaults.MIN_EFFECT,
+    alpha: float = defaults.ALPHA,
+    broken: Collection[K] = (),
+    incomparable: Collection[K] = (),
+    rank_check: bool = True,
+) -> dict[K, TrialComparison]:
+    """``compare_trials`` of the pairs ``measure`` measured, ``keys`` naming them in its order."""
     is_broken, not_alike = set(broken), set(incomparable)
-    measured = _measure([pairs[key] for key in keys])
     # The timings of wrong code, or of sides measured differently, say nothing about the noise of the others
     healthy = np.array([key not in is_broken and key not in not_alike for key in keys], dtype=bool)
     prior = _fit_prior(measured.variance, np.where(healthy, measured.df, 0))
@@ -731,8 +771,23 @@ def variant_trials_grid(
     ``win`` means the variant is faster; BH across all cells; floors do not apply (``same_session``);
     ``incomparable`` cells are ``inconclusive`` (see ``compare_trials``).
     """
-    comparisons = compare_trials(cells, same_session=True, min_effect=min_effect, alpha=alpha, broken=broken,
-                                 incomparable=incomparable)
+    keys = list(cells)
+    return variant_measured_grid(keys, _measure([cells[key] for key in keys]), min_effect=min_effect, alpha=alpha,
+                                 broken=broken, incomparable=incomparable)
+
+
+def variant_measured_grid(
+    keys: Sequence[K],
+    measured: Measured,
+    *,
+    min_effect: float = defaults.MIN_EFFECT,
+    alpha: float = defaults.ALPHA,
+    broken: Collection[K] = (),
+    incomparable: Collection[K] = (),
+) -> dict[K, stats.VariantVerdict]:
+    """``variant_trials_grid`` of the cells ``measure`` measured (default side first), ``keys`` in its order."""
+    comparisons = compare_measured(keys, measured, same_session=True, min_effect=min_effect, alpha=alpha,
+                                   broken=broken, incomparable=incomparable)
     return {key: _as_variant_verdict(comparison) for key, comparison in comparisons.items()}
 
 

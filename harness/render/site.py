@@ -17,7 +17,15 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness.analysis.cache import ComparePages, NoiseRows, analyse, cache_log, job_catalogue, replay_log
+from harness.analysis.cache import (
+    ComparePages,
+    NoiseRows,
+    VariantCells,
+    analyse,
+    cache_log,
+    job_catalogue,
+    replay_log,
+)
 from harness.analysis.compare import HOURS_APART_S, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
@@ -160,7 +168,9 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     failing_before = {key: _failing_before(store, run) for key, run in latest.items()}
     timings["latest runs"] = time.perf_counter() - start
     start = time.perf_counter()
-    matrix = variant_matrix(store, commit, series=catalogue.series if catalogue is not None else None)
+    cells = VariantCells(store, use_cache=cache, jobs=jobs)
+    matrix = variant_matrix(store, commit, series=catalogue.series if catalogue is not None else None, measure=cells)
+    cells.flush()
     timings["variant matrix"] = time.perf_counter() - start
     start = time.perf_counter()
     noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache, jobs=jobs))
