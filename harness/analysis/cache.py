@@ -1132,14 +1132,12 @@ def _store_shown(store: Store, kind: str, shown: dict[str, set[str]],
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class NoiseRows:
-    """``noise.chip_noise_rows`` of the (chip, runs) the report shows (``noise.noise_report``'s ``rows_of``), each
-    reused from the analysis cache (kind ``noise``) while nothing it reads changed: the runs and their history runs
-    (``query.history_run_ids``, chosen afresh) with their fingerprints (``analysis_cache.run_prints``: a run's jobs
-    and its highest sample id), as ``ComparePages`` keys a compare page. ``flush`` stores what was computed and drops
-    the rows of runs not shown this time. ``use_cache=False``: computed, nothing read or written."""
+class _ShownRows:
+    """The rows of one kind a report shows, per chip: what it computed (``computed``), stored by ``flush``, which
+    drops the chip's rows of that kind it did not show (``shown``); the runs' fingerprints read once (``RunPrints``,
+    from ``jobs`` when the caller read the job-id summaries)."""
 
-    KIND = "noise"
+    KIND = ""
 
     def __init__(self, store: Store, *, use_cache: bool = True, jobs: analysis_cache.JobIds | None = None) -> None:
         self.store, self.use_cache = store, use_cache
@@ -1147,6 +1145,20 @@ class NoiseRows:
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
         self.reused = 0
         self.run_prints = RunPrints(store, jobs)
+
+    def flush(self) -> None:
+        if self.use_cache:
+            _store_shown(self.store, self.KIND, self.shown, self.computed)
+
+
+class NoiseRows(_ShownRows):
+    """``noise.chip_noise_rows`` of the (chip, runs) the report shows (``noise.noise_report``'s ``rows_of``), each
+    reused from the analysis cache (kind ``noise``) while nothing it reads changed: the runs and their history runs
+    (``query.history_run_ids``, chosen afresh) with their fingerprints (``analysis_cache.run_prints``: a run's jobs
+    and its highest sample id), as ``ComparePages`` keys a compare page. ``flush`` stores what was computed and drops
+    the rows of runs not shown this time. ``use_cache=False``: computed, nothing read or written."""
+
+    KIND = "noise"
 
     def __call__(self, chip: str, run_ids: Sequence[str]) -> list[NoiseRow]:
         if not self.use_cache:
@@ -1170,9 +1182,6 @@ class NoiseRows:
         self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, payload.encode())
         return rows
 
-    def flush(self) -> None:
-        if self.use_cache:
-            _store_shown(self.store, self.KIND, self.shown, self.computed)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1218,20 +1227,13 @@ def _measured_in(payload: bytes) -> tuple[list[variants_module.Cell], trials.Mea
         return None
 
 
-class VariantCells:
+class VariantCells(_ShownRows):
     """``variants.measure_cells`` of each chip the variant matrix compares (``variants.MeasureCells``), reused from
     the analysis cache (kind ``variants``, a row per chip) while the chip's cells compare the same runs and those
     runs' fingerprints (``RunPrints``: their jobs and highest sample id) are the same: after a new run on one chip the
     others' samples are not read. ``flush`` stores what was measured. ``use_cache=False``: measured, nothing stored."""
 
     KIND, NAME = "variants", "cells"
-
-    def __init__(self, store: Store, *, use_cache: bool = True, jobs: analysis_cache.JobIds | None = None) -> None:
-        self.store, self.use_cache = store, use_cache
-        self.shown: dict[str, set[str]] = {}
-        self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
-        self.reused = 0
-        self.run_prints = RunPrints(store, jobs)
 
     def __call__(self, store: Store, chip: str, cells: Mapping[variants_module.Cell, tuple[str, ...]],
                  defaults: Mapping[str, str]) -> tuple[list[variants_module.Cell], trials.Measured]:
@@ -1251,6 +1253,3 @@ class VariantCells:
         self.computed.setdefault(chip, {})[self.NAME] = analysis_cache.Entry(key, _measured_out(keys, measured))
         return keys, measured
 
-    def flush(self) -> None:
-        if self.use_cache:
-            _store_shown(self.store, self.KIND, self.shown, self.computed)
