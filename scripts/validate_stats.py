@@ -92,6 +92,7 @@ SHIFTS = (1.05, 1.10)
 class Context:
     floors: dict[str, trials.Floor] | None = None
     runs: dict[str, tuple[int, int]] | None = None
+    separate_runs: bool = False  # the sides are separate runs, as `harness compare` of runs (trials.compare_trials)
 
 
 def pooled(grid: Grid) -> dict[str, tuple[Array, Array]]:
@@ -118,7 +119,7 @@ def direction(ratio: float, flagged: bool) -> str:
 
 
 def compare(grid: Grid, context: Context) -> dict[str, trials.TrialComparison]:
-    return trials.compare_trials(grid, floors=context.floors, runs=context.runs)
+    return trials.compare_trials(grid, floors=context.floors, runs=context.runs, separate_runs=context.separate_runs)
 
 
 def rule_trials(grid: Grid, context: Context, args: argparse.Namespace) -> dict[str, str]:
@@ -231,14 +232,14 @@ def h200_grids(runs: Sequence[Run], keys: Sequence[str], scale: float) -> list[C
     for head in range(3):
         base = [i for i in range(3) if i != head]
         grid = {k: ([runs[base[0]][k], runs[base[1]][k]], [runs[head][k] * scale]) for k in keys}
-        grids.append((grid, Context(runs={k: (2, 1) for k in keys})))
+        grids.append((grid, Context(runs={k: (2, 1) for k in keys}, separate_runs=True)))
     return grids
 
 
 def h200_single_grids(runs: Sequence[Run], keys: Sequence[str], scale: float) -> list[Case]:
     """Null (or shifted) grids of one run against one, for each pair of runs."""
     pairs = ((0, 1), (0, 2), (1, 2))
-    return [({k: ([runs[b][k]], [runs[h][k] * scale]) for k in keys}, Context()) for b, h in pairs]
+    return [({k: ([runs[b][k]], [runs[h][k] * scale]) for k in keys}, Context(separate_runs=True)) for b, h in pairs]
 
 
 def tally_grids(grids: Sequence[Case], args: argparse.Namespace) -> dict[str, Tally]:
@@ -273,7 +274,8 @@ def section_a(args: argparse.Namespace) -> None:
     print_null_row(f"1 run vs 1 (3 x {len(keys)})", one)
     all_keys = sorted(set(runs[0]) & set(runs[2]))
     whole = {k: ([runs[0][k]], [runs[2][k]]) for k in all_keys}
-    print_null_row(f"run1 vs run3, all {len(all_keys)} series", tally_grids([(whole, Context())], args))
+    print_null_row(f"run1 vs run3, all {len(all_keys)} series",
+                   tally_grids([(whole, Context(separate_runs=True))], args))
     detectable = median_detectable(h200_grids(runs, keys, 1.0))
     print(f"    trials, 2 runs vs 1: median detectable change {detectable:.1%} (80 % power, before BH)")
     print()
@@ -297,6 +299,8 @@ class Protocol:
     between_median: float
     run_effect: bool = False  # trials of one side share a run-level shift (sd = the series' between-trial sd)
     floor: bool = False  # a 10-run history floor on the base branch
+    run_shift: float = 0.0  # sd of one shift of the head run shared by every series of the grid (a whole-run load)
+    separate_runs: bool = False  # judged as `harness compare` of two single runs (a flag must stand out of the shift)
 
 
 PROTOCOLS = (
@@ -305,6 +309,9 @@ PROTOCOLS = (
     Protocol("H200-like + 10-run floor", BETWEEN_MEDIAN, floor=True),
     Protocol("+ run effect, no floor", BETWEEN_MEDIAN, run_effect=True),
     Protocol("+ run effect + 10-run floor", BETWEEN_MEDIAN, run_effect=True, floor=True),
+    Protocol("whole-run shift 8 %, trials only", BETWEEN_MEDIAN, run_shift=0.08),
+    Protocol("whole-run shift 8 %, as compare", BETWEEN_MEDIAN, run_shift=0.08, separate_runs=True),
+    Protocol("H200-like, as compare", BETWEEN_MEDIAN, separate_runs=True),
 )
 
 
@@ -336,9 +343,10 @@ def synthetic_grid(
     planted = set(rng.choice(size, size=int(PLANTED_FRACTION * size), replace=False).tolist()) if step else set()
     grid: Grid = {}
     floors: dict[str, trials.Floor] = {}
+    whole_run = rng.normal(0.0, protocol.run_shift) if protocol.run_shift else 0.0
     for i, sd in enumerate(sds):
         key = f"s{i}"
-        shift = math.log1p(step) if i in planted else 0.0
+        shift = (math.log1p(step) if i in planted else 0.0) + whole_run
         grid[key] = (
             draw_side(rng, sd, protocol, trials_per_side, 0.0),
             draw_side(rng, sd, protocol, trials_per_side, shift),
@@ -346,7 +354,8 @@ def synthetic_grid(
         floor = history(rng, sd, protocol, trials_per_side) if protocol.floor else None
         if floor is not None:
             floors[key] = floor
-    context = Context(floors=floors or None, runs={k: (1, 1) for k in grid} if floors else None)
+    context = Context(floors=floors or None, runs={k: (1, 1) for k in grid} if floors else None,
+                      separate_runs=protocol.separate_runs)
     return grid, context, [f"s{i}" for i in sorted(planted)]
 
 
@@ -410,7 +419,7 @@ def _cpu_grid(db_url: str, base_run: str, head_run: str) -> tuple[Grid, Context]
         store.close()
     keys = sorted(base.keys() & head.keys())
     grid = {str(key): (base[key].trials, head[key].trials) for key in keys}
-    return grid, Context(runs={str(key): (1, 1) for key in keys})
+    return grid, Context(runs={str(key): (1, 1) for key in keys}, separate_runs=True)
 
 
 def section_c(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ correctness job of the kernel on that chip.  Samples, failures and references co
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
@@ -63,11 +64,13 @@ def compare(
     common = sorted(base_trials.keys() & head_trials.keys())
     pairs = {key: (base_trials[key].trials, head_trials[key].trials) for key in common}
     broken = {key for key in common if (key.chip, key.kernel) in broken_kernels}
-    floors = {} if same_session else series_floors(store, base_side.run_ids)
+    history = {} if same_session else query.history_medians(store, base_side.run_ids)
     base_modes, head_modes = query.timing_modes(store, base_side.run_ids), query.timing_modes(store, head_side.run_ids)
-    verdicts = trials.compare_trials(pairs, floors=floors, same_session=same_session,
+    verdicts = trials.compare_trials(pairs, floors=_floors(history), same_session=same_session,
+                                     history_runs={key: len(medians) for key, medians in history.items()},
+                                     run_groups={key: key.chip for key in common},
                                      runs={key: (base_trials[key].runs, head_trials[key].runs) for key in common},
-                                     min_effect=min_effect, alpha=alpha, broken=broken,
+                                     min_effect=min_effect, alpha=alpha, broken=broken, separate_runs=True,
                                      incomparable={key for key in common
                                                    if not same_mode(base_modes.get(key), head_modes.get(key))})
     host_paced = query.host_paced_series(store, base_side.run_ids) | query.host_paced_series(store, head_side.run_ids)
@@ -116,7 +119,11 @@ def same_mode(first: str | None, second: str | None) -> bool:
 
 def series_floors(store: Store, run_ids: list[str]) -> dict[query.SeriesKey, trials.Floor]:
     """Each series' between-run noise from its recent runs on the base branch (where it has enough of them)."""
-    floors = {key: trials.history_floor(medians) for key, medians in query.history_medians(store, run_ids).items()}
+    return _floors(query.history_medians(store, run_ids))
+
+
+def _floors(history: Mapping[query.SeriesKey, Sequence[float]]) -> dict[query.SeriesKey, trials.Floor]:
+    floors = {key: trials.history_floor(medians) for key, medians in history.items()}
     return {key: floor for key, floor in floors.items() if floor is not None}
 
 
@@ -128,4 +135,6 @@ def _row(key: query.SeriesKey, c: trials.TrialComparison, pair: tuple[list, list
     return CompareRow(key, c.verdict, c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted, c.n_base, c.n_head,
                       c.more_samples_needed, _pooled_median(pair[0]), _pooled_median(pair[1]),
                       trials_base=c.trials_base, trials_head=c.trials_head, more_trials_needed=c.more_trials_needed,
-                      basis=c.basis, noise=c.noise, detectable=c.detectable, host_paced=host_paced)
+                      basis=c.basis, noise=c.noise, detectable=c.detectable, host_paced=host_paced,
+                      more_runs_needed=c.more_runs_needed,
+                      run_shift=c.run_shift if math.isfinite(c.run_shift) else None)

@@ -145,6 +145,8 @@ class CompareRow(_Plain):
     detectable: float = float("nan")  # the smallest relative change this comparison could detect
     host_paced: bool = False  # either side's device waited for its host (harness.core.pacing): a kernel-only
     # change may not show, and the time follows the host's pace
+    more_runs_needed: int = 0  # of the base, for a history floor, where trials cannot settle it
+    run_shift: float | None = None  # a flag held: the common shift of its run's other series (ratio; None: none)
 
 
 @dataclass(frozen=True)

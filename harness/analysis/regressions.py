@@ -29,7 +29,6 @@ __all__ = ["cell_summaries", "correctness_regressions", "modes_loader", "perform
 # The screen's p-values and intervals are compare_trials' own computation on the same numbers, up to the order of
 # floating-point sums: a family is only skipped when none of its series comes within this relative slack of a flag.
 _SCREEN_SLACK = 1e-6
-_MIN_FLOOR_RUNS = 3  # trials.history_floor's default: fewer runs give no floor
 
 
 def _correctness_events(store: Store, data: query.ChipHistory, include_dirty: bool,
@@ -152,7 +151,7 @@ def _floor_sd(levels: npt.NDArray[np.float64], filled: npt.NDArray[np.int64]) ->
     """``trials.history_floor``'s sd of each row's first ``filled`` log levels, vectorised per count; nan below its
     minimum of runs."""
     sd = np.full(filled.size, np.nan)
-    for n in np.unique(filled[filled >= _MIN_FLOOR_RUNS]).tolist():
+    for n in np.unique(filled[filled >= trials.FLOOR_MIN_RUNS]).tolist():
         where = np.flatnonzero(filled == n)
         rows = levels[where, :n]
         middle = np.median(rows, axis=1)
@@ -314,7 +313,8 @@ class _Judged:
             {i: (trials_of[int(self.pairs.base_cell[i])], trials_of[int(self.pairs.head_cell[i])]) for i in members},
             floors=floors, runs={i: (int(self.runs[0][i]), int(self.runs[1][i])) for i in members},
             min_effect=min_effect, alpha=alpha, broken={i for i in members if self.pairs.broken[i]},
-            incomparable=incomparable)
+            incomparable=incomparable, separate_runs=True,
+            history_runs={i: int(self.history_runs[i]) for i in members})
 
     def family_cells(self, commit: int) -> list[int]:
         span = slice(int(self.pairs.bounds[commit]), int(self.pairs.bounds[commit + 1]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Annotated
 
 import typer
@@ -31,7 +32,7 @@ from harness.record import query
 from harness.record.outbox import open_store
 
 SERIES_HEADERS = ("verdict", "chip", "kernel", "variant", "dtype", "shape", "change", "ratio", "95% CI", "p (BH)",
-                  "trials base/head", "median base → head", "noise", "detects", "more trials")
+                  "trials base/head", "median base → head", "noise", "detects", "to settle")
 FAILURE_HEADERS = ("chip", "kind", "what", "dtype", "shape", "status", "detail")
 
 
@@ -126,6 +127,30 @@ def _noise(row) -> str:
     return f"{percent(math.expm1(row.noise))} ({row.basis}){paced}"
 
 
+def _to_settle(row) -> str:
+    """What an inconclusive row still needs: runs of the base (its between-run noise is unknown) or trials per side."""
+    if row.more_runs_needed:
+        return f"{row.more_runs_needed} more base run{'s' if row.more_runs_needed != 1 else ''}"
+    return f"{row.more_trials_needed} more trials" if row.more_trials_needed else ""
+
+
+def _held_notes(rows) -> list[str]:
+    """Per chip, the flags held as inconclusive because they did not stand out from their run's common shift."""
+    held: dict[str, list] = {}
+    for row in rows:
+        if row.more_runs_needed and row.verdict == "inconclusive":
+            held.setdefault(row.key.chip, []).append(row)
+    notes = []
+    for chip_key, chip_rows in sorted(held.items()):
+        shifts = [row.run_shift for row in chip_rows if row.run_shift is not None]
+        moved = (f"its series moved together by x{statistics.median(shifts):.2f}" if shifts
+                 else "no other series tells a change from a shift of the whole run")
+        runs = max(row.more_runs_needed for row in chip_rows)
+        notes.append(f"{chip_key}: {len(chip_rows)} change(s) held as inconclusive: one run a side and no history "
+                     f"floor, and {moved}; {runs} more base run{'s' if runs != 1 else ''} give the floor")
+    return notes
+
+
 def _side_line(name: str, side) -> str:
     runs = ", ".join(f"{chip} ({len(ids)} run{'s' if len(ids) != 1 else ''})" for chip, ids in side.runs.items())
     what = f"run {side.run_ids[0]} of {side.sha[:12]}" if side.kind == "run" else f"commit {side.sha[:12]}"
@@ -161,7 +186,7 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
              change(row.ratio), ratio(row.ratio), interval(row.ci_low, row.ci_high),
              pvalue(None if row.verdict == "broken" else row.p_adjusted),
              f"{row.trials_base}/{row.trials_head}", f"{seconds(row.base_median)} → {seconds(row.head_median)}",
-             _noise(row), percent(row.detectable), str(row.more_trials_needed) if row.more_trials_needed else "")
+             _noise(row), percent(row.detectable), _to_settle(row))
             for row in shown])
     notes = []
     if not report.rows:
@@ -172,6 +197,7 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
         notes.append(f"{report.only_base} series only on base, {report.only_head} only on head (not compared)")
     if paced := sum(row.host_paced for row in report.rows):
         notes.append(f"{paced} series host-paced: {HOST_PACED_NOTE}")
+    notes.extend(_held_notes(report.rows))
     for chip_key, gap in sorted(apart.items()):
         notes.append(f"{chip_key}: one side is a single run measured {gap / 3600:.1f} h from the other: its trials "
                      f"share one session, so a shift of the whole run is not in their spread (more runs settle it)")

@@ -102,6 +102,22 @@ floor term wins the basis is ``history`` and the degrees of freedom are ``floor.
 series with :math:`f = 0` but a floor is decided on the floor alone.  ``same_session`` (variant against
 default, interleaved in one run) ignores floors: both sides share every run-level effect, which cancels.
 
+*No floor, separate runs* (``separate_runs``: ``harness compare`` of runs or commits, the regression list).  The
+trials of one run share its conditions, so a shift of the whole run is not in their spread: in CI, two runs of one
+commit, 4 trials a side, under a load that lasted a whole run came out "regressed" x1.19, interval [1.04, 1.35],
+and in another run both of its series "improved" (x0.87, x0.80), rank check passed.  Such a shift moves every
+series of the run alike, a code change only the kernels it touches.  So a flag of a series without a floor whose
+side is a single run must also stand out from the median effect :math:`c` of the other series measured in the
+same runs (the chip's): :math:`d - c` tested as above with :math:`\mathrm{SE}^2 + \mathrm{Var}(c)`,
+:math:`\mathrm{Var}(c)` = mean SE^2 of the others / k (x pi/2 for k >= 3, a median's), and its interval beyond the
+band in the flag's direction.  Else it is ``inconclusive`` with ``run_shift`` = exp(c) (nan when it has no other
+series: one series cannot tell a change from a shifted run) and ``more_runs_needed`` = the base runs that would
+give it a floor (``FLOOR_MIN_RUNS`` less those its history has).  A change of every series alike (a compiler
+flag) is then inconclusive until a floor exists, which is the honest answer from one run a side.  It only takes
+flags away: the recorded H200 null pairs stay at 0 flagged.  ``scripts/validate_stats.py`` (b), H200-like noise
+with one shift of the head run shared by the whole grid (sd 8 %): 44.1 % of null series flagged on the trials alone,
+0.6 % so held (32 % inconclusive); planted 10 % steps on top are still found as often (16 %, against 11 %).
+
 4. Test, interval, multiplicity, decision
 -----------------------------------------
 
@@ -183,6 +199,7 @@ from harness.core.stats import _MAD_TO_SIGMA, _NOISE_FLOOR, _as_variant_verdict,
 
 __all__ = [
     "BASES",
+    "FLOOR_MIN_RUNS",
     "MAX_MORE_TRIALS",
     "Floor",
     "NoiseMeter",
@@ -193,6 +210,7 @@ __all__ = [
     "compare_trials",
     "concat_measured",
     "history_floor",
+    "lacks_run_noise",
     "measure",
     "MIN_SERIES_TO_MODERATE",
     "min_trials_alone",
@@ -206,6 +224,7 @@ Trials = Sequence[stats.Samples]  # one inner sequence of raw samples (seconds p
 
 BASES = ("trials", "history", "none", "incomparable")
 MAX_MORE_TRIALS = 100
+FLOOR_MIN_RUNS = 3  # history_floor: fewer runs on the base branch give no floor
 _POWER = 0.8
 MIN_SERIES_TO_MODERATE = 3
 _ZERO_VARIANCE_OFFSET = 1e-5  # limma: exactly-zero variances -> 1e-5 x the median variance
@@ -246,6 +265,8 @@ class TrialComparison(stats.Comparison):
     basis: str = ""
     noise: float = math.nan
     detectable: float = math.nan
+    more_runs_needed: int = 0  # of the base, where trials cannot settle it: its between-run noise is unknown
+    run_shift: float = math.nan  # held against the common shift of its run (ratio; nan: no other series to tell)
 
 
 @dataclass(frozen=True)
@@ -268,7 +289,7 @@ def _mad_correction(n: int) -> float:
     return _MAD_SMALL_N.get(n, n / (n - 0.8))
 
 
-def history_floor(run_medians: Sequence[float], min_runs: int = 3) -> Floor | None:
+def history_floor(run_medians: Sequence[float], min_runs: int = FLOOR_MIN_RUNS) -> Floor | None:
     """Robust sd of the log run medians (1.4826 x MAD, small-n corrected); None below ``min_runs`` valid runs."""
     values = np.asarray(run_medians, dtype=np.float64).ravel()
     values = values[np.isfinite(values) & (values > 0)]
@@ -458,6 +479,68 @@ def _floor_terms(
         term[i] = floor.sd**2 * (1.0 / max(base_runs, 1) + 1.0 / max(head_runs, 1))
         df[i], sd[i] = max(1.0, floor.runs - 1.0), floor.sd
     return term, df, sd
+
+
+def lacks_run_noise(floor_term: npt.NDArray[np.float64], runs_base: npt.NDArray[np.int64],
+                    runs_head: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Per series of a comparison of separate runs: no history floor, and a side that is a single run. Its trials
+    share that run's conditions, so a shift of the whole run (a load lasting the run, clocks, another driver) is
+    not in their spread (module docstring, "No floor, separate runs")."""
+    return (floor_term <= 0) & (np.minimum(runs_base, runs_head) < 2)
+
+
+def _stands_out(i: int, others: Sequence[int], effect: npt.NDArray[np.float64], se: npt.NDArray[np.float64],
+                df: npt.NDArray[np.float64], flag: str, settings: _Settings) -> tuple[float, bool]:
+    """Series ``i``'s effect against the common shift of its run, the median effect of the ``others`` measured in
+    the same runs: (that shift as a ratio, whether the flag stands beyond it by the same rule). With no other
+    series nothing tells a change from a shift of the whole run."""
+    if not others:
+        return math.nan, False
+    centre = float(np.median(effect[list(others)]))
+    k = len(others)
+    # the variance of a median of k estimates: (pi / 2) x that of their mean for large k; a mean up to 2
+    centre_variance = (math.pi / 2 if k >= 3 else 1.0) * float(np.mean(se[list(others)] ** 2)) / k
+    se_beyond = math.sqrt(float(se[i]) ** 2 + centre_variance)
+    beyond = float(effect[i]) - centre
+    df_i = np.array([df[i]])
+    p_value = float(2.0 * distributions.t_sf(np.array([abs(beyond) / se_beyond]), df_i)[0])
+    half = float(distributions.t_ppf(1.0 - settings.alpha / 2.0, df_i)[0]) * se_beyond
+    if flag == "regressed":
+        clear = math.exp(beyond - half) > 1.0 + settings.min_effect
+    else:
+        clear = math.exp(beyond + half) < 1.0 - settings.min_effect
+    return math.exp(centre), p_value <= settings.alpha and clear
+
+
+def _hold_run_shifts(keys: Sequence[K], result: dict[K, TrialComparison], measured: Measured, spread: _Spread,
+                     single_run: npt.NDArray[np.bool_], in_family: npt.NDArray[np.bool_],
+                     groups: Mapping[K, Hashable] | None, history_runs: Mapping[K, int] | None,
+                     runs_base: npt.NDArray[np.int64], settings: _Settings) -> None:
+    """A flag of a series without between-run noise (``single_run``) must also stand out from its run's common
+    shift (``_stands_out``; ``groups``: series of one value share their runs, default all); else ``inconclusive``,
+    asking for the base runs that would give it a floor (``FLOOR_MIN_RUNS`` less its history's runs)."""
+    members: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        if in_family[i]:
+            members.setdefault((groups or {}).get(key), []).append(i)
+    for i, key in enumerate(keys):
+        comparison = result[key]
+        if not single_run[i] or comparison.verdict not in ("regressed", "improved"):
+            continue
+        others = [j for j in members.get((groups or {}).get(key), []) if j != i]
+        shift, clear = _stands_out(i, others, measured.effect, spread.se, spread.df, comparison.verdict, settings)
+        if not clear:
+            known = (history_runs or {}).get(key, int(runs_base[i]))
+            result[key] = dataclasses.replace(comparison, verdict="inconclusive", more_samples_needed=0,
+                                              more_trials_needed=0, more_runs_needed=max(1, FLOOR_MIN_RUNS - known),
+                                              run_shift=shift)
+
+
+def _run_counts(keys: Sequence[K], runs: Mapping[K, tuple[int, int]] | None
+                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Per series: the distinct runs behind the base side and the head side ((1, 1) where not given)."""
+    counts = np.array([(runs or {}).get(key, (1, 1)) for key in keys], dtype=np.int64).reshape(len(keys), 2)
+    return counts[:, 0], counts[:, 1]
 
 
 def _spread(
@@ -702,6 +785,9 @@ def compare_trials(
     broken: Collection[K] = (),
     incomparable: Collection[K] = (),
     rank_check: bool = True,
+    separate_runs: bool = False,
+    history_runs: Mapping[K, int] | None = None,
+    run_groups: Mapping[K, Hashable] | None = None,
 ) -> dict[K, TrialComparison]:
     """Head vs base of every ``key -> (base trials, head trials)``, from the spread between trials.
 
@@ -712,12 +798,18 @@ def compare_trials(
     not measured alike, e.g. timed in different modes) are ``inconclusive`` with basis ``incomparable``, also
     outside the family and the prior: no amount of trials settles them.  ``rank_check``: the rank check of a
     series judged on its own trials alone (module docstring); bisect, whose probes must agree with one endpoint
-    and differ from the other on run-level evidence, turns it off.  See the module docstring.
+    and differ from the other on run-level evidence, turns it off.  ``separate_runs``: the sides are separate
+    runs (``harness compare``, the regression list): a flag of a series without a floor whose side is a single run
+    must stand out from the common shift of the series measured in the same runs (``run_groups``: one value per
+    run pair, e.g. the chip; default one group), else it is ``inconclusive`` asking for the base runs that would
+    give it a floor, ``FLOOR_MIN_RUNS`` less those of its base branch's history (``history_runs``; default the
+    base side's runs).  See the module docstring.
     """
     keys = list(pairs)
     return compare_measured(keys, _measure([pairs[key] for key in keys]), floors=floors, runs=runs,
                             same_session=same_session, min_effect=min_effect, alpha=alpha, broken=broken,
-                            incomparable=incomparable, rank_check=rank_check)
+                            incomparable=incomparable, rank_check=rank_check, separate_runs=separate_runs,
+                            history_runs=history_runs, run_groups=run_groups)
 
 
 def compare_measured(
@@ -732,6 +824,9 @@ def compare_measured(
     broken: Collection[K] = (),
     incomparable: Collection[K] = (),
     rank_check: bool = True,
+    separate_runs: bool = False,
+    history_runs: Mapping[K, int] | None = None,
+    run_groups: Mapping[K, Hashable] | None = None,
 ) -> dict[K, TrialComparison]:
     """``compare_trials`` of the pairs ``measure`` measured, ``keys`` naming them in its order."""
     is_broken, not_alike = set(broken), set(incomparable)
@@ -755,6 +850,10 @@ def compare_measured(
         elif key in not_alike:
             comparison = _incomparable(comparison)
         result[key] = comparison
+    if separate_runs and not same_session:
+        runs_base, runs_head = _run_counts(keys, runs)
+        _hold_run_shifts(keys, result, measured, spread, lacks_run_noise(floor_term, runs_base, runs_head),
+                         in_family, run_groups, history_runs, runs_base, settings)
     return result
 
 

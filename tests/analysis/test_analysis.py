@@ -315,13 +315,14 @@ def _commit_order_and_failures(db, chip: str) -> tuple[list[str], set[tuple[str,
 def brute_force_regressions(db, chip: str) -> list[tuple]:
     """compare_trials of every commit against each series' previous point, straight from the database in time order:
     each side's trials per (run, trial), the floor from the series' newest HISTORY_RUNS runs before the base (a
-    run's level: exp(mean log trial median)), BH across the commit's grid, failing kernels broken."""
+    run's level: exp(mean log trial median)), BH across the commit's grid, failing kernels broken, flags of single
+    runs without a floor held unless they stand out from the commit's common shift."""
     order, failing = _commit_order_and_failures(db, chip)
     cells = trials_by_cell(db, chip)
     found = []
     for at, (before, after) in enumerate(zip(order, order[1:], strict=False)):
         keys = [key for sha, key in cells if sha == after and (before, key) in cells]
-        floors, runs = {}, {}
+        floors, runs, history_runs = {}, {}, {}
         for key in keys:
             levels = []
             for sha in reversed(order[:at]):  # the points before the base, newest first
@@ -330,12 +331,14 @@ def brute_force_regressions(db, chip: str) -> list[tuple]:
                     per_run.setdefault(run_id, []).append(float(np.log(np.median(values))))
                 levels.extend(float(np.exp(np.mean(logs))) for logs in reversed(per_run.values()))
             floor = trials.history_floor(levels[:defaults.HISTORY_RUNS])
+            history_runs[key] = len(levels[:defaults.HISTORY_RUNS])
             if floor is not None:
                 floors[key] = floor
             runs[key] = tuple(len({run for run, _ in cells[(sha, key)]}) for sha in (before, after))
         pairs = {key: ([v for _, v in cells[(before, key)]], [v for _, v in cells[(after, key)]]) for key in keys}
         broken = {key for key in keys if (after, key.kernel) in failing}
-        for key, c in trials.compare_trials(pairs, floors=floors, runs=runs, broken=broken).items():
+        for key, c in trials.compare_trials(pairs, floors=floors, runs=runs, broken=broken, separate_runs=True,
+                                            history_runs=history_runs).items():
             if c.verdict == "regressed":
                 found.append((key, before, after, c.ratio, c.ci_low, c.ci_high, c.p_adjusted))
     return sorted(found, key=lambda item: (item[2], item[0]))

@@ -79,5 +79,13 @@ def test_run_ends_with_its_verdicts_against_the_previous_commits_run(ab_repo, tm
     slower = run(tmp_path, "run", "--repo", str(repo), "--commit", shas[2], "--db", db, "--no-report")
     assert slower.returncode == 0, slower.stderr  # a slowdown is compare's gate, not the run's
     text = " ".join(slower.stderr.split())
+    # One series, one run a side, no history floor: a slowdown cannot be told from a shift of the whole run
+    assert f"({shas[0][:12]}): 1 inconclusive" in text and "held abkern.bench:bench_work/default" in text
+    assert "2 more base run(s) give the floor" in text and "harness compare" in text
+    for _ in range(2):  # the base commit run twice more: its history floor decides
+        assert run(tmp_path, "run", "--repo", str(repo), "--commit", shas[0], "--db", db, "--no-report"
+                   ).returncode == 0
+    again = run(tmp_path, "run", "--repo", str(repo), "--commit", shas[2], "--db", db, "--no-report")
+    text = " ".join(again.stderr.split())
     assert f"({shas[0][:12]}): 1 regressed" in text and "regressed abkern.bench:bench_work/default" in text
-    assert "4/4 trials" in text and "harness compare" in text  # one series: 4 trials, not the suite's 3
+    assert "4/4 trials" in text  # one series: 4 trials, not the suite's 3

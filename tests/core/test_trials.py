@@ -120,6 +120,43 @@ def test_an_ab_of_identical_code_whose_trials_split_by_load_is_not_flagged() -> 
     assert compare_trials({**grid, "work": (base, head)}, same_session=True)["work"].verdict not in FLAGGED
 
 
+def test_a_flag_of_single_runs_without_a_floor_must_stand_out_from_the_runs_common_shift() -> None:
+    """The CI failure: two runs of one commit, 4 trials a side, under a load that lasted a whole run (every trial of
+    one run shifted alike): "regressed" x1.19, interval [1.04, 1.35], rank check passed. A shift of the whole run
+    moves every series of it alike; a code change only what it touches."""
+    rng = np.random.default_rng(21)
+
+    def pair(shift: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        return (side(rng, rng.normal(0.0, 0.02, 4), within=0.02),
+                side(rng, shift + rng.normal(0.0, 0.02, 4), within=0.02))
+
+    loaded = {i: pair(math.log(1.19)) for i in range(2)}  # the CI grid: two series, the head run loaded
+    assert all(c.verdict == "regressed" and c.basis == "trials" for c in compare_trials(loaded).values())
+    apart = compare_trials(loaded, separate_runs=True)
+    for c in apart.values():
+        assert c.verdict == "inconclusive" and c.basis == "trials" and c.p_adjusted < 0.05  # the evidence stays
+        assert c.more_runs_needed == trials.FLOOR_MIN_RUNS - 1 and c.more_trials_needed == 0
+        assert c.run_shift == pytest.approx(1.19, rel=0.05)
+    assert {c.more_runs_needed for c in compare_trials(loaded, separate_runs=True, history_runs={0: 2, 1: 2})
+            .values()} == {1}  # the base commit's other run counts towards its history
+    lone = compare_trials({0: loaded[0], **{i: pair(0.0) for i in (1, 2)}}, separate_runs=True, run_groups={
+        0: "chip-a", 1: "chip-b", 2: "chip-b"})[0]  # alone in its runs: nothing to tell a change from a shift
+    assert lone.verdict == "inconclusive" and math.isnan(lone.run_shift)
+
+    # One kernel slower, the rest of its run not: it stands out, as on a quiet machine
+    mixed = {"slower": pair(math.log(1.3)), **{i: pair(0.0) for i in range(6)}}
+    result = compare_trials(mixed, separate_runs=True)
+    assert result["slower"].verdict == "regressed" and result["slower"].more_runs_needed == 0
+    assert result == compare_trials(mixed)
+    # Between-run noise known (a floor from the base branch, or two runs behind each side): nothing held
+    floored = compare_trials(loaded, separate_runs=True, floors={i: Floor(0.02, 10) for i in loaded})
+    assert all(c.verdict == "regressed" and c.more_runs_needed == 0 for c in floored.values())
+    several = {i: (a + a, b + b) for i, (a, b) in loaded.items()}
+    assert compare_trials(several, separate_runs=True, runs={i: (2, 2) for i in several}) == compare_trials(several)
+    # Interleaved in one session, run-level effects cancel: the trials decide
+    assert compare_trials(loaded, separate_runs=True, same_session=True) == compare_trials(loaded, same_session=True)
+
+
 def test_a_tight_history_floor_decides_single_trials() -> None:
     rng = np.random.default_rng(4)
     pair = ([trial(rng, 0.0)], [trial(rng, math.log(1.1))])

@@ -269,3 +269,26 @@ def test_a_regression_before_the_shown_run_gets_its_own_compare_page(tmp_path, m
     series = len(VARIANTS) * len(SHAPES)
     assert len(list(out.glob("samples-*.html"))) == 2 * series + len(changed)  # shown runs, then changed rows only
     assert check_links(out, external="https://github.com/octo/kernels/commit/") > 100
+
+
+def test_changes_held_against_a_shifted_run_are_marked_held(db, tmp_path):
+    """One run a side, no history, the head run's every series x1.19 (a load that lasted the run): the compare
+    page says the changes are held and what settles them, as `harness compare` does."""
+    from testkit.analysis import add_run, grid_results, sha_of
+
+    rng = np.random.default_rng(4)
+    add_run(db, "chip-a", 1, grid_results(rng, trials=4), minutes=0)
+    shifted = grid_results(rng, trials=4)
+    for _, result in shifted:
+        result.samples = [seconds * 1.19 for seconds in result.samples]
+    head = add_run(db, "chip-a", 2, shifted, minutes=10)
+    base = query.previous_run_id(db, head)
+    report = compare(db, base, head)
+    held = [row for row in report.rows if row.more_runs_needed]
+    assert held and all(row.verdict == "inconclusive" for row in held)
+    assert report.counts["regressed"] == report.counts["improved"] == 0
+    build_report(db, tmp_path / "site", change_points=False)
+    html = (tmp_path / "site" / compare_page_name("chip-a", [base], [head])).read_text()
+    assert f'{len(held)} change{"s" if len(held) != 1 else ""} held</span>' in html
+    assert html.count(">held</span> 2 more base runs") == len(held)
+    assert sha_of(2)[:7] in html
