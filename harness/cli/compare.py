@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Annotated
 
@@ -18,12 +17,14 @@ from harness.cli.tables import (
     emit_table,
     interval,
     markdown_text,
+    noise_used,
     percent,
     print_json,
     pvalue,
     ratio,
     seconds,
     stdout_console,
+    to_settle,
 )
 from harness.core import defaults
 from harness.core.errors import HarnessError
@@ -118,22 +119,6 @@ def _measure_ab(base: str, head: str, *, repo: str, suite: str | None, db: str |
     return base_run.run_id, head_run.run_id
 
 
-def _noise(row) -> str:
-    """The spread the verdict used, where it came from (between trials, or the series' run history), and whether
-    the host set the pace."""
-    paced = ", host-paced" if row.host_paced else ""
-    if row.basis == "none" or row.noise != row.noise:
-        return "unknown" + paced
-    return f"{percent(math.expm1(row.noise))} ({row.basis}){paced}"
-
-
-def _to_settle(row) -> str:
-    """What an inconclusive row still needs: runs of the base (its between-run noise is unknown) or trials per side."""
-    if row.more_runs_needed:
-        return f"{row.more_runs_needed} more base run{'s' if row.more_runs_needed != 1 else ''}"
-    return f"{row.more_trials_needed} more trials" if row.more_trials_needed else ""
-
-
 def _held_notes(rows) -> list[str]:
     """Per chip, the flags held as inconclusive because they did not stand out from their run's common shift."""
     held: dict[str, list] = {}
@@ -186,7 +171,7 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
              change(row.ratio), ratio(row.ratio), interval(row.ci_low, row.ci_high),
              pvalue(None if row.verdict == "broken" else row.p_adjusted),
              f"{row.trials_base}/{row.trials_head}", f"{seconds(row.base_median)} → {seconds(row.head_median)}",
-             _noise(row), percent(row.detectable), _to_settle(row))
+             noise_used(row), percent(row.detectable), to_settle(row))
             for row in shown])
     notes = []
     if not report.rows:

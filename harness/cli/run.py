@@ -21,6 +21,7 @@ from rich.progress import (
 )
 
 from harness.cli.common import DbOption, app, console
+from harness.cli.tables import noise_used, to_settle
 from harness.cluster.driver import print_progress, run_on_cluster
 from harness.core import defaults
 from harness.core.errors import HarnessError
@@ -264,6 +265,11 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
                           f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], inconclusive: one run a side "
                           f"and no history floor, and it does not stand out from the run's other series; "
                           f"{row.more_runs_needed} more base run(s) give the floor", highlight=False, soft_wrap=True)
+        for row in [r for r in report.rows if r.verdict == "inconclusive" and not r.more_runs_needed][:SHOWN]:
+            console.print(f"  inconclusive {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
+                          f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], noise {noise_used(row)}"
+                          + (f"; to settle: {to_settle(row)}" if to_settle(row) else ""),
+                          highlight=False, soft_wrap=True)
         console.print(f"  (harness compare {previous} {run_id} for the evidence)", highlight=False)
     for b in best[:SHOWN]:
         console.print(f"winning variant {b.kernel} {b.dtype} {b.shape_key}: {b.variant} x{b.evidence.ratio:.3f} "

@@ -101,3 +101,23 @@ def emit_table(console: Console, fmt: str, title: str, headers: Sequence[str], r
     for row in rows:
         table.add_row(*[str(cell) for cell in row])
     console.print(table)
+
+
+def noise_used(row) -> str:
+    """The spread the verdict used, where it came from (between trials, or the series' run history), and whether
+    the host set the pace."""
+    paced = ", host-paced" if row.host_paced else ""
+    if row.basis == "none" or row.noise != row.noise:
+        return "unknown" + paced
+    return f"{percent(math.expm1(row.noise))} ({row.basis}){paced}"
+
+
+def to_settle(row) -> str:
+    """What an inconclusive row still needs: runs of the base (its between-run noise is unknown) or trials per side."""
+    from harness.core.trials import MAX_MORE_TRIALS  # loads scipy: only where a comparison was made
+
+    if row.more_runs_needed:
+        return f"{row.more_runs_needed} more base run{'s' if row.more_runs_needed != 1 else ''}"
+    if row.basis == "history" and row.more_trials_needed >= MAX_MORE_TRIALS:
+        return "more base runs (the spread between runs decides; trials cannot narrow it)"
+    return f"{row.more_trials_needed} more trials" if row.more_trials_needed else ""

@@ -13,6 +13,9 @@ import os
 MIN_EFFECT = 0.02  # the smallest relative change in a median that is reported as a change
 ALPHA = 0.05  # false discovery rate across a grid (Benjamini-Hochberg), or one test's level
 N_BOOT = 2000  # bootstrap resamples for the ratio-of-medians interval
+# An observed ratio beyond x2 or /2 is never "unchanged": not significant means its noise is too wide to tell (in
+# CI, x2+ slower code on a 3-run floor of a loaded machine came out "unchanged"). Identical H200 runs reach x1.55.
+LARGEST_UNCHANGED = 2.0
 MIN_SAMPLES = 5  # fewer samples on a side: inconclusive
 HISTORY_RUNS = 20  # a series' noise floor: the spread of its medians over at most this many recent base-branch runs
 

@@ -104,16 +104,22 @@ series it equals the raw one; :math:`m` = ``min_effect``), first match wins:
 4. :math:`1 - m \le` ``ci_low`` and ``ci_high`` :math:`\le 1 + m`
    -> ``unchanged`` (equivalence shown: any change is immaterial, whether
    or not it is statistically detectable);
-5. :math:`p \ge \alpha` -> ``unchanged`` (no evidence of any change; the
-   interval may still be wide -- narrow it with more samples if it matters);
+5. :math:`p \ge \alpha` and :math:`1/L \le \hat r \le L` -> ``unchanged``
+   (no evidence of any change; the interval may still be wide -- narrow it
+   with more samples if it matters);
 6. otherwise -> ``inconclusive``: the change is significant but its interval
    straddles an edge of the band :math:`[1-m, 1+m]`, so we cannot yet say
-   whether it is material.
+   whether it is material; or it is not significant but the observed ratio
+   is beyond :math:`L` = ``LARGEST_UNCHANGED`` = 2 (a doubling or a halving
+   is never "unchanged": the noise is too wide to tell, and "unchanged"
+   would be wrong and sure of itself -- in CI, code that runs 8x the work
+   came out "unchanged" against a history floor of 3 runs of a loaded
+   machine; identical kernels on the H200 reach x1.55).
 
 Hence a flagged change (regressed / improved) needs *both* statistical
 significance after FDR control and a whole interval beyond the materiality
 band, and ``unchanged`` means exactly "interval inside the band, or not
-significant".
+significant with an observed ratio within [1/2, 2]".
 
 *more_samples_needed* (per side; 0 unless the verdict is ``inconclusive``,
 capped at ``MAX_MORE_SAMPLES`` = 1000, meaning "not resolvable in practice"):
@@ -673,7 +679,7 @@ def _decide(
         return "improved", 0
     if 1.0 - min_effect <= ci_low and ci_high <= 1.0 + min_effect:
         return "unchanged", 0
-    if not significant:
+    if not significant and 1.0 / defaults.LARGEST_UNCHANGED <= ratio <= defaults.LARGEST_UNCHANGED:
         return "unchanged", 0
     return "inconclusive", _more_samples_to_clear_band(ratio, ci_low, ci_high, n_base, n_head, min_effect)
 

@@ -15,7 +15,7 @@ import pytest
 import harness.cli.compare  # noqa: F401 - registers the verb (until harness.cli.main lists it)
 import harness.cli.variants  # noqa: F401
 from harness.cli.main import main
-from harness.record import outbox
+from harness.record import outbox, store
 from testkit.analysis import add_run, checks, grid_results, sha_of
 from testkit.e2e import NOISE_SUITE, git
 from testkit.e2e import harness as run_harness
@@ -270,3 +270,28 @@ def test_one_run_against_one_run_hours_apart_is_marked(db_url, capsys):
     assert "chip-a: one side is a single run measured 5.0 h from the other" in far
     _, out, _ = cli(capsys, "compare", sha_of(2), sha_of(3), "--db", db_url, "--format", "json")
     assert json.loads(out)["single_run_hours_apart"] == {"chip-a": pytest.approx(5.0)}
+
+
+def test_the_end_of_a_run_lists_a_doubling_its_base_runs_spread_too_wide_to_tell(db_url, capsys):
+    """Three base runs x3.5, x1.8 and x1 (a loaded machine), then a run at x6: the history floor's 2 df cannot make
+    it significant. It is inconclusive with its noise and what would settle it, never "unchanged" (as in CI)."""
+    from harness.cli.run import _print_verdicts
+
+    handle = outbox.open_store(db_url)
+    rng = np.random.default_rng(5)
+    for minutes, scale in ((0, 3.5), (10, 1.8), (20, 1.0)):
+        results = grid_results(rng, trials=4)
+        for _, result in results:
+            result.samples = [seconds * scale for seconds in result.samples]
+        store.finish_run(handle, add_run(handle, "chip-a", 1, results, minutes=minutes), "passed")
+    slower = grid_results(rng, trials=4)
+    for _, result in slower:
+        result.samples = [seconds * 6.0 for seconds in result.samples]
+    head = add_run(handle, "chip-a", 2, slower, minutes=30)
+    handle.close()
+    capsys.readouterr()
+    _print_verdicts(db_url, head, sha_of(2))
+    text = " ".join(capsys.readouterr().err.split())
+    assert "unchanged" not in text and "regressed" not in text and "held" not in text, text
+    assert "inconclusive swiglu/" in text, text
+    assert "(history); to settle: more base runs (the spread between runs decides" in text, text

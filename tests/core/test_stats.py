@@ -142,6 +142,17 @@ def test_significant_change_straddling_threshold_is_inconclusive() -> None:
     assert 0 < result.more_samples_needed <= MAX_MORE_SAMPLES
 
 
+def test_a_doubling_that_is_not_significant_is_inconclusive_not_unchanged() -> None:
+    rng = np.random.default_rng(18)
+    base, head = lognormal(rng, 6, 1.0), lognormal(rng, 6, 1.0)  # noise wider than a doubling
+    head *= 3.0 / (np.median(head) / np.median(base))  # an observed x3
+    result = compare_samples(base, head)
+    assert result.p_value > 0.05 and result.ratio == pytest.approx(3.0)
+    assert result.verdict == "inconclusive" and result.more_samples_needed > 0
+    near = compare_samples(base, head / 2.0)  # x1.5 on the same noise: no evidence of a change
+    assert near.verdict == "unchanged" and near.more_samples_needed == 0
+
+
 def test_compare_is_deterministic_and_independent_of_the_grid() -> None:
     rng = np.random.default_rng(18)
     base, head = lognormal(rng, 10, 0.03), lognormal(rng, 10, 0.03, scale=1.05)

@@ -169,6 +169,20 @@ def test_a_tight_history_floor_decides_single_trials() -> None:
     assert 0 < result.detectable < 0.05
 
 
+def test_a_doubling_on_a_wide_floor_of_few_runs_is_inconclusive_not_unchanged() -> None:
+    # CI: code doing 8x the work, one run a side, a floor of 3 runs of a loaded machine; not significant with 2 df
+    rng = np.random.default_rng(41)
+    floor = history_floor(BASE_SECONDS * np.array([1.0, 1.8, 3.5]))
+    assert floor is not None and floor.runs == 3 and floor.sd > 0.5
+    pair = (side(rng, [0.0] * 4, within=0.01), side(rng, [math.log(6.0)] * 4, within=0.01))
+    result = compare_trials({"k": pair}, floors={"k": floor}, separate_runs=True)["k"]
+    assert result.basis == "history" and result.ratio > 5.5 and result.p_value > 0.05 and result.ci_low < 1.0
+    assert result.verdict == "inconclusive" and result.more_trials_needed == MAX_MORE_TRIALS  # more runs, not trials
+    # the same noise and a ratio within x2 is no evidence of a change: unchanged
+    near = (pair[0], side(rng, [math.log(1.5)] * 4, within=0.01))
+    assert compare_trials({"k": near}, floors={"k": floor}, separate_runs=True)["k"].verdict == "unchanged"
+
+
 def test_a_floor_wider_than_the_trial_spread_widens_the_interval() -> None:
     rng = np.random.default_rng(5)
     pair = (side(rng, [0.0, 0.01, -0.01]), side(rng, [0.05, 0.06, 0.04]))
