@@ -493,3 +493,50 @@ def test_in_chromium_history_selector_log_axis_and_sortable_tables(site, browser
     finally:
         w.context.close()
     print("screenshots:", *shots.values())
+
+
+def test_in_chromium_a_regression_leads_to_its_compare_row_and_its_samples_by_trial(site, browser):
+    """The evidence path as a user clicks it: the confirmed slowdown's ratio opens its row on the compare page (the
+    same verdict), its samples link opens the strip plot, one dot per stored sample in a column per trial, and that
+    page links back to the compare row; no console error, CSP violation or request beyond file:// on the way."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    w = Watched(browser)
+    try:
+        regressions = w.open(site["out"] / "regressions.html")
+        row = regressions.locator(f"#performance-list tr#r-{_index_of_planted(site)}")
+        ratio = row.locator("td.lose a").inner_text()
+        row.locator("td.lose a").click()
+        regressions.wait_for_load_state("load")
+        compare_page = regressions  # the one page of the context, now on the compare page
+        compare_url = compare_page.url
+        assert compare_url.split("#")[0].split("/")[-1].startswith("compare-nvidia-h200-sm90--")
+        anchor = compare_url.split("#")[1]
+        compared = compare_page.locator(f"tr[id='{anchor}']")
+        assert "regressed" in compared.inner_text() and "flash_bq16_bk32" in compared.inner_text()
+        assert ratio.split(" ")[0] in compared.inner_text()  # x1.308: the same comparison
+        compare_page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+        w.assert_clean()
+
+        samples_page = w.open(site["out"] / "regressions.html")
+        samples_page.locator(f"#performance-list tr#r-{_index_of_planted(site)} a:text('samples')").click()
+        samples_page.wait_for_load_state("load")
+        strip = samples_page.locator("svg.plot.strip")
+        assert strip.count() == 1 and strip.is_visible()
+        trials_table = samples_page.locator("#trials tr:not(:first-child)")
+        stored = [int(trials_table.nth(i).locator("td").nth(5).inner_text().split()[0])
+                  for i in range(trials_table.count())]
+        assert {c.split()[0] for c in samples_page.locator("#trials tr td:first-child").all_inner_texts()} == {
+            "base", "head"}
+        assert strip.locator("g.samples").count() == len(stored) >= 6  # one column per trial, 3 a side at least
+        assert strip.locator("g.samples circle").count() == sum(stored) == 72  # the list's 36 / 36
+        first_dot = strip.locator("g.samples circle title").first.text_content()
+        assert re.match(r"trial \d+, sample 1: [\d.]+ µs$", first_dot), first_dot
+        samples_page.screenshot(path=str(ARTIFACTS / "samples.png"), full_page=True)
+        w.assert_clean()
+        samples_page.locator("#verdict a:text('its row on the compare page')").click()
+        samples_page.wait_for_load_state("load")
+        assert samples_page.url == compare_url  # back on the same row of the same compare page
+        assert "regressed" in samples_page.locator(f"tr[id='{anchor}']").inner_text()
+        w.assert_clean()
+    finally:
+        w.context.close()
