@@ -257,25 +257,26 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
                       + ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "inconclusive", "unchanged",
                                                                 "broken") if counts[v]), highlight=False)
         for row in [r for r in report.rows if r.verdict in ("regressed", "improved")][:SHOWN]:
-            console.print(f"  {row.verdict} {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
-                          f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], {row.trials_base}/"
-                          f"{row.trials_head} trials", highlight=False, soft_wrap=True)
+            _print_row(row.verdict, row, f"{row.trials_base}/{row.trials_head} trials")
         for row in [r for r in report.rows if r.more_runs_needed][:SHOWN]:
-            console.print(f"  held {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
-                          f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], inconclusive: one run a side "
-                          f"and no history floor, and it does not stand out from the run's other series; "
-                          f"{row.more_runs_needed} more base run(s) give the floor", highlight=False, soft_wrap=True)
+            _print_row("held", row, f"inconclusive: one run a side and no history floor, and it does not stand out "
+                                    f"from the run's other series; {row.more_runs_needed} more base run(s) give the "
+                                    f"floor")
         for row in [r for r in report.rows if r.verdict == "inconclusive" and not r.more_runs_needed][:SHOWN]:
-            console.print(f"  inconclusive {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
-                          f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], noise {noise_used(row)}"
-                          + (f"; to settle: {to_settle(row)}" if to_settle(row) else ""),
-                          highlight=False, soft_wrap=True)
+            settle = to_settle(row)
+            _print_row("inconclusive", row, f"noise {noise_used(row)}" + (f"; to settle: {settle}" if settle else ""))
         console.print(f"  (harness compare {previous} {run_id} for the evidence)", highlight=False)
     for b in best[:SHOWN]:
         console.print(f"winning variant {b.kernel} {b.dtype} {b.shape_key}: {b.variant} x{b.evidence.ratio:.3f} "
                       f"against {b.default_variant}", highlight=False, soft_wrap=True)
     if len(best) > SHOWN:
         console.print(f"  ... and {len(best) - SHOWN} more (harness variants)", highlight=False)
+
+
+def _print_row(label: str, row, detail: str) -> None:
+    """One compare row at the end of a run: label, series, ratio and interval, then ``detail``."""
+    console.print(f"  {label} {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
+                  f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], {detail}", highlight=False, soft_wrap=True)
 
 
 def _render_report(db_url: str, folder: Path) -> None:

@@ -45,6 +45,13 @@ def cli_subprocess(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+def scaled(results: list, factor: float) -> list:
+    """``grid_results`` with every sample ``factor`` times as long (a whole run shifted)."""
+    for _, result in results:
+        result.samples = [seconds * factor for seconds in result.samples]
+    return results
+
+
 @pytest.fixture
 def planted(db_url):
     """Commit 1 -> 2 on two chips: swiglu/fused_gateup 10 % slower on chip A, flash_bq8_bk16 wrong on chip A;
@@ -235,10 +242,7 @@ def test_a_whole_run_shifted_by_load_is_held_and_a_kernel_that_stands_out_is_not
     handle = outbox.open_store(db_url)
     rng = np.random.default_rng(4)
     add_run(handle, "chip-a", 1, grid_results(rng, trials=4), minutes=0)
-    shifted = grid_results(rng, trials=4)
-    for _, result in shifted:
-        result.samples = [seconds * 1.19 for seconds in result.samples]
-    add_run(handle, "chip-a", 2, shifted, minutes=10)
+    add_run(handle, "chip-a", 2, scaled(grid_results(rng, trials=4), 1.19), minutes=10)
     add_run(handle, "chip-a", 3, grid_results(rng, {("swiglu", "unfused", 1): 1.3}, trials=4), minutes=20)
     handle.close()
     code, out, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", db_url, "--format", "json")
@@ -280,14 +284,9 @@ def test_the_end_of_a_run_lists_a_doubling_its_base_runs_spread_too_wide_to_tell
     handle = outbox.open_store(db_url)
     rng = np.random.default_rng(5)
     for minutes, scale in ((0, 3.5), (10, 1.8), (20, 1.0)):
-        results = grid_results(rng, trials=4)
-        for _, result in results:
-            result.samples = [seconds * scale for seconds in result.samples]
+        results = scaled(grid_results(rng, trials=4), scale)
         store.finish_run(handle, add_run(handle, "chip-a", 1, results, minutes=minutes), "passed")
-    slower = grid_results(rng, trials=4)
-    for _, result in slower:
-        result.samples = [seconds * 6.0 for seconds in result.samples]
-    head = add_run(handle, "chip-a", 2, slower, minutes=30)
+    head = add_run(handle, "chip-a", 2, scaled(grid_results(rng, trials=4), 6.0), minutes=30)
     handle.close()
     capsys.readouterr()
     _print_verdicts(db_url, head, sha_of(2))
