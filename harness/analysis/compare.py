@@ -13,6 +13,7 @@ import numpy as np
 
 from harness.analysis.records import CompareReport, CompareRow, CorrectnessFailure, Side
 from harness.core import stats, trials
+from harness.core.chip import timing_fit
 from harness.record import query
 from harness.record.store import Store
 
@@ -72,7 +73,8 @@ def compare(
                                      runs={key: (base_trials[key].runs, head_trials[key].runs) for key in common},
                                      min_effect=min_effect, alpha=alpha, broken=broken, separate_runs=True,
                                      incomparable={key for key in common
-                                                   if not same_mode(base_modes.get(key), head_modes.get(key))})
+                                                   if not same_mode(base_modes.get(key), head_modes.get(key))
+                                                   or not timing_fit(key.chip)})
     host_paced = query.host_paced_series(store, base_side.run_ids) | query.host_paced_series(store, head_side.run_ids)
     rows = sorted((_row(key, c, pairs[key], key in host_paced) for key, c in verdicts.items()), key=_row_order)
     counts = {verdict: 0 for verdict in stats.VERDICTS}

@@ -24,6 +24,7 @@ from harness.analysis.records import (
     VariantMatrix,
 )
 from harness.core import stats, trials
+from harness.core.chip import timing_fit
 from harness.record import query
 from harness.record.query import SeriesKey
 from harness.record.store import Store
@@ -220,8 +221,8 @@ def variant_matrix(
         # A variant and its default measured in the same runs, their trials interleaved: the spread between trials
         # is the noise of the comparison (harness.core.trials); series timed in different modes are not compared.
         if not same_mode(mode_of(runs, kernel, default, dtype, shape_key, chip) or None,
-                         mode_of(runs, kernel, variant, dtype, shape_key, chip) or None):
-            mixed.add(cell)
+                         mode_of(runs, kernel, variant, dtype, shape_key, chip) or None) or not timing_fit(chip):
+            mixed.add(cell)  # or a virtual GPU's: its timings carry no verdict
     verdicts = trials.variant_measured_grid(keys, trials.concat_measured(parts), min_effect=min_effect, alpha=alpha,
                                             broken=broken, incomparable=mixed)
     cells = {key: _cell(key, defaults[key[0]], verdict, cell_runs[key], presence.shas[cell_runs[key][0]],

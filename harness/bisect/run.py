@@ -352,6 +352,9 @@ def run_bisect(request: BisectRequest, log: Log = lambda line: None,
         connected = connect(request.address)
     else:
         chip = _local_chip(request.chip)
+    if request.mode == "perf" and not chip_id.timing_fit(chip):
+        raise HarnessError(f"{chip} is a virtual GPU: its timings are not fit for a perf bisect (bisect on a real "
+                           "chip; --mode correctness works here)")
     try:
         if request.executor == "ray":
             nodes = live_chips().get(chip, [])

@@ -27,6 +27,7 @@ from harness.cli.tables import (
     to_settle,
 )
 from harness.core import defaults
+from harness.core.chip import timing_fit
 from harness.core.errors import HarnessError
 from harness.pipeline.ab import ABRequest, execute_ab
 from harness.record import query
@@ -183,6 +184,9 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
     if paced := sum(row.host_paced for row in report.rows):
         notes.append(f"{paced} series host-paced: {HOST_PACED_NOTE}")
     notes.extend(_held_notes(report.rows))
+    for chip_key in sorted({row.key.chip for row in report.rows if not timing_fit(row.key.chip)}):
+        notes.append(f"{chip_key} is a virtual GPU: its timings carry no verdict (inconclusive), its correctness "
+                     "counts; time on real hardware (docs/macs.md)")
     for chip_key, gap in sorted(apart.items()):
         notes.append(f"{chip_key}: one side is a single run measured {gap / 3600:.1f} h from the other: its trials "
                      f"share one session, so a shift of the whole run is not in their spread (more runs settle it)")

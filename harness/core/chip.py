@@ -20,6 +20,13 @@ from typing import Any
 
 BACKENDS = ("metal", "cuda", "cpu")
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+VIRTUAL_PREFIX = "vm-"
+"""The key prefix of a virtual GPU: its own keys, never pooled with real hardware, and unfit for timing verdicts."""
+VIRTUAL_DEVICE = re.compile(r"paravirtual|virtual|vmware|virtio|qemu|parallels|llvmpipe|lavapipe|swiftshader|"
+                            r"basic render", re.I)
+"""Device names of virtual or emulated GPUs: GitHub's hosted macOS runners report "Apple Paravirtual device" (the
+VM's Metal device, Apple's Virtualization framework), software rasterisers name themselves (llvmpipe, SwiftShader,
+Microsoft Basic Render Driver). Their timings measure the host's scheduling of a VM, not a chip."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,11 @@ class ChipIdentity:
     device_info: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def virtual(self) -> bool:
+        """A virtual GPU (``is_virtual``): its runs count for correctness, never for timing verdicts."""
+        return not timing_fit(self.key)
+
+    @property
     def chip_class(self) -> str:
         """'gpu' or 'cpu': which benchmark grid size fits this chip."""
         return "cpu" if self.backend == "cpu" else "gpu"
@@ -50,8 +62,21 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def is_virtual(backend: str, device_name: str) -> bool:
+    """The accelerator is a virtual or emulated device (``VIRTUAL_DEVICE``), not a chip."""
+    return backend != "cpu" and bool(VIRTUAL_DEVICE.search(device_name))
+
+
+def timing_fit(chip_key_: str) -> bool:
+    """Whether a chip's timings may carry a verdict (compare, variants, bisect): not on a virtual GPU's key."""
+    return not chip_key_.startswith(VIRTUAL_PREFIX)
+
+
 def chip_key(backend: str, device_name: str, architecture: str, gpu_cores: int | None = None) -> str:
-    """The stable key: ``apple-m4-pro-20c``, ``nvidia-h200-sm90``, ``cpu-x86_64-amd-epyc``."""
+    """The stable key: ``apple-m4-pro-20c``, ``nvidia-h200-sm90``, ``cpu-x86_64-amd-epyc``; a virtual GPU's starts
+    with ``vm-`` (``vm-apple-paravirtual-device``): never the key of the real chip under it."""
+    if is_virtual(backend, device_name):
+        return f"{VIRTUAL_PREFIX}{backend}-{slug(device_name)}"[:63]
     if backend == "metal":
         key = slug(device_name) or slug(architecture)
         if not key.startswith("apple"):
@@ -167,6 +192,9 @@ def detect(override_key: str | None = None) -> ChipIdentity:
         cpu_name=_cpu_name(),
     )
     if override_key:
+        if ident.virtual and timing_fit(override_key):
+            raise ValueError(f"this GPU is virtual ({ident.device_name}): its key must start with "
+                             f"{VIRTUAL_PREFIX!r}, not {override_key!r} (its timings would pool with real chips)")
         ident = ChipIdentity(**{**ident.to_dict(), "key": validate_key(override_key)})
     return ident
 

@@ -89,6 +89,12 @@ def branch_name(repo: str | Path, rev: str = "HEAD") -> str:
     return ""
 
 
+def default_branch(repo: str | Path) -> str:
+    """origin's default branch where the clone knows it (``origin/HEAD``), else HEAD's branch, else ""."""
+    remote_head = _git(repo, "symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD", check=False)
+    return remote_head.split("/", 1)[1] if "/" in remote_head else branch_name(repo)
+
+
 def ancestry(repo: str | Path, shas: list[str], limit: int, timeout: float = 300) -> dict[str, tuple[str, ...]]:
     """Parents (first parent first) of the given commits and of their ancestors, newest first, at most ``limit``
     commits (one ``git rev-list --parents``); names the repository does not have are left out."""

@@ -69,3 +69,35 @@ def test_override_key_is_validated():
     assert chip.detect("lab-m3-max").key == "lab-m3-max"
     with pytest.raises(ValueError, match="must be lower-case"):
         chip.detect("bad:key")
+
+
+def test_a_paravirtual_gpu_gets_a_key_of_its_own_never_apple_silicons():
+    info = json.loads((MACOS / "device_info_paravirtual.json").read_text())
+    cores = chip.parse_system_profiler_gpu_cores((MACOS / "system_profiler_paravirtual.json").read_text())
+    ident = chip.identity_from_facts("metal", info, gpu_cores=cores, os_name="Darwin 23.6.0", mlx_version="0.32.4")
+    assert cores is None
+    assert ident.key == "vm-metal-apple-paravirtual-device" and chip.validate_key(ident.key) == ident.key
+    assert ident.virtual and not chip.timing_fit(ident.key)
+    real = chip.identity_from_facts("metal", json.loads((MACOS / "device_info_m4pro.json").read_text()),
+                                    gpu_cores=20, os_name="Darwin 24.6.0", mlx_version="0.32.4")
+    assert not real.virtual and chip.timing_fit(real.key) and not real.key.startswith(chip.VIRTUAL_PREFIX)
+
+
+@pytest.mark.parametrize("name", ["Apple Paravirtual device", "llvmpipe (LLVM 15.0.7, 256 bits)",
+                                  "Microsoft Basic Render Driver", "VMware SVGA 3D"])
+def test_virtual_and_emulated_devices_are_recognised(name):
+    assert chip.is_virtual("metal", name) and chip.chip_key("metal", name, "x").startswith("vm-")
+
+
+@pytest.mark.parametrize("name", ["Apple M1", "Apple M4 Pro", "NVIDIA H200"])
+def test_real_chips_are_not_virtual(name):
+    assert not chip.is_virtual("metal", name)
+
+
+def test_a_virtual_gpu_cannot_take_a_real_chips_key(monkeypatch):
+    info = json.loads((MACOS / "device_info_paravirtual.json").read_text())
+    virtual = chip.identity_from_facts("metal", info, gpu_cores=None, os_name="Darwin", mlx_version="0.32.4")
+    monkeypatch.setattr(chip, "identity_from_facts", lambda *a, **k: virtual)
+    with pytest.raises(ValueError, match="virtual"):
+        chip.detect("apple-m1-8c")
+    assert chip.detect("vm-macos-14").key == "vm-macos-14"
