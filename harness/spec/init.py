@@ -352,7 +352,9 @@ def index_source() -> str | None:
         dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
-    return None if dist.read_text("direct_url.json") else f"{DISTRIBUTION}=={dist.version}"
+    if dist.read_text("direct_url.json") or not dist.read_text("INSTALLER"):  # a URL, or a source tree's egg-info
+        return None
+    return f"{DISTRIBUTION}=={dist.version}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -588,8 +590,11 @@ GATE_VERDICT = """\
 def gate_workflow(topology: str, source: str) -> str:
     """Pull requests: measure the head commit, compare it with the merge base, comment, fail on a regression."""
     settle = " --settle"
-    head = ("# Pull requests: measure the head commit, compare it with the merge base (harness compare --settle\n"
-            "# measures more trials where a verdict is inconclusive), comment on the pull request, fail on a\n"
+    settling = ("harness compare --settle\n# measures more trials where a verdict is inconclusive)"
+                if topology == "shared-db" else
+                "no settling here:\n# inconclusive rows stay inconclusive, docs/topology.md)")
+    head = (f"# Pull requests: measure the head commit, compare it with the merge base ({settling}, comment on\n"
+            "# the pull request, fail on a\n"
             "# confirmed regression or a correctness failure. Make the job `verdict` a required status check\n"
             "# (Settings > Branches > branch protection rule > Require status checks) so a red gate blocks merging.\n"
             "# The merge base must already be measured on each chip (by harness-measure when it landed): else the\n"
