@@ -60,6 +60,7 @@ def test_every_job_has_a_timeout_within_the_hosted_limit(path: Path):
 def test_cluster_jobs_take_runner_and_address_from_repository_variables():
     for name in ("bench.yml", "pr-gate.yml"):
         jobs = load(name)["jobs"]
+        assert jobs["off"]["runs-on"] == "ubuntu-latest"  # only says the workflow is off
         cluster = [job for job in jobs.values() if "HARNESS_RAY_ADDRESS" in job.get("env", {})]
         assert cluster, name
         for job in cluster:
@@ -70,13 +71,39 @@ def test_cluster_jobs_take_runner_and_address_from_repository_variables():
 def test_the_pull_request_gate_posts_the_comparison_and_gates_on_its_exit_status():
     workflow = load("pr-gate.yml")
     assert "pull_request" in workflow["on"]
-    (job,) = workflow["jobs"].values()
+    job = workflow["jobs"]["gate"]
     text = steps_text(job)
     assert 'harness submit --address "$HARNESS_RAY_ADDRESS" --commit "$HEAD_SHA"' in text
-    assert 'harness compare "$BASE_SHA" "$HEAD_SHA"' in text and "--format markdown" in text
+    assert 'harness compare "$BASE_SHA" "$HEAD_SHA" --settle' in text and "--format markdown" in text
+    assert 'git merge-base "origin/$BASE_REF" "$HEAD_SHA"' in text  # the merge base, not the base branch's tip
+    assert "pull_request.base.sha" not in str(job["env"])
     assert '>> "$GITHUB_STEP_SUMMARY"' in text and "gh pr comment" in text
     assert "1) echo" in text and "exit 1" in text  # a regression fails the check
     assert workflow["permissions"]["pull-requests"] == "write"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_a_job_that_reads_history_checks_out_the_whole_history(path: Path):
+    """bench.yml compared with `git rev-parse HEAD^` in a depth-1 clone: never a parent, the comparison skipped on
+    every push (and continue-on-error hid it)."""
+    for name, job in load(path.name)["jobs"].items():
+        text = steps_text(job)
+        if any(word in text for word in ("rev-parse", "merge-base", "rev-list")):
+            (checkout,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/checkout")]
+            assert checkout.get("with", {}).get("fetch-depth") == 0, (path.name, name)
+        assert not any("continue-on-error" in step for step in job["steps"]), (path.name, name)
+
+
+@pytest.mark.parametrize("name, setting", [("bench.yml", "HARNESS_RAY_ADDRESS"), ("pr-gate.yml", "HARNESS_RAY_ADDRESS"),
+                                           ("mac.yml", "HARNESS_MAC_RUNNERS")])
+def test_without_its_setting_a_workflow_is_off_by_design_and_says_so(name: str, setting: str):
+    """Without a Ray address bench.yml and pr-gate.yml failed on every push and pull request; now one job says
+    the workflow is off (a notice), and the measuring jobs do not start."""
+    jobs = load(name)["jobs"]
+    assert f"vars.{setting} == ''" in jobs["off"]["if"] and "::notice::" in steps_text(jobs["off"])
+    for job_name, job in jobs.items():
+        if job_name not in ("off", "pages", "collect"):
+            assert f"vars.{setting} != ''" in job["if"], (name, job_name)
 
 
 def test_bench_publishes_the_report_as_an_artifact_and_to_pages_where_enabled():
@@ -86,10 +113,15 @@ def test_bench_publishes_the_report_as_an_artifact_and_to_pages_where_enabled():
     assert "vars.HARNESS_PAGES" in jobs["pages"]["if"] and "actions/deploy-pages" in steps_text(jobs["pages"])
 
 
-def test_a_one_machine_workflow_runs_the_harness_on_apple_silicon():
-    (job,) = load("mac.yml")["jobs"].values()
-    assert "macos-14" in job["strategy"]["matrix"]["runner"]  # GitHub's hosted arm64 Mac, or the listed Macs
-    assert job["runs-on"] == "${{ matrix.runner }}" and "harness run" in steps_text(job)
+def test_the_mac_workflow_runs_on_the_teams_own_macs_and_ends_in_one_report():
+    jobs = load("mac.yml")["jobs"]
+    runners = jobs["run"]["strategy"]["matrix"]["runner"]
+    assert "self-hosted" in runners and "macos-" not in runners  # hosted macOS: a paravirtual GPU (docs/macs.md)
+    assert jobs["run"]["runs-on"] == "${{ matrix.runner }}" and "harness run" in steps_text(jobs["run"])
+    assert "harness export" in steps_text(jobs["run"]) and "actions/upload-artifact" in steps_text(jobs["run"])
+    collect = steps_text(jobs["collect"])
+    assert "actions/download-artifact" in collect and 'harness import --db "$HARNESS_DB"' in collect
+    assert collect.count("harness report") == 1
 
 
 def test_the_test_workflow_runs_exactly_the_ci_script():
