@@ -20,6 +20,7 @@ from harness.analysis.compare import same_mode
 from harness.analysis.history import by_series_key, trial_levels
 from harness.analysis.records import RegressionEvidence
 from harness.core import defaults, distributions, stats, trials
+from harness.core.chip import timing_fit
 from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
@@ -411,6 +412,8 @@ def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int
         data, broken, cell_summaries(data), lambda cells: trial_levels(data, cells)[0],
         lambda cells: {cell: data.trials(cell) for cell in cells}, min_effect=min_effect, alpha=alpha,
         modes_of=modes_loader(store, data, include_dirty=include_dirty))
+    if not timing_fit(chip):  # a virtual GPU: its correctness counts, its timings carry no verdict
+        return events
     return events + [e for commit in sorted(found) for e in found[commit]]
 
 

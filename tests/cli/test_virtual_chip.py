@@ -60,3 +60,24 @@ def test_a_virtual_gpus_correctness_failure_still_fails_the_gate(db_url, monkeyp
     handle.close()
     code, out, _ = cli(capsys, "compare", sha_of(1)[:8], sha_of(2)[:8], "--db", db_url)
     assert code == 1 and "Newly failing on head (1)" in out
+
+
+def test_the_regression_list_has_no_slowdown_of_a_virtual_gpu(on_a_vm):
+    from harness.analysis import regressions
+
+    handle = outbox.open_store(on_a_vm)
+    try:
+        found = regressions.regressions(handle)
+    finally:
+        handle.close()
+    slowdowns = {(e.chip, e.variant) for e in found if e.kind == "performance"}
+    assert ("chip-a", "fused_gateup") in slowdowns and not any(c == VM for c, _ in slowdowns)
+
+
+def test_variants_give_a_virtual_gpu_no_verdict(on_a_vm, capsys):
+    code, out, err = cli(capsys, "variants", "--commit", sha_of(2)[:8], "--db", on_a_vm, "--format", "json", "--all")
+    assert code == 0, err
+    cells = json.loads(out)["cells"]
+    on_vm = [c for c in cells if c["chip"] == VM]
+    assert on_vm and {c["outcome"] for c in on_vm} == {"inconclusive"}
+    assert any(c["outcome"] != "inconclusive" for c in cells if c["chip"] == "chip-a")
