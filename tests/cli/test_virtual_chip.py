@@ -81,3 +81,25 @@ def test_variants_give_a_virtual_gpu_no_verdict(on_a_vm, capsys):
     on_vm = [c for c in cells if c["chip"] == VM]
     assert on_vm and {c["outcome"] for c in on_vm} == {"inconclusive"}
     assert any(c["outcome"] != "inconclusive" for c in cells if c["chip"] == "chip-a")
+
+
+def test_a_perf_bisect_refuses_a_virtual_gpu(tmp_path, monkeypatch):
+    import subprocess
+
+    from harness.bisect import run as bisect_run
+    from harness.bisect.probes import BisectRequest
+    from harness.core.errors import HarnessError
+
+    for n in (1, 2):
+        subprocess.run(["git", "init", "-q"] if n == 1 else ["true"], cwd=tmp_path, check=True)
+        (tmp_path / "f.txt").write_text(str(n))
+        subprocess.run(["git", "add", "f.txt"], cwd=tmp_path, check=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", str(n)], cwd=tmp_path,
+                       check=True)
+    shas = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=tmp_path, check=True, capture_output=True,
+                          text=True).stdout.split()
+    monkeypatch.setattr(bisect_run, "_local_chip", lambda wanted: VM)
+    request = BisectRequest(good=shas[0], bad=shas[1], kernel="k", repo=str(tmp_path),
+                            db_url=f"sqlite:///{tmp_path / 'r.db'}")
+    with pytest.raises(HarnessError, match="virtual GPU: its timings are not fit for a perf bisect"):
+        bisect_run.run_bisect(request, run_one=lambda *a, **k: None)
