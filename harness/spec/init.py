@@ -573,10 +573,12 @@ GATE_VERDICT = """\
           GH_REPO: ${{ github.repository }}
           PR: ${{ github.event.pull_request.number }}
         run: |
-          { echo "## Benchmark gate: $HEAD_SHA against the merge base"; echo; cat gate/*.md; } > comment.md
+          { echo "## Benchmark gate: $HEAD_SHA against the merge base"; echo
+            cat gate/*.md 2>/dev/null || echo "No chip compared: see the measure jobs of this run."; } > comment.md
           gh pr comment "$PR" --body-file comment.md --edit-last || gh pr comment "$PR" --body-file comment.md
       - name: Gate
         run: |
+          ls gate/*.code > /dev/null 2>&1 || { echo "::error::no chip compared (see the measure jobs)"; exit 2; }
           worst=0
           for f in gate/*.code; do code=$(cat "$f"); [ "$code" -gt "$worst" ] && worst=$code; done
           case "$worst" in

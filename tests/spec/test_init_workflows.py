@@ -167,3 +167,15 @@ def test_a_missing_database_setting_fails_by_name(kernel_repo, tmp_path):
     assert result.failed.name == "Check the settings" and result.failed.code == 2
     assert "::error::secret HARNESS_DB is not set" in result.failed.output
     assert [s.code for s in result.steps if s.name == "Measure"] == [None]  # later steps do not run
+
+
+def test_a_gate_with_no_comparison_fails_with_exit_2_and_says_so(kernel_repo, tmp_path):
+    """Every measure job failed before comparing (no artifact): the comment says so and the check fails (2)."""
+    work, gh = kernel_repo
+    head = git(work, "rev-parse", "HEAD")
+    values = {"github.event.pull_request.head.sha": head, "github.event.pull_request.base.ref": "main",
+              "github.event.pull_request.number": "1"}
+    workflow = load(work / ".github" / "workflows" / "harness-gate.yml")
+    verdict = runner(work, tmp_path, gh, "", head, **values).run_job(workflow, "verdict")
+    assert verdict.step("Gate").code == 2 and "no chip compared" in verdict.step("Gate").output
+    assert "No chip compared" in (tmp_path / "gh-log" / "comment.md").read_text()
