@@ -73,7 +73,11 @@ def settle_available(cwd: Path) -> bool:
 
 @pytest.fixture
 def kernel_repo(tmp_path: Path) -> tuple[Path, Path]:
-    """A kernel repository (cloned from a bare 'origin') with `harness init --topology shared-db` committed."""
+    return make_repo(tmp_path, "shared-db")
+
+
+def make_repo(tmp_path: Path, topology: str) -> tuple[Path, Path]:
+    """A kernel repository (cloned from a bare 'origin') with `harness init --topology TOPOLOGY` committed."""
     origin, work = tmp_path / "origin.git", tmp_path / "kern"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
     git(tmp_path, "clone", "-q", str(origin), str(work))
@@ -83,7 +87,7 @@ def kernel_repo(tmp_path: Path) -> tuple[Path, Path]:
     (work / "tests").mkdir()
     (work / "tests" / "test_kern.py").write_text(TEST)
     (work / "README.md").write_text("# kern\n")
-    done = harness("init", "--topology", "shared-db", "--harness-source", SOURCE, cwd=work)
+    done = harness("init", "--topology", topology, "--harness-source", SOURCE, cwd=work)
     assert done.returncode == 0, done.stderr
     assert "1 test folder(s), 1 marker(s), 2 benchmark function(s)" in done.stderr
     for name in ("harness-measure.yml", "harness-gate.yml"):  # the harness's own branch may lack --settle yet
@@ -120,6 +124,7 @@ def pull_request(work: Path, branch: str, change) -> str:
 
 
 def gate(work: Path, tmp: Path, gh: Path, db_url: str, head: str):
+    """The gate workflow's jobs in order: each machine's `measure`, then `verdict`."""
     values = {"github.event.pull_request.head.sha": head, "github.event.pull_request.base.ref": "main",
               "github.event.pull_request.number": "1"}
     workflow = load(work / ".github" / "workflows" / "harness-gate.yml")
@@ -179,3 +184,28 @@ def test_a_gate_with_no_comparison_fails_with_exit_2_and_says_so(kernel_repo, tm
     verdict = runner(work, tmp_path, gh, "", head, **values).run_job(workflow, "verdict")
     assert verdict.step("Gate").code == 2 and "no chip compared" in verdict.step("Gate").output
     assert "No chip compared" in (tmp_path / "gh-log" / "comment.md").read_text()
+
+
+def test_generated_bundles_workflows_collect_every_bundle_publish_and_gate(tmp_path):
+    """bundles: the measuring machines write only a local SQLite file and upload a bundle; the collector imports
+    the bundles into its database, renders the report and gates on the merge base (no settling there)."""
+    work, gh = make_repo(tmp_path, "bundles")
+    db_url = f"sqlite:///{tmp_path / 'collector.db'}"
+    main_sha = git(work, "rev-parse", "HEAD")
+    push = load(work / ".github" / "workflows" / "harness-measure.yml")
+    run = runner(work, tmp_path / "push", gh, db_url, main_sha, **{"inputs.commits": "", "github.ref": "main",
+                                                                   "steps.deploy.outputs.page_url": ""})
+    measured = run.run_job(push, "measure")
+    assert measured.failed is None, measured.failed
+    assert not (tmp_path / "collector.db").exists()  # the machines never touch the collector's database
+    report = run.run_job(push, "report")
+    assert report.failed is None, report.failed
+    assert "Import the bundles" in [s.name for s in report.steps if s.code == 0]
+    assert (work / "site" / "index.html").is_file()
+
+    slow = pull_request(work, "slow", lambda w: (w / "kern" / "bench.py").write_text(BENCH.format(repeat=8)))
+    measured, verdict = gate(work, tmp_path / "slow", gh, db_url, slow)
+    assert measured.failed is None, measured.failed
+    assert verdict.step("Gate").code == 1, verdict.step("Gate").output
+    comment = (tmp_path / "slow" / "gh-log" / "comment.md").read_text()
+    assert "regressed" in comment and "bench_add" in comment
