@@ -604,8 +604,8 @@ def gate_workflow(topology: str, source: str) -> str:
     env_pr = ("      HEAD_SHA: ${{ github.event.pull_request.head.sha }}\n"
               "      BASE_REF: ${{ github.event.pull_request.base.ref }}\n")
     if topology == "shared-db":
-        compare = GATE_COMPARE.replace("NAME", f'"$({CHIP_KEY})"').replace("CHIP", ' --chip "$name"') \
-            .replace("SETTLE", settle)
+        # --settle compares this machine's chip (its own --chip) and re-measures the inconclusive series here
+        compare = GATE_COMPARE.replace("NAME", f'"$({CHIP_KEY})"').replace("CHIP", "").replace("SETTLE", settle)
         jobs = (_measure_job(topology, "pr").replace("      COMMITS:", env_pr + "      COMMITS:")
                 + compare
                 + "      - uses: actions/upload-artifact@v4\n        if: ${{ !cancelled() }}\n        with:\n"

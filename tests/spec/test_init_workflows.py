@@ -93,7 +93,7 @@ def make_repo(tmp_path: Path, topology: str) -> tuple[Path, Path]:
     for name in ("harness-measure.yml", "harness-gate.yml"):  # the harness's own branch may lack --settle yet
         path = work / ".github" / "workflows" / name
         if not settle_available(work):
-            path.write_text(path.read_text().replace(" --settle", ""))
+            path.write_text(path.read_text().replace(" --settle", ' --chip "$name"'))  # what --settle compares
     git(work, "add", "-A")
     git(work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "kern with harness init")
     git(work, "push", "-q", "origin", "main")
