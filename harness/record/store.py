@@ -633,7 +633,8 @@ def sample_writer(session: Session, *, append: bool = False) -> Callable[[list[t
     table = TrialSummary.__table__
 
     def write_with_summaries(rows: list[tuple[int, int, float, int]]) -> None:
-        write(_without_nan(rows))
+        if clean := _without_nan(rows):  # none at all (a bundle of test-only runs): SQLite's executemany of an
+            write(clean)  # empty list runs the statement once, without its parameters
         new = packed_summaries(trial_summaries(rows))
         if not new:
             return
