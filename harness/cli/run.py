@@ -90,9 +90,15 @@ def run(
         return
     request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
                               chip_label=chip_label, resume=resume, ahead=prepare_ahead)
+    failures: list[Text] = []  # also listed with the results: `harness run > log` and --quiet keep them
     with progress_display(quiet) as (planned, progress, abandon):
+        def on_result(job, result, done: int, total: int) -> None:
+            failures.extend(_failure_lines(job, result))
+            if progress:
+                progress(job, result, done, total)
+
         try:
-            outcome = execute_run(request, progress=progress, on_planned=planned)
+            outcome = execute_run(request, progress=on_result, on_planned=planned)
         except HarnessError:
             abandon()  # a bad commit, repository or suite: just its one-line error
             raise
@@ -108,6 +114,10 @@ def run(
         out.print(f"tests: {sum(outcome.tests.values())} distinct: {count_label(outcome.tests)}")
         for name, selection in sorted(outcome.selections.items()):  # not `counts`: the exit status reads it below
             out.print(f"  {name}: {count_label(selection)}")
+    for line in failures[:FAILURES_SHOWN]:
+        out.print(line)
+    if len(failures) > FAILURES_SHOWN:
+        out.print(f"  ... and {len(failures) - FAILURES_SHOWN} more failure lines (harness report lists them all)")
     flops, bandwidth = outcome.peaks
     if flops or bandwidth:
         out.print(f"calibrated peak: {(flops or 0) / 1e9:.1f} GFLOP/s matmul, "
@@ -248,6 +258,7 @@ class LineProgress:
         self.say(line)
 
 
+FAILURES_SHOWN = 30  # failure lines repeated with the results at the end of a run, at most
 SHOWN = 10  # changed series and winning variants listed at the end of a run, at most
 
 

@@ -96,8 +96,23 @@ def test_a_failure_in_the_first_of_several_selections_fails_the_run(velox: Velox
 def test_failure_text_is_printed_verbatim_not_as_markup(velox: Velox):
     done = velox.head_run
     assert "MarkupError" not in done.stderr
-    assert MESSAGE in done.stderr  # as it happened, on stderr
-    assert "tests/test_calc.py::test_markup" in done.stderr
+    line = f"failed tests/test_calc.py::test_markup: AssertionError: {MESSAGE}"
+    assert line in done.stderr  # as it happened, on stderr
+    assert line in done.stdout  # and with the results
+
+
+def test_results_go_to_stdout_and_quiet_leaves_only_them(velox: Velox):
+    """`harness run > log` keeps the results; progress and failures as they happen are stderr's; --quiet drops
+    those and keeps the results (the failures among them)."""
+    loud = velox.head_run
+    assert "running 3 jobs" in loud.stderr and "progress: 3/3 jobs" in loud.stderr  # a log, not a terminal
+    assert "running 3 jobs" not in loud.stdout and "progress:" not in loud.stdout
+    quiet = velox.run(velox.head, "--quiet")
+    assert quiet.returncode == 1
+    assert quiet.stderr == "", quiet.stderr
+    for text in ("jobs: 1 passed, 2 failed", "tests: 3 distinct: 1 passed, 2 failed", "  a_all: 1 passed, 2 failed",
+                 f"failed tests/test_calc.py::test_markup: AssertionError: {MESSAGE}", "database: "):
+        assert text in quiet.stdout, quiet.stdout
 
 
 def test_a_test_in_two_selections_is_one_failed_test_in_run_compare_and_the_report(velox: Velox, tmp_path: Path):
