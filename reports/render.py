@@ -37,7 +37,13 @@ from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_a
 from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
-from harness.core.status import CORRECTNESS_KINDS, PASSES, drop_explained_selections, is_code_failure
+from harness.core.status import (
+    CORRECTNESS_KINDS,
+    PASSES,
+    drop_explained_selections,
+    each_test_once,
+    is_code_failure,
+)
 from reports import evidence as evidence_pages
 from reports import svg
 
@@ -317,9 +323,9 @@ def correctness_jobs(jobs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any
 
 def correctness_counts(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """passed / failed (failed, error, crashed, timeout) / skipped counts of a run's correctness jobs and tests
-    (an expected failure, xfailed or xpassed, counts as passed)."""
+    (an expected failure, xfailed or xpassed, counts as passed), each test once however many selections ran it."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for job in correctness_jobs(jobs):
+    for job in each_test_once(correctness_jobs(jobs), itemgetter("kind"), itemgetter("name"), itemgetter("status")):
         status = job["status"]
         counts["failed" if is_code_failure(status) else "passed" if status in PASSES else
                "skipped" if status == "skipped" else "failed"] += 1

@@ -14,6 +14,7 @@ import numpy as np
 from harness.analysis.records import CompareReport, CompareRow, CorrectnessFailure, Side
 from harness.core import stats, trials
 from harness.core.chip import timing_fit
+from harness.core.status import each_test_once, outcome_key
 from harness.record import query
 from harness.record.store import Store
 
@@ -57,9 +58,9 @@ def compare(
     base_side, head_side = sides or (resolve_side(store, base, chip), resolve_side(store, head, chip))
     base_trials = query.series_trials(store, base_side.run_ids)
     head_trials = query.series_trials(store, head_side.run_ids)
-    failing_at_base = {(row.chip, row.key) for row in query.correctness_failures(store, base_side.run_ids)}
-    failures = [CorrectnessFailure(*row, new=(row.chip, row.key) not in failing_at_base)
-                for row in query.correctness_failures(store, head_side.run_ids)]
+    failing_at_base = {_outcome(row) for row in query.correctness_failures(store, base_side.run_ids)}
+    failures = [CorrectnessFailure(*row, new=_outcome(row) not in failing_at_base)
+                for row in distinct_failures(query.correctness_failures(store, head_side.run_ids))]
     failures.sort(key=lambda f: not f.new)  # newly failing first
     broken_kernels = {(f.chip, f.kernel) for f in failures if f.kind == "correctness"}
     common = sorted(base_trials.keys() & head_trials.keys())
@@ -89,6 +90,21 @@ HOURS_APART_S = 3600.0
 """A side that is a single run measured at least this long before or after the other side is marked: its trials
 share one session's conditions, so a shift of the whole run (clocks, thermal state, other load) is not in their
 spread."""
+
+
+def _outcome(row: query.FailureRow) -> tuple[str, str]:
+    return row.chip, outcome_key(row.kind, row.key, row.name)
+
+
+def distinct_failures(rows: Sequence[query.FailureRow]) -> list[query.FailureRow]:
+    """Failing correctness rows with each repository test once per chip (``each_test_once``), named with every
+    selection it failed in ("a, b")."""
+    selections: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        if row.kind == "test":
+            selections.setdefault(_outcome(row), []).append(row.kernel)
+    return [row._replace(kernel=", ".join(dict.fromkeys(selections[_outcome(row)]))) if row.kind == "test" else row
+            for row in each_test_once(rows, lambda row: row.kind, _outcome, lambda row: row.status)]
 
 
 def single_run_gap(base_starts: Sequence[datetime | None], head_starts: Sequence[datetime | None]) -> float | None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import app, console
+from harness.cli.common import app, console, styled
 from harness.cluster import nodes as cluster
 from harness.cluster.driver import connect
 from harness.core.chip import detect
@@ -64,12 +64,12 @@ def up(
         if not insecure:
             raise HarnessError(f"--host {host} with Ray auth disabled lets anyone who reaches it run code on every "
                                "node: add --auth-mode token (or --insecure if you mean it)")
-        console.print(f"[yellow]warning:[/yellow] the head listens on {host} with Ray auth disabled (--insecure).")
+        console.print(styled("warning:", "yellow"), f"the head listens on {host} with Ray auth disabled (--insecure).")
     if dry_run:
         env, notes = cluster.ray_env(mode, joining=False, token_file=token_file,
                                      loopback_head=cluster.is_loopback(host))
         for note in notes:
-            console.print(f"[yellow]{note}[/yellow]")
+            console.print(styled(note, "yellow"))
         command = cluster.head_command(port=port, host=host, dashboard_port=dashboard_port,
                                        client_port=client_server_port, chip=chip, extra=tuple(ray_arg or ()))
         print(cluster.shell_line(command, env))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import DbOption, FdrOption, MinEffectOption, app, console
+from harness.cli.common import DbOption, FdrOption, MinEffectOption, QuietOption, app, console
 from harness.cli.run import progress_display  # the same progress as `harness run`
 from harness.cli.tables import (
     HOST_PACED_NOTE,
@@ -53,8 +53,11 @@ HELP = "\n\n".join((
     "lists them).",
     "--ab measures BASE and HEAD afresh on this machine, interleaved in one session (ABBA rounds), and compares "
     "the two new runs: for when there is little history.",
-    "Exit status: 1 on any confirmed regression or correctness failure on HEAD, 0 otherwise, 2 on a usage error "
-    "(such as an unknown commit).",
+    "The comparison goes to stdout; with --ab, progress and the failures of the new runs to stderr (--quiet: "
+    "none).",
+    "Exit status (docs/exit-codes.md): 1 on any confirmed regression or correctness failure on HEAD, 0 otherwise "
+    "(inconclusive changes alone: 0), 2 on bad input (such as an unknown commit, a file that is no harness "
+    "database) or an unreachable database.",
 ))
 
 
@@ -79,6 +82,7 @@ def compare(
                                                     "trials, at least 4 when the suite has fewer than 3 series: a "
                                                     "lone series' change must also show by rank).", min=1)] = None,
     chip_label: Annotated[str | None, typer.Option(help="With --ab: override the detected chip key.")] = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""
     from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
@@ -87,7 +91,8 @@ def compare(
     check_format(format)
     check_thresholds(min_effect, alpha)
     if ab:
-        base, head = _measure_ab(base, head, repo=repo, suite=suite, db=db, trials=trials, chip_label=chip_label)
+        base, head = _measure_ab(base, head, repo=repo, suite=suite, db=db, trials=trials, chip_label=chip_label,
+                                 quiet=quiet)
     elif (repo, suite, trials, chip_label) != (".", None, None, None):
         raise HarnessError("--repo, --suite, --trials and --chip-label are for --ab (measuring afresh)")
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
@@ -104,17 +109,17 @@ def compare(
 
 
 def _measure_ab(base: str, head: str, *, repo: str, suite: str | None, db: str | None, trials: int | None,
-                chip_label: str | None) -> tuple[str, str]:
+                chip_label: str | None, quiet: bool = False) -> tuple[str, str]:
     """Run both commits' benchmarks interleaved (harness/pipeline/ab.py); the two new run ids."""
     request = ABRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label,
                         trials=trials)
-    with progress_display() as (on_planned, progress, abandon):
+    with progress_display(quiet) as (on_planned, progress, abandon):
         try:
             base_run, head_run = execute_ab(request, progress=progress, on_planned=on_planned)
         except BaseException:
             abandon()
             raise
-    for name, outcome in (("base", base_run), ("head", head_run)):
+    for name, outcome in () if quiet else (("base", base_run), ("head", head_run)):
         console.print(f"{name} run {outcome.run_id} at {outcome.sha[:12]}: {dict(outcome.counts)}",
                           highlight=False, soft_wrap=True)
     return base_run.run_id, head_run.run_id

@@ -41,7 +41,7 @@ if _verb in ANALYSIS_VERBS:
     for _name in THREAD_VARS:
         os.environ.setdefault(_name, "1")
 
-from harness.cli.common import app, console, state  # noqa: E402 - numpy loads here: after the thread variables
+from harness.cli.common import app, console, state, styled  # noqa: E402 - numpy loads here: after the thread variables
 from harness.core.errors import HarnessError  # noqa: E402
 
 
@@ -63,7 +63,7 @@ def main() -> None:
     except HarnessError as exc:
         if state["debug"]:
             raise
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console.print(styled("error:", "red"), str(exc), soft_wrap=True)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

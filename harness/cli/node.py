@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.cluster import RayArgOption, TokenFileOption
-from harness.cli.common import app, console
+from harness.cli.common import app, console, styled
 from harness.cluster import nodes as cluster
 from harness.core.chip import detect
 from harness.core.errors import HarnessError
@@ -45,7 +45,7 @@ def join(
     _token, token_file = cluster.find_token(mode, token_file)  # a node without the head's token never joins
     env, notes = cluster.ray_env(mode, joining=True, token_file=token_file)
     for note in notes:
-        console.print(f"[yellow]{note}[/yellow]")
+        console.print(styled(note, "yellow"))
     extra = tuple(ray_arg or ())
     command = cluster.node_command(address=address, chip=key, node_ip=node_ip, num_cpus=num_cpus, extra=extra)
     console.print(f"joining {address} as chip={key} (auth {mode})")

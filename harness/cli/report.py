@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import DbOption, app, console
+from harness.cli.common import DbOption, app, check_out_folder, console
 from harness.record.outbox import open_store
 from harness.spec.weburl import check_template
 
@@ -61,6 +61,7 @@ def report(
             logging.getLogger(name).setLevel(logging.INFO)
     if commit_url is not None:
         check_template(commit_url)  # a bad template is a usage error before the database is opened
+    check_out_folder(out, "--out")
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     phases: dict[str, float] = {}
     try:

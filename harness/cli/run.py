@@ -19,8 +19,9 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
-from harness.cli.common import DbOption, app, console
+from harness.cli.common import DbOption, QuietOption, app, check_out_folder, console, out, styled
 from harness.cli.tables import noise_used, to_settle
 from harness.cluster.driver import print_progress, run_on_cluster
 from harness.core import defaults
@@ -64,10 +65,18 @@ def run(
                                                     "(on a Ray cluster each node runs one process at a time). "
                                                     "Default: this machine's CPU cores, at most 16.",
                                                min=1)] = defaults.PREPARE_AHEAD,
+    quiet: QuietOption = False,
 ) -> None:
-    """Run a suite on this machine's chip, store every result, render the report."""
+    """Run a suite on this machine's chip, store every result, render the report.
+
+    The results (the run's counts, its failing tests, what it changed, where the report is) go to stdout;
+    progress and each failure as it happens to stderr. Exit status (docs/exit-codes.md): 0 when every job passed
+    or was skipped, 1 when any job or test failed, errored, crashed, timed out or was lost, 2 on bad input,
+    3 when the results were spooled because the database was unreachable."""
     if executor not in ("local", "ray"):
         raise HarnessError(f"--executor must be local or ray, not {executor!r}")
+    if not no_report:
+        check_out_folder(report, "--report")
     parallel = parallel or os.cpu_count() or 1
     if executor == "ray":
         if chip_label:
@@ -81,34 +90,44 @@ def run(
         return
     request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
                               chip_label=chip_label, resume=resume, ahead=prepare_ahead)
-    with progress_display() as (planned, progress, abandon):
+    failures: list[Text] = []  # also listed with the results: `harness run > log` and --quiet keep them
+    with progress_display(quiet) as (planned, progress, abandon):
+        def on_result(job, result, done: int, total: int) -> None:
+            failures.extend(_failure_lines(job, result))
+            if progress:
+                progress(job, result, done, total)
+
         try:
-            outcome = execute_run(request, progress=progress, on_planned=planned)
+            outcome = execute_run(request, progress=on_result, on_planned=planned)
         except HarnessError:
             abandon()  # a bad commit, repository or suite: just its one-line error
             raise
     db_url = db or store.default_db_url()
     counts = outcome.counts
     dirty = " (dirty)" if outcome.dirty else ""
-    console.print(f"run {outcome.run_id} on {outcome.chip_key} at {outcome.sha[:12]}{dirty}")
-    console.print(f"jobs: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
-                  f"{counts['crashed']} crashed, {counts['timeout']} timed out, {counts['lost']} lost"
-                  + "".join(f", {counts[s]} {s}" for s in ("error", "xfailed", "xpassed") if counts[s])
-                  + f" (of {outcome.planned})")
+    out.print(f"run {outcome.run_id} on {outcome.chip_key} at {outcome.sha[:12]}{dirty}")
+    out.print(f"jobs: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped, "
+              f"{counts['crashed']} crashed, {counts['timeout']} timed out, {counts['lost']} lost"
+              + "".join(f", {counts[s]} {s}" for s in ("error", "xfailed", "xpassed") if counts[s])
+              + f" (of {outcome.planned})")
     if outcome.tests:
-        console.print(f"tests: {sum(outcome.tests.values())} distinct: {count_label(outcome.tests)}")
-        for name, counts in sorted(outcome.selections.items()):
-            console.print(f"  {name}: {count_label(counts)}", highlight=False)
+        out.print(f"tests: {sum(outcome.tests.values())} distinct: {count_label(outcome.tests)}")
+        for name, selection in sorted(outcome.selections.items()):  # not `counts`: the exit status reads it below
+            out.print(f"  {name}: {count_label(selection)}")
+    for line in failures[:FAILURES_SHOWN]:
+        out.print(line)
+    if len(failures) > FAILURES_SHOWN:
+        out.print(f"  ... and {len(failures) - FAILURES_SHOWN} more failure lines (harness report lists them all)")
     flops, bandwidth = outcome.peaks
     if flops or bandwidth:
-        console.print(f"calibrated peak: {(flops or 0) / 1e9:.1f} GFLOP/s matmul, "
-                      f"{(bandwidth or 0) / 1e9:.1f} GB/s copy")
-    console.print(f"database: {store.mask_url(db_url)}")
+        out.print(f"calibrated peak: {(flops or 0) / 1e9:.1f} GFLOP/s matmul, "
+                  f"{(bandwidth or 0) / 1e9:.1f} GB/s copy")
+    out.print(f"database: {store.mask_url(db_url)}")
     if not outcome.spooled:
         _print_verdicts(db_url, outcome.run_id, outcome.sha)
     if not no_report and not outcome.spooled:
         _render_report(db_url, report)
-    bad = run_failures(counts)
+    bad = run_failures(outcome.counts)
     if outcome.spooled:
         console.print(f"{outcome.spooled} results spooled to {outcome.spool_dir}: the database was unreachable; "
                       "they will be written on the next harness command", highlight=False, soft_wrap=True)
@@ -117,10 +136,14 @@ def run(
 
 
 @contextmanager
-def progress_display():
-    """``(on_planned, progress, abandon)`` for :func:`execute_run`: a rich bar with an ETA in a terminal; in a log
-    (stderr not a terminal, as in CI) a plain line at a bounded rate (:class:`LineProgress`). Failures are printed
-    as they happen either way; ``abandon`` drops the bar on an error so that only the error's line is left."""
+def progress_display(quiet: bool = False):
+    """``(on_planned, progress, abandon)`` for :func:`execute_run`, on stderr: a rich bar with an ETA in a terminal;
+    in a log (stderr not a terminal, as in CI) a plain line at a bounded rate (:class:`LineProgress`). Failures are
+    printed as they happen either way; ``abandon`` drops the bar on an error so that only the error's line is left.
+    ``quiet``: nothing (the results at the end say what failed)."""
+    if quiet:
+        yield None, None, lambda: None
+        return
     if not console.is_interactive:
         lines = LineProgress(lambda text: console.print(text, highlight=False, soft_wrap=True))
 
@@ -132,7 +155,7 @@ def progress_display():
         with lines.heartbeat():
             yield lines.planned, line_progress, lines.abandon
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("planning", total=None)
@@ -148,13 +171,16 @@ def progress_display():
         yield planned, progress, lambda: bar.remove_task(task)
 
 
-def _failure_lines(job, result) -> list[str]:
-    """A failed job's line, and a pytest job's failing tests, one line each (skips are not failures)."""
-    lines = [f"[red]{result.status}[/red] {job.key}: {_detail(job, result)}"] if is_run_failure(result.status) else []
+def _failure_lines(job, result) -> list[Text]:
+    """A failed job's line, and a pytest job's failing tests, one line each (skips are not failures): plain text
+    (a test id or message may hold ``[brackets]``), the status in red."""
+    lines = [styled(result.status, "red") + styled(f" {job.key}: {_detail(job, result)}")
+             ] if is_run_failure(result.status) else []
     for test in result.tests:
         if is_run_failure(test["outcome"]):
             first = (test.get("detail") or "").splitlines()[:1]
-            lines.append(f"  [red]{test['outcome']}[/red] {test['nodeid']}: {''.join(first)[:200]}")
+            lines.append(styled("  ") + styled(test["outcome"], "red")
+                         + styled(f" {test['nodeid']}: {''.join(first)[:200]}"))
     return lines
 
 
@@ -232,6 +258,7 @@ class LineProgress:
         self.say(line)
 
 
+FAILURES_SHOWN = 30  # failure lines repeated with the results at the end of a run, at most
 SHOWN = 10  # changed series and winning variants listed at the end of a run, at most
 
 
@@ -250,12 +277,12 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
     finally:
         db_store.close()
     if report is None:
-        console.print("against the previous run: no run of an earlier commit on this chip to compare with")
+        out.print("against the previous run: no run of an earlier commit on this chip to compare with")
     elif report.rows:
         counts = report.counts
-        console.print(f"against the previous run {previous} ({report.base.sha[:12]}): "
-                      + ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "inconclusive", "unchanged",
-                                                                "broken") if counts[v]), highlight=False)
+        out.print(f"against the previous run {previous} ({report.base.sha[:12]}): "
+                  + ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "inconclusive", "unchanged",
+                                                            "broken") if counts[v]), highlight=False)
         for row in [r for r in report.rows if r.verdict in ("regressed", "improved")][:SHOWN]:
             _print_row(row.verdict, row, f"{row.trials_base}/{row.trials_head} trials")
         for row in [r for r in report.rows if r.more_runs_needed][:SHOWN]:
@@ -265,17 +292,17 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
         for row in [r for r in report.rows if r.verdict == "inconclusive" and not r.more_runs_needed][:SHOWN]:
             settle = to_settle(row)
             _print_row("inconclusive", row, f"noise {noise_used(row)}" + (f"; to settle: {settle}" if settle else ""))
-        console.print(f"  (harness compare {previous} {run_id} for the evidence)", highlight=False)
+        out.print(f"  (harness compare {previous} {run_id} for the evidence)", highlight=False)
     for b in best[:SHOWN]:
-        console.print(f"winning variant {b.kernel} {b.dtype} {b.shape_key}: {b.variant} x{b.evidence.ratio:.3f} "
-                      f"against {b.default_variant}", highlight=False, soft_wrap=True)
+        out.print(f"winning variant {b.kernel} {b.dtype} {b.shape_key}: {b.variant} x{b.evidence.ratio:.3f} "
+                  f"against {b.default_variant}", highlight=False, soft_wrap=True)
     if len(best) > SHOWN:
-        console.print(f"  ... and {len(best) - SHOWN} more (harness variants)", highlight=False)
+        out.print(f"  ... and {len(best) - SHOWN} more (harness variants)", highlight=False)
 
 
 def _print_row(label: str, row, detail: str) -> None:
     """One compare row at the end of a run: label, series, ratio and interval, then ``detail``."""
-    console.print(f"  {label} {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
+    out.print(f"  {label} {row.key.kernel}/{row.key.variant} {row.key.dtype} {row.key.shape_key}: "
                   f"x{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], {detail}", highlight=False, soft_wrap=True)
 
 
@@ -288,7 +315,7 @@ def _render_report(db_url: str, folder: Path) -> None:
         index = build_report(db_store, folder)
     finally:
         db_store.close()
-    console.print(f"report: {index.resolve()}")
+    out.print(f"report: {index.resolve()}")
 
 
 def _run_on_cluster(request: ClusterRunRequest, report: Path | None) -> None:
@@ -296,15 +323,15 @@ def _run_on_cluster(request: ClusterRunRequest, report: Path | None) -> None:
     outcome = run_on_cluster(request, progress=print_progress, log=lambda line: console.print(line, highlight=False))
     for run in outcome.runs:
         counts = run.counts
-        console.print(f"run {run.run_id} on {run.chip_key} at {run.sha[:12]}: {counts['passed']} passed, "
+        out.print(f"run {run.run_id} on {run.chip_key} at {run.sha[:12]}: {counts['passed']} passed, "
                       f"{counts['failed']} failed, {counts['skipped']} skipped, {counts['crashed']} crashed, "
                       f"{counts['timeout']} timed out, {counts['lost']} lost (of {run.planned})")
     for chip, why in outcome.errors.items():
-        console.print(f"[red]{chip}: {why}[/red]")
+        console.print(styled(f"{chip}: {why}", "red"))
     if outcome.errors and not outcome.runs:
         raise HarnessError("; ".join(f"{chip}: {why}" for chip, why in outcome.errors.items()))
     db_url = request.db_url or store.default_db_url()
-    console.print(f"database: {store.mask_url(db_url)}")
+    out.print(f"database: {store.mask_url(db_url)}")
     if report is not None:
         _render_report(db_url, report)
     raise typer.Exit(outcome.exit_code)

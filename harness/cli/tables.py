@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from harness.cli.common import PlainConsole, plain
 from harness.core.errors import HarnessError
 
 FORMATS = ("text", "json", "markdown")
@@ -35,7 +36,7 @@ def check_thresholds(min_effect: float, alpha: float) -> None:
 
 def stdout_console() -> Console:
     """Results go to stdout (pipeable); a pipe gets wide lines instead of 80-column wrapping."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    return PlainConsole(width=None if sys.stdout.isatty() else 200, soft_wrap=True)  # a long line stays one line
 
 
 def print_json(data: Any) -> None:
@@ -79,7 +80,7 @@ def pvalue(value: float | None) -> str:
 
 def markdown_text(text: str) -> str:
     """One line of GitHub markdown that renders as the literal text (no HTML, no table breaks)."""
-    return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
+    return " ".join(plain(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
 def _markdown_cell(text: str) -> str:
@@ -89,8 +90,8 @@ def _markdown_cell(text: str) -> str:
 def emit_table(console: Console, fmt: str, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A titled table: rich on a console for ``text``, a GitHub-flavoured table for ``markdown``."""
     if fmt == "markdown":
-        print(f"\n#### {title}\n")
-        print("| " + " | ".join(headers) + " |")
+        print(f"\n#### {markdown_text(title)}\n")
+        print("| " + " | ".join(map(markdown_text, headers)) + " |")
         print("|" + "|".join("---" for _ in headers) + "|")
         for row in rows:
             print("| " + " | ".join(_markdown_cell(cell) for cell in row) + " |")

@@ -54,6 +54,31 @@ def count_label(counts: Mapping[str, int], order: tuple[str, ...] = TEST_OUTCOME
     return ", ".join(f"{counts[o]} {o}" for o in order if counts.get(o)) or "no tests"
 
 
+def outcome_key(kind: str, key: str, name: str) -> str:
+    """What a correctness outcome is about: a repository test is its node id (``name``), whichever pytest selection
+    ran it; a kernel check or a selection's own job is its job key."""
+    return f"test:{name}" if kind == "test" else key
+
+
+def each_test_once(rows: Iterable[R], kind: Callable[[R], str], test: Callable[[R], Hashable],
+                   status: Callable[[R], str]) -> list[R]:
+    """Each repository test once (``test(row)`` its identity, e.g. its chip and node id), however many pytest
+    selections (or runs) ran it: in the place of its first row, failing if it failed in any of them (that row).
+    The one count of failed tests: `harness run`'s distinct line, `harness compare` and the report's index agree.
+    Other rows are kept as they are."""
+    kept: list[R] = []
+    at: dict[Hashable, int] = {}
+    for row in rows:
+        if kind(row) != "test":
+            kept.append(row)
+        elif (ident := test(row)) not in at:
+            at[ident] = len(kept)
+            kept.append(row)
+        elif is_run_failure(status(row)) and not is_run_failure(status(kept[at[ident]])):
+            kept[at[ident]] = row
+    return kept
+
+
 def drop_explained_selections(rows: Iterable[R], kind: Callable[[R], str], selection: Callable[[R], Hashable]
                               ) -> list[R]:
     """A pytest selection's own row fails whenever one of its tests does: keep it only where no test row of the

@@ -6,10 +6,11 @@ import logging
 import math
 import os
 import re
+import sqlite3
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
@@ -19,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Engine, bindparam, create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy import Engine, bindparam, create_engine, delete, event, func, insert, inspect, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from harness.core.chip import ChipIdentity
@@ -117,6 +118,25 @@ def _check_exists(url: str) -> None:
         return
     why = f"no folder {path.parent}" if not path.parent.is_dir() else f"no file {path}"
     raise HarnessError(f"no database at {mask_url(url)} ({why}): `harness run` or `harness import` creates one")
+
+
+NO_RESULTS = "holds no harness results (no harness tables): `harness run` or `harness import` fills one"
+
+
+def _check_sqlite_results(url: str) -> None:
+    """A reading command's SQLite file must be a harness database, checked read-only before anything opens it to
+    write (a SQLite engine sets WAL on connect; migrating would write the schema into the file it was asked to
+    read): a text file or an empty one is refused, untouched."""
+    path = sqlite_path(url)
+    if path is None or not path.is_file():
+        return
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as connection:
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise HarnessError(f"{mask_url(url)} is not a SQLite database ({exc})") from None
+    if "alembic_version" not in tables:
+        raise HarnessError(f"{mask_url(url)} {NO_RESULTS}")
 
 
 SQLITE_MMAP_BYTES = 1 << 31
@@ -270,10 +290,15 @@ def open_database(url: str | None = None, *, must_exist: bool = False) -> Store:
     """
     given_as = "--db" if url else "$HARNESS_DB"
     url = as_db_url(url) if url else default_db_url()
-    engine = make_engine(url, must_exist=must_exist, given_as=given_as)
+    engine = make_engine(url, must_exist=must_exist, given_as=given_as)  # a bad URL is refused here, lazily
+    if must_exist:
+        _check_sqlite_results(url)  # before the engine's first connection (which sets WAL)
     try:
+        if must_exist and not inspect(engine).has_table("alembic_version"):  # PostgreSQL: an empty database
+            engine.dispose()
+            raise HarnessError(f"{mask_url(url)} {NO_RESULTS}")
         migrate(engine)
-    except OperationalError as exc:
+    except DatabaseError as exc:  # unreachable (OperationalError), or not a database at all
         engine.dispose()
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise HarnessError(f"cannot open database {mask_url(url)}: {reason}") from None
@@ -608,7 +633,8 @@ def sample_writer(session: Session, *, append: bool = False) -> Callable[[list[t
     table = TrialSummary.__table__
 
     def write_with_summaries(rows: list[tuple[int, int, float, int]]) -> None:
-        write(_without_nan(rows))
+        if clean := _without_nan(rows):  # none at all (a bundle of test-only runs): SQLite's executemany of an
+            write(clean)  # empty list runs the statement once, without its parameters
         new = packed_summaries(trial_summaries(rows))
         if not new:
             return

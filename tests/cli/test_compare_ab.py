@@ -76,10 +76,10 @@ def test_run_ends_with_its_verdicts_against_the_previous_commits_run(ab_repo, tm
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     first = run(tmp_path, "run", "--repo", str(repo), "--commit", shas[0], "--db", db, "--no-report")
     assert first.returncode == 0, first.stderr
-    assert "no run of an earlier commit on this chip to compare with" in first.stderr
+    assert "no run of an earlier commit on this chip to compare with" in first.stdout
     slower = run(tmp_path, "run", "--repo", str(repo), "--commit", shas[2], "--db", db, "--no-report")
     assert slower.returncode == 0, slower.stderr  # a slowdown is compare's gate, not the run's
-    text = " ".join(slower.stderr.split())
+    text = " ".join(slower.stdout.split())
     # One series, one run a side, no history floor: a slowdown cannot be told from a shift of the whole run
     assert f"({shas[0][:12]}): 1 inconclusive" in text and "held abkern.bench:bench_work/default" in text
     assert "2 more base run(s) give the floor" in text and "harness compare" in text
@@ -87,7 +87,7 @@ def test_run_ends_with_its_verdicts_against_the_previous_commits_run(ab_repo, tm
         assert run(tmp_path, "run", "--repo", str(repo), "--commit", shas[0], "--db", db, "--no-report"
                    ).returncode == 0
     again = run(tmp_path, "run", "--repo", str(repo), "--commit", shas[2], "--db", db, "--no-report")
-    text = " ".join(again.stderr.split())
+    text = " ".join(again.stdout.split())
     assert "held" not in text  # the floor of the base's 3 runs decides
     # Regressed; or, where those 3 runs of a loaded machine spread too wide for 2 df to tell, inconclusive on the
     # floor (in CI it said "unchanged" of this x2+ slowdown): never unchanged

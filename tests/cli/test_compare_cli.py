@@ -290,7 +290,7 @@ def test_the_end_of_a_run_lists_a_doubling_its_base_runs_spread_too_wide_to_tell
     handle.close()
     capsys.readouterr()
     _print_verdicts(db_url, head, sha_of(2))
-    text = " ".join(capsys.readouterr().err.split())
+    text = " ".join(capsys.readouterr().out.split())  # the end of a run's results: on stdout
     assert "unchanged" not in text and "regressed" not in text and "held" not in text, text
     assert "inconclusive swiglu/" in text, text
     assert "(history); to settle: more base runs (the spread between runs decides" in text, text

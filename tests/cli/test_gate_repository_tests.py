@@ -108,20 +108,19 @@ def test_a_commit_that_breaks_a_test_fails_the_gate_and_names_it_as_new(calc: Ca
     report = json.loads(done.stdout)
     assert done.returncode == report["exit_code"] == 1, done.stderr
     assert _failing(report) == {
-        ("adding", "tests/test_calc.py::test_add"): ("failed", True),
-        ("unit", "tests/test_calc.py::test_add"): ("failed", True),
+        ("adding, unit", "tests/test_calc.py::test_add"): ("failed", True),  # one test, in both selections
         ("unit", "tests/test_calc.py::test_half"): ("failed", False),
         ("unit", "tests/test_calc.py::test_uses_a_broken_fixture"): ("error", False),
     }  # the skipped test is not a failure; a selection's own row is not counted on top of its tests
-    assert (report["newly_failing"], report["already_failing"]) == (2, 2)
+    assert (report["newly_failing"], report["already_failing"]) == (1, 2)
     assert all(f["kind"] == "test" for f in report["correctness_failures"])
 
     text = calc.compare(calc.base, calc.head)
     assert text.returncode == 1
-    assert "Newly failing on head (2)" in text.stdout and "Already failing at base (2)" in text.stdout
-    assert "unit: tests/test_calc.py::test_add" in text.stdout and "assert 6 == 5" in text.stdout
+    assert "Newly failing on head (1)" in text.stdout and "Already failing at base (2)" in text.stdout
+    assert "adding, unit: tests/test_calc.py::test_add" in text.stdout and "assert 6 == 5" in text.stdout
     assert text.stdout.rstrip().splitlines()[-1].startswith("FAIL:")
-    assert "4 correctness failure(s) on head (2 new, 2 already failing at base" in text.stdout
+    assert "3 correctness failure(s) on head (1 new, 2 already failing at base" in text.stdout
 
 
 def test_failures_already_there_at_base_still_fail_the_gate_but_are_not_new(calc: Calc):
@@ -146,8 +145,9 @@ def test_the_report_shows_the_tests_per_selection_with_the_new_failure_first(cal
     rows = failing.split("<tr")[2:]  # after the header row
     assert len(rows) == 4 and all("test_add" in row and "new" in row and "assert 6 == 5" in row for row in rows[:2])
     assert all("already failing" in row for row in rows[2:])
-    # the index counts the tests as correctness: 4 failing (3 failed, 1 error) and 1 skipped, none passed
-    assert "pass 0" in index and "fail 4" in index and "skip 1" in index
+    # the index counts the tests as correctness, each once as `harness run` does: 3 failing (test_add, in both
+    # selections, once; test_half; the fixture error) and 1 skipped, none passed
+    assert "pass 0" in index and "fail 3" in index and "skip 1" in index
 
 
 def test_the_regressions_page_lists_a_newly_failing_test_at_the_commit_that_broke_it(calc: Calc, tmp_path: Path):

@@ -160,7 +160,7 @@ def test_a_killed_driver_is_resumed_without_rerunning_or_restoring_finished_jobs
 
     resumed = harness(tmp_path, "run", "--resume", run_id, "--db", url, "--no-report", HARNESS_TEST_SLOW_S="0")
     assert resumed.returncode == 0, resumed.stderr
-    assert "8 passed" in resumed.stderr and "(of 8)" in resumed.stderr, resumed.stderr
+    assert "8 passed" in resumed.stdout and "(of 8)" in resumed.stdout, resumed.stdout
     after = query(url, "select id, key, created_at, status from job order by id")
     assert after[:len(before)] == before  # finished jobs neither re-run nor re-stored
     assert_each_job_once(url, 8)
@@ -178,7 +178,7 @@ def test_a_segfault_and_a_hang_are_recorded_with_their_output_and_the_run_finish
     suite = write_suite(tmp_path, ("segv", "segv", 1, 60), ("hang", "hang", 1, 3), ("after", "ok", 2, 60))
     done = harness(tmp_path, "run", "--suite", str(suite), "--db", url, "--no-report")
     assert done.returncode == 1, done.stderr
-    assert "2 passed" in done.stderr and "1 crashed" in done.stderr and "1 timed out" in done.stderr
+    assert "2 passed" in done.stdout and "1 crashed" in done.stdout and "1 timed out" in done.stdout
     rows = dict((variant, (status, detail, tail)) for variant, status, detail, tail in
                 query(url, "select variant, status, detail, output_tail from job where variant in ('segv','hang')"))
     assert rows["segv"][0] == "crashed" and "fault job segv" in rows["segv"][2], rows["segv"]

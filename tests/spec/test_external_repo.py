@@ -324,7 +324,7 @@ def test_pytest_outcomes_are_stored_per_test_and_match_junit(kern: Kern, good_ru
     assert selections["pytest/unit"][:2] == ("failed", "3 passed, 1 failed, 1 error, 2 skipped, 1 xfailed, "
                                                        "1 xpassed")
     assert selections["pytest/unit-xdist"][0] == "failed"
-    out = good_run.stderr
+    out = good_run.stdout + good_run.stderr  # the results, then the failures as they happened
     # unit-xdist's tests are all in unit too: each test counted once, then each selection's own counts
     assert "tests: 9 distinct: 3 passed, 1 failed, 1 error, 2 skipped, 1 xfailed, 1 xpassed" in out
     assert "  unit-xdist: 2 passed, 1 failed, 1 error, 1 skipped, 1 xfailed" in out
