@@ -26,7 +26,7 @@ from typing import Literal
 from harness.bisect import search as bisect
 from harness.core import defaults
 from harness.core.errors import HarnessError
-from harness.core.job import shape_label
+from harness.core.job import Job, shape_label
 from harness.core.status import CORRECTNESS_KINDS, NO_ANSWER, PASSES, WRONG, count_label, is_code_failure
 from harness.record.runs import StoredJob
 
@@ -304,6 +304,85 @@ def correctness_outcome(jobs: Sequence[StoredJob], request: BisectRequest,
         if job.status in NO_ANSWER:
             return bisect.Classification("skip", f"{job.key} {job.status}: {job.first_line}", runs=1)
     return bisect.Classification("good", f"{len(matched)} job(s) passed", runs=1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Before anything runs: the request against the suite's planned jobs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def planned_row(job: Job) -> StoredJob:
+    """A planned job as the row it will be stored as (no id, no status yet): the rules above apply to it."""
+    labels = job.labels
+    return StoredJob(0, "", job.kind, job.key, labels.kernel, job.name, labels.variant, labels.dtype, labels.shape_key,
+                     labels.check, "", "")
+
+
+def _listed(names: Sequence[str], most: int = 12) -> str:
+    unique = sorted(dict.fromkeys(n for n in names if n))
+    return ", ".join(unique[:most]) + (f", ... ({len(unique)} in all)" if len(unique) > most else "") or "none"
+
+
+def _all_names(jobs: Sequence[StoredJob]) -> list[str]:
+    return [name for job in jobs for name in (job.kernel, job.name)]
+
+
+def check_selection(planned: Sequence[StoredJob], request: BisectRequest, where: str) -> None:
+    """Refuse, before any run, a request that names nothing in the suite ``where`` (the good commit's) plans: an
+    unknown ``--kernel`` or ``--gate``, or options that none of the kernel's jobs has; one line each, with the valid
+    names. A ``--check`` of a pytest selection names a test, known only once the selection ran: :func:`follow`
+    checks it at the good commit."""
+    shape = normalize_shape(request.shape)
+    wrong = [job for job in planned if job.kind in CORRECTNESS_KINDS]
+    if request.mode == "perf":
+        timed = [job for job in planned if job.kind == "benchmark"]
+        named = [job for job in timed if _names(job, request.kernel)]
+        if not named:
+            raise HarnessError(f"--kernel {request.kernel!r}: no benchmark of that name in the suite at {where} "
+                               f"(its benchmarks: {_listed(_all_names(timed))})")
+        if not any(_benchmark_matches(job, request, shape) for job in named):
+            series = [str(Series(j.kernel, j.variant, j.dtype, j.shape_key)) for j in named]
+            raise HarnessError(f"no benchmark of {request.kernel!r} at {where} matches {_options(request)} "
+                               f"(its series: {_listed(series, 8)})")
+        for gate in request.gates:
+            if not any(_names(job, gate) for job in wrong):
+                raise HarnessError(f"--gate {gate!r}: no correctness job or pytest selection of that name in the "
+                                   f"suite at {where} (its correctness jobs: {_listed(_all_names(wrong))})")
+        return
+    named = [job for job in wrong if _names(job, request.kernel)]
+    if not named:
+        raise HarnessError(f"--kernel {request.kernel!r}: no correctness job or pytest selection of that name in the "
+                           f"suite at {where} (its correctness jobs and selections: {_listed(_all_names(wrong))})")
+    if any(job.kind == "pytest" for job in named) or any(_matches(job, request, shape) for job in named):
+        return
+    what = [f"{j.variant} {j.dtype} {j.shape_key or 'no shape'} check {j.check}" for j in named]
+    raise HarnessError(f"no correctness job of {request.kernel!r} at {where} matches {_options(request)} "
+                       f"(its jobs: {_listed(what, 8)})")
+
+
+def _options(request: BisectRequest) -> str:
+    parts = [f"--{name} {value}" for name, value in (("variant", request.variant), ("dtype", request.dtype),
+                                                      ("shape", request.shape), ("check", request.check)) if value]
+    return " ".join(parts) or "the options"
+
+
+def probe_jobs(request: BisectRequest) -> Callable[[StoredJob], bool] | None:
+    """Which planned jobs a probe run needs (None: the whole suite). Correctness mode: the install job and the jobs
+    :func:`correctness_outcome` reads (the kernel's correctness jobs, or the pytest selection whose tests it
+    follows): no calibration, no benchmark, no other selection. Perf mode runs the whole suite."""
+    if request.mode != "correctness":
+        return None
+    shape = normalize_shape(request.shape)
+
+    def needed(job: StoredJob) -> bool:
+        return job.kind == "install" or _is_selection(job, request) or _matches(job, request, shape)
+
+    return needed
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 commit', '2 commits'."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def describe_selection(request: BisectRequest) -> str:

@@ -40,17 +40,22 @@ from harness.bisect.probes import (
     BisectRequest,
     Series,
     answers,
+    check_selection,
     correctness_outcome,
+    counted,
     describe_selection,
     find_series,
     follow,
     normalize_shape,
     perf_outcome,
+    planned_row,
+    probe_jobs,
 )
 from harness.cluster.driver import connect, run_on_cluster
 from harness.core import chip as chip_id
 from harness.core import trials
 from harness.core.errors import HarnessError
+from harness.core.job import Job
 from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
 from harness.record.outbox import open_store
 from harness.record.runs import StoredJob, clean_runs, job_rows, job_trials
@@ -294,10 +299,17 @@ def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], se
     return out
 
 
+def probe_keep(request: BisectRequest) -> Callable[[Job], bool] | None:
+    """The planned jobs a probe run keeps (:func:`harness.bisect.probes.probe_jobs`), as a plan filter."""
+    needed = probe_jobs(request)
+    return None if needed is None else (lambda job: needed(planned_row(job)))
+
+
 def local_runner(request: BisectRequest) -> RunOne:
     def run_one(sha: str) -> str:
         outcome = execute_run(LocalRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
-                                              repo=request.repo, parallel=request.parallel))
+                                              repo=request.repo, parallel=request.parallel,
+                                              keep=probe_keep(request)))
         return outcome.run_id
 
     return run_one
@@ -307,7 +319,8 @@ def ray_runner(request: BisectRequest, chip: str) -> RunOne:
     def run_one(sha: str) -> str:
         outcome = run_on_cluster(ClusterRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
                                                    repo=request.repo, parallel=request.parallel,
-                                                   address=request.address, chips=(chip,)), log=lambda line: None)
+                                                   address=request.address, chips=(chip,), keep=probe_keep(request)),
+                                 log=lambda line: None)
         if not outcome.runs:
             raise HarnessError("; ".join(outcome.errors.values()) or "the cluster made no run")
         return outcome.runs[0].run_id
@@ -336,9 +349,28 @@ def _check_request(request: BisectRequest) -> None:
     normalize_shape(request.shape)
 
 
+def check_against_suite(request: BisectRequest, good: CommitRef, chip_class: str | None, log: Log) -> None:
+    """Plan the good commit's suite (nothing runs) and refuse a selection it does not have
+    (:func:`harness.bisect.probes.check_selection`); ``chip_class`` None (a cluster's chip): either class's jobs."""
+    from harness.spec.plan import plan_suite  # imports the kernels: only when bisecting
+    from harness.spec.target import resolve_run
+
+    where = f"the good commit {good.sha[:12]}"
+    _, suite = resolve_run(request.repo, good.sha, request.suite)  # HarnessError: the good commit has no suite
+    try:
+        planned = [planned_row(job) for chip_class_ in ([chip_class] if chip_class else ["cpu", "gpu"])
+                   for job in plan_suite(suite, chip_class_, plugin_dir=str(Path(suite.source).resolve().parent))]
+    except Exception as exc:  # noqa: BLE001 - its kernels are not this install's: its runs will say what it has
+        log(f"cannot plan the suite at {where} here ({type(exc).__name__}: {exc}): the selection is checked on its "
+            "first run")
+        return
+    check_selection(planned, request, where)
+
+
 def run_bisect(request: BisectRequest, log: Log = lambda line: None,
                run_one: RunOne | None = None) -> BisectReport:
-    """Bisect as the request says; ``run_one`` replaces the executor (tests)."""
+    """Bisect as the request says; ``run_one`` replaces the executor (tests). The selection is checked against the
+    good commit's suite before anything runs."""
     _check_request(request)
     good, bad, commits = commit_range(request.repo, request.good, request.bad)
     subjects = {c.sha: c.subject for c in (good, *commits)}
@@ -349,9 +381,13 @@ def run_bisect(request: BisectRequest, log: Log = lambda line: None,
         if not request.chip:
             raise HarnessError("--chip is required with --executor ray (the chip key whose nodes run the probes)")
         chip = chip_label_value(request.chip)
+        if run_one is None:
+            check_against_suite(request, good, None, log)
         connected = connect(request.address)
     else:
         chip = _local_chip(request.chip)
+        if run_one is None:
+            check_against_suite(request, good, chip_id.detect().chip_class, log)
     try:
         if request.executor == "ray":
             nodes = live_chips().get(chip, [])
@@ -366,7 +402,7 @@ def run_bisect(request: BisectRequest, log: Log = lambda line: None,
         try:
             prober = Prober(store, chip, run_one, parallel_runs=request.executor == "ray", reuse=request.reuse,
                             log=log, subjects=subjects, usable=answers(request))
-            log(f"bisecting {len(commits)} commit(s) after {good.sha[:12]} up to {bad.sha[:12]} on {chip}, "
+            log(f"bisecting {counted(len(commits), 'commit')} after {good.sha[:12]} up to {bad.sha[:12]} on {chip}, "
                 f"{per_round} probe(s) per round")
             context = _Context(request, chip, good, bad, commits, subjects, per_round, prober, log)
             return _perf(context) if request.mode == "perf" else _correctness(context)
@@ -468,7 +504,7 @@ def _report(context: _Context, result: bisect.BisectResult | None, *, target: st
 
 
 def _range(result: bisect.BisectResult) -> str:
-    return (f"{len(result.candidates)} commits {result.candidates[0][:12]}..{result.candidates[-1][:12]}"
+    return (f"{counted(len(result.candidates), 'commit')} {result.candidates[0][:12]}..{result.candidates[-1][:12]}"
             if result.candidates else "no commit")
 
 

@@ -87,6 +87,7 @@ def bisect(
     """Bisect (see HELP)."""
     from harness.bisect.probes import BisectRequest  # loads the statistics stack (scipy): only when bisecting
     from harness.bisect.run import run_bisect  # the same, plus the store and the pipeline
+    from harness.pipeline.run import sigterm_stops_runs
 
     if format not in ("text", "json"):
         raise HarnessError(f"--format must be text or json, not {format!r}")
@@ -97,7 +98,9 @@ def bisect(
                             probes_per_round=probes_per_round, max_runs=max_runs, confirm_runs=confirm_runs,
                             min_effect=min_effect,
                             alpha=alpha, gates=tuple(gate or ()), reuse=reuse)
-    report = run_bisect(request, log=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
+    with sigterm_stops_runs():  # SIGTERM (a CI timeout, `timeout`) stops it as Ctrl-C does: no job process left
+        report = run_bisect(request, log=lambda line: console.print(line, highlight=False, markup=False,
+                                                                    soft_wrap=True))
     if format == "json":
         print_json(report.to_dict())
     else:
@@ -129,9 +132,11 @@ def _probe(line) -> str:
 
 
 def _render(report) -> None:
+    from harness.bisect.probes import counted  # loaded by the bisect already
+
     out = stdout_console()
     out.print(f"bisect {report.mode} of {report.target} on {report.chip}: good {_commit(report.good)}, bad "
-              f"{_commit(report.bad)} ({report.commits} commits)", markup=False)
+              f"{_commit(report.bad)} ({counted(report.commits, 'commit')})", markup=False)
     if report.endpoints is not None:
         e = report.endpoints
         runs = report.endpoint_runs
@@ -159,7 +164,7 @@ def _render(report) -> None:
             out.print(f"  evidence: {report.detail}", markup=False)
     elif report.candidates:
         why = "undecided" if report.status == "inconclusive" else "hidden"
-        out.print(f"culprit {why}: one of {len(report.candidates)} commits:", markup=False)
+        out.print(f"culprit {why}: one of {counted(len(report.candidates), 'commit')}:", markup=False)
         for ref in report.candidates:
             out.print(f"  {_commit(ref)}", markup=False)
     for skipped in report.skipped:
