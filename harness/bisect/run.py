@@ -603,10 +603,15 @@ def _correctness(context: _Context) -> BisectReport:
         return {sha: outcome(found) for sha, found in rows(shas).items()}
 
     target = describe_selection(request)
-    ends = rows([context.good.sha, context.bad.sha])
+    # The good endpoint first, then the bad one: a --check naming no test there (known only once the selection ran)
+    # is refused before the bad endpoint runs. With Ray both run at once, unless --check is given.
+    together = request.executor == "ray" and not request.check
+    ends = rows([context.good.sha, context.bad.sha] if together else [context.good.sha])
     at_good = ends[context.good.sha]
     if not isinstance(at_good, str):  # the tests to follow: those passing at good (raises the --check errors)
         baseline = follow(at_good, request, where=f"the good endpoint {context.good.sha[:12]}")
+    if not together:
+        ends.update(rows([context.bad.sha]))
     good, bad = outcome(at_good), outcome(ends[context.bad.sha])
     if baseline.followed:
         context.log(f"following {len(baseline.followed)} test(s) passing at the good commit; ignored there: "

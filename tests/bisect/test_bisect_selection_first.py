@@ -132,7 +132,21 @@ def test_a_selection_the_suite_does_not_have_is_refused_before_anything_runs(tin
     assert tinysel.query("select id from run") == []  # nothing ran: not one endpoint
 
 
-def test_a_correctness_probe_runs_only_the_selection_it_follows(tinysel: Repo):
+def test_a_check_naming_no_test_is_refused_after_the_good_endpoint_only(tinysel: Repo, tmp_path: Path):
+    """A pytest test is known only once its selection ran: the good endpoint runs, the bad one does not."""
+    tinysel.db = tmp_path / "fresh.db"
+    done, seconds = tinysel.bisect("--mode", "correctness", "--kernel", "unit", "--check", "::test_nope")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: --check '::test_nope': no test of unit at the good endpoint "
+                           f"{tinysel.shas[0][:12]} matches (its tests: tests/unit/test_unit.py::test_add)")
+    assert [sha for (sha,) in tinysel.query("select c.sha from run r join `commit` c on c.id = r.commit_id")] \
+        == [tinysel.shas[0]]
+    print(f"--check ::test_nope: exit 2 after {seconds:.1f} s, one run (the good endpoint's selection)")
+
+
+def test_a_correctness_probe_runs_only_the_selection_it_follows(tinysel: Repo, tmp_path: Path):
+    tinysel.db = tmp_path / "results.db"
     done, seconds = tinysel.bisect("--mode", "correctness", "--kernel", "unit", "--format", "json")
     assert done.returncode == 0, (done.stdout, done.stderr)
     report = json.loads(done.stdout)
