@@ -56,11 +56,13 @@ from harness.core import chip as chip_id
 from harness.core import trials
 from harness.core.errors import HarnessError
 from harness.core.job import Job
-from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
+from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run, sigterm_stops_runs
 from harness.record.outbox import open_store
 from harness.record.runs import StoredJob, clean_runs, job_rows, job_trials
 from harness.record.store import Store
 from harness.spec import git
+from harness.spec.plan import plan_suite
+from harness.spec.target import resolve_run
 
 Log = Callable[[str], None]
 
@@ -352,9 +354,6 @@ def _check_request(request: BisectRequest) -> None:
 def check_against_suite(request: BisectRequest, good: CommitRef, chip_class: str | None, log: Log) -> None:
     """Plan the good commit's suite (nothing runs) and refuse a selection it does not have
     (:func:`harness.bisect.probes.check_selection`); ``chip_class`` None (a cluster's chip): either class's jobs."""
-    from harness.spec.plan import plan_suite  # imports the kernels: only when bisecting
-    from harness.spec.target import resolve_run
-
     where = f"the good commit {good.sha[:12]}"
     _, suite = resolve_run(request.repo, good.sha, request.suite)  # HarnessError: the good commit has no suite
     try:
@@ -370,7 +369,13 @@ def check_against_suite(request: BisectRequest, good: CommitRef, chip_class: str
 def run_bisect(request: BisectRequest, log: Log = lambda line: None,
                run_one: RunOne | None = None) -> BisectReport:
     """Bisect as the request says; ``run_one`` replaces the executor (tests). The selection is checked against the
-    good commit's suite before anything runs."""
+    good commit's suite before anything runs. In the main thread SIGTERM (a CI timeout, ``timeout``) stops it as
+    Ctrl-C does: the run in progress is stored stopped and no job process is left (harness/core/proc.py)."""
+    with sigterm_stops_runs():
+        return _bisect(request, log, run_one)
+
+
+def _bisect(request: BisectRequest, log: Log, run_one: RunOne | None) -> BisectReport:
     _check_request(request)
     good, bad, commits = commit_range(request.repo, request.good, request.bad)
     subjects = {c.sha: c.subject for c in (good, *commits)}

@@ -87,7 +87,6 @@ def bisect(
     """Bisect (see HELP)."""
     from harness.bisect.probes import BisectRequest  # loads the statistics stack (scipy): only when bisecting
     from harness.bisect.run import run_bisect  # the same, plus the store and the pipeline
-    from harness.pipeline.run import sigterm_stops_runs
 
     if format not in ("text", "json"):
         raise HarnessError(f"--format must be text or json, not {format!r}")
@@ -98,9 +97,7 @@ def bisect(
                             probes_per_round=probes_per_round, max_runs=max_runs, confirm_runs=confirm_runs,
                             min_effect=min_effect,
                             alpha=alpha, gates=tuple(gate or ()), reuse=reuse)
-    with sigterm_stops_runs():  # SIGTERM (a CI timeout, `timeout`) stops it as Ctrl-C does: no job process left
-        report = run_bisect(request, log=lambda line: console.print(line, highlight=False, markup=False,
-                                                                    soft_wrap=True))
+    report = run_bisect(request, log=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
     if format == "json":
         print_json(report.to_dict())
     else:
