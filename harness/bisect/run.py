@@ -37,17 +37,19 @@ from harness.analysis.records import json_safe
 from harness.bisect import search as bisect
 from harness.bisect.probes import (
     Baseline,
-    BisectRequest,
     Series,
     answers,
-    check_selection,
     correctness_outcome,
-    counted,
-    describe_selection,
     find_series,
     follow,
-    normalize_shape,
     perf_outcome,
+)
+from harness.bisect.selection import (
+    BisectRequest,
+    check_against_suite,
+    check_request,
+    counted,
+    describe_selection,
     planned_row,
     probe_jobs,
 )
@@ -61,8 +63,6 @@ from harness.record.outbox import open_store
 from harness.record.runs import StoredJob, clean_runs, job_rows, job_trials
 from harness.record.store import Store
 from harness.spec import git
-from harness.spec.plan import plan_suite
-from harness.spec.target import resolve_run
 
 Log = Callable[[str], None]
 
@@ -335,48 +335,20 @@ def ray_runner(request: BisectRequest, chip: str) -> RunOne:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _check_request(request: BisectRequest) -> None:
-    if request.mode not in ("perf", "correctness"):
-        raise HarnessError(f"--mode must be perf or correctness, not {request.mode!r}")
-    if request.executor not in ("local", "ray"):
-        raise HarnessError(f"--executor must be local or ray, not {request.executor!r}")
-    if request.max_rounds is not None and request.max_rounds < 1:
-        raise HarnessError(f"--max-rounds must be at least 1, not {request.max_rounds}")
-    if request.probes_per_round is not None and request.probes_per_round < 1:
-        raise HarnessError(f"--probes-per-round must be at least 1, not {request.probes_per_round}")
-    if request.max_runs < 1:
-        raise HarnessError(f"--max-runs must be at least 1, not {request.max_runs}")
-    if request.confirm_runs < 1:
-        raise HarnessError(f"--confirm-runs must be at least 1, not {request.confirm_runs}")
-    normalize_shape(request.shape)
-
-
-def check_against_suite(request: BisectRequest, good: CommitRef, chip_class: str | None, log: Log) -> None:
-    """Plan the good commit's suite (nothing runs) and refuse a selection it does not have
-    (:func:`harness.bisect.probes.check_selection`); ``chip_class`` None (a cluster's chip): either class's jobs."""
-    where = f"the good commit {good.sha[:12]}"
-    _, suite = resolve_run(request.repo, good.sha, request.suite)  # HarnessError: the good commit has no suite
-    try:
-        planned = [planned_row(job) for chip_class_ in ([chip_class] if chip_class else ["cpu", "gpu"])
-                   for job in plan_suite(suite, chip_class_, plugin_dir=str(Path(suite.source).resolve().parent))]
-    except Exception as exc:  # noqa: BLE001 - its kernels are not this install's: its runs will say what it has
-        log(f"cannot plan the suite at {where} here ({type(exc).__name__}: {exc}): the selection is checked on its "
-            "first run")
-        return
-    check_selection(planned, request, where)
-
-
-def run_bisect(request: BisectRequest, log: Log = lambda line: None,
-               run_one: RunOne | None = None) -> BisectReport:
+def run_bisect(request: BisectRequest, log: Log = lambda line: None, run_one: RunOne | None = None,
+               checked: bool = False) -> BisectReport:
     """Bisect as the request says; ``run_one`` replaces the executor (tests). The selection is checked against the
-    good commit's suite before anything runs. In the main thread SIGTERM (a CI timeout, ``timeout``) stops it as
-    Ctrl-C does: the run in progress is stored stopped and no job process is left (harness/core/proc.py)."""
+    good commit's suite before anything runs (:func:`harness.bisect.selection.check_against_suite`; ``checked``: the
+    caller did). In the main thread SIGTERM (a CI timeout, ``timeout``) stops it as Ctrl-C does: the run in progress
+    is stored stopped and no job process is left (harness/core/proc.py)."""
     with sigterm_stops_runs():
-        return _bisect(request, log, run_one)
+        return _bisect(request, log, run_one, checked)
 
 
-def _bisect(request: BisectRequest, log: Log, run_one: RunOne | None) -> BisectReport:
-    _check_request(request)
+def _bisect(request: BisectRequest, log: Log, run_one: RunOne | None, checked: bool) -> BisectReport:
+    check_request(request)
+    if run_one is None and not checked:
+        check_against_suite(request, log)
     good, bad, commits = commit_range(request.repo, request.good, request.bad)
     subjects = {c.sha: c.subject for c in (good, *commits)}
     connected = False
@@ -386,13 +358,9 @@ def _bisect(request: BisectRequest, log: Log, run_one: RunOne | None) -> BisectR
         if not request.chip:
             raise HarnessError("--chip is required with --executor ray (the chip key whose nodes run the probes)")
         chip = chip_label_value(request.chip)
-        if run_one is None:
-            check_against_suite(request, good, None, log)
         connected = connect(request.address)
     else:
         chip = _local_chip(request.chip)
-        if run_one is None:
-            check_against_suite(request, good, chip_id.detect().chip_class, log)
     try:
         if request.executor == "ray":
             nodes = live_chips().get(chip, [])
