@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness.core import chip as chip_id
 from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.job import Job, shape_label
 from harness.core.status import CORRECTNESS_KINDS
 from harness.record.runs import StoredJob
 from harness.spec import git
-from harness.spec.plan import plan_suite
+from harness.spec.plan import plan_jobs
 from harness.spec.target import resolve_run
 
 Mode = Literal["perf", "correctness"]
@@ -231,16 +230,15 @@ def _good_sha(request: BisectRequest) -> str:
 
 def check_against_suite(request: BisectRequest, log: Callable[[str], None] = lambda line: None) -> None:
     """Check the request, then plan the good commit's suite (nothing runs) and refuse a selection it does not have
-    (:func:`check_selection`). Locally for this machine's chip class; with Ray (the chip's class is not known
-    here) for either class."""
+    (:func:`check_selection`), for either chip class (a name of the other class's jobs only is reported by the
+    first run, as before): detecting this machine's class would load MLX."""
     check_request(request)
     good = _good_sha(request)
     where = f"the good commit {good[:12]}"
     _, suite = resolve_run(request.repo, good, request.suite)  # HarnessError: the good commit has no suite
-    classes = [chip_id.detect().chip_class] if request.executor == "local" else ["cpu", "gpu"]
     try:
-        planned = [planned_row(job) for chip_class in classes
-                   for job in plan_suite(suite, chip_class, plugin_dir=str(Path(suite.source).resolve().parent))]
+        planned = [planned_row(job) for chip_class in ("cpu", "gpu")
+                   for job in plan_jobs(suite, chip_class, plugin_dir=str(Path(suite.source).resolve().parent))]
     except Exception as exc:  # noqa: BLE001 - its kernels are not this install's: its runs will say what it has
         log(f"cannot plan the suite at {where} here ({type(exc).__name__}: {exc}): the selection is checked on its "
             "first run")
