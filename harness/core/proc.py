@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 TAIL_CHARS = 4000
-PARENT_POLL_S = 0.25  # how often a job process checks that the harness that started it still runs
+PARENT_POLL_S = 0.5  # how often a job process checks that the harness that started it still runs
 
 _started: dict[int, subprocess.Popen] = {}  # pid (= its group's id) -> a group this process started, still running
 _started_lock = threading.Lock()
