@@ -1,10 +1,11 @@
 """What one run says about a commit, for `harness bisect`: pure classification of a run's job rows
-(:class:`harness.record.runs.StoredJob`). It owns the request (:class:`BisectRequest`), the benchmark series a perf
-bisect follows (:class:`Series`) and the rules that turn one run's rows into an answer: the install job failed ->
-skip ("does not install"); perf mode: a correctness job of the kernel (or of a ``--gate`` selection) failed, crashed
-or timed out -> skip ("fails correctness"), the benchmark job itself failed, crashed or timed out or is missing ->
-skip, else its job id (whose samples, per trial, are the measurement); correctness mode: a matching job failed ->
-bad, crashed / timed out / lost / skipped / missing -> skip, passed -> good.
+(:class:`harness.record.runs.StoredJob`). The request (:class:`BisectRequest`), the benchmark series a perf bisect
+follows (:class:`Series`) and which jobs it names are :mod:`harness.bisect.selection`'s; here are the rules that
+turn one run's rows into an answer: the install job failed -> skip ("does not install"); perf mode: a correctness
+job of the kernel (or of a ``--gate`` selection) failed, crashed or timed out -> skip ("fails correctness"), the
+benchmark job itself failed, crashed or timed out or is missing -> skip, else its job id (whose samples, per trial,
+are the measurement); correctness mode: a matching job failed -> bad, crashed / timed out / lost / skipped /
+missing -> skip, passed -> good.
 
 A pytest selection is judged test by test against the good commit (:func:`follow` -> :class:`Baseline`): the tests
 that pass there are *followed*; those skipped there or already failing there (pre-existing failures, listed) are
@@ -21,77 +22,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from harness.bisect import search as bisect
-from harness.core import defaults
+from harness.bisect.selection import (  # the request and which jobs it names (light: the CLI checks it first)
+    BisectRequest,
+    Series,
+    _benchmark_matches,
+    _is_selection,
+    _matches,
+    _names,
+    describe_selection,
+    normalize_shape,
+)
 from harness.core.errors import HarnessError
-from harness.core.job import shape_label
 from harness.core.status import CORRECTNESS_KINDS, NO_ANSWER, PASSES, WRONG, count_label, is_code_failure
 from harness.record.runs import StoredJob
 
-Mode = Literal["perf", "correctness"]
+__all__ = ["Baseline", "BisectRequest", "Series", "answers", "correctness_outcome", "describe_selection",
+           "find_series", "follow", "normalize_shape", "perf_outcome"]
 
-
-@dataclass
-class BisectRequest:
-    good: str
-    bad: str
-    kernel: str
-    mode: Mode = "perf"
-    chip: str | None = None  # default: this machine's chip (local executor); required with Ray
-    variant: str | None = None
-    shape: str | None = None  # "N=256" or "B=1,H=4,S=128,D=64" (any order)
-    dtype: str | None = None
-    check: str | None = None  # correctness mode: a check name, or a pytest test's node id (or "::name" suffix)
-    repo: str = "."
-    suite: str | None = None
-    db_url: str | None = None
-    executor: str = "local"
-    address: str | None = None
-    parallel: int = 1
-    max_rounds: int | None = None
-    probes_per_round: int | None = None  # default: 1 locally, the chip's live nodes with Ray
-    max_runs: int = bisect.DEFAULT_MAX_RUNS  # perf: new runs of one commit at most while it is undecided
-    confirm_runs: int = bisect.DEFAULT_CONFIRM_RUNS  # perf: agreeing runs the endpoints and the culprit's bounds need
-    min_effect: float = defaults.MIN_EFFECT
-    alpha: float = defaults.ALPHA
-    gates: tuple[str, ...] = ()  # perf mode: more correctness jobs / pytest selections whose failure skips a commit
-    reuse: bool = True
-
-
-def normalize_shape(text: str | None) -> str | None:
-    """'S=128, B=1' -> 'B=1,S=128' (the stored shape key)."""
-    if text is None:
-        return None
-    shape: dict[str, int] = {}
-    for part in text.replace(" ", ",").split(","):
-        if not part:
-            continue
-        name, sep, value = part.partition("=")
-        try:
-            shape[name.strip()] = int(value)
-        except ValueError:
-            raise HarnessError(f"--shape {text!r}: expected NAME=INT pairs, e.g. N=256 or B=1,H=4") from None
-        if not sep or not name.strip():
-            raise HarnessError(f"--shape {text!r}: expected NAME=INT pairs, e.g. N=256 or B=1,H=4")
-    return shape_label(shape)
-
-
-@dataclass(frozen=True)
-class Series:
-    kernel: str
-    variant: str
-    dtype: str
-    shape_key: str
-
-    def __str__(self) -> str:
-        parts = [self.variant, self.dtype or "", self.shape_key or "no shape"]
-        return f"{self.kernel} [{', '.join(p for p in parts if p)}]"
-
-
-def _names(job: StoredJob, name: str) -> bool:
-    return name in (job.kernel, job.name)
 
 
 def find_series(jobs: Sequence[StoredJob], request: BisectRequest) -> Series:
@@ -110,11 +59,6 @@ def find_series(jobs: Sequence[StoredJob], request: BisectRequest) -> Series:
                        "--dtype or --shape")
 
 
-def _benchmark_matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
-    return (job.kind == "benchmark" and _names(job, request.kernel) and request.variant in (None, job.variant)
-            and request.dtype in (None, job.dtype) and shape in (None, job.shape_key))
-
-
 def answers(request: BisectRequest) -> Callable[[Sequence[StoredJob]], bool]:
     """Whether a stored run can be reused for this request: it failed to install, or it ran the job in question."""
     shape = normalize_shape(request.shape)
@@ -125,12 +69,6 @@ def answers(request: BisectRequest) -> Callable[[Sequence[StoredJob]], bool]:
             (request.mode == "correctness" and bool(request.check) and any(_is_selection(job, request) for job in jobs))
 
     return usable
-
-
-def _is_selection(job: StoredJob, request: BisectRequest) -> bool:
-    """The ``pytest`` row of the selection the request names (a run holding it says whether a ``--check`` test
-    exists at that commit: running the commit again would not change that)."""
-    return job.kind == "pytest" and _names(job, request.kernel)
 
 
 def _install_failure(jobs: Sequence[StoredJob]) -> str | None:
@@ -156,22 +94,6 @@ def perf_outcome(jobs: Sequence[StoredJob], series: Series, gates: Sequence[str]
                 return None, f"benchmark {job.status}: {job.first_line}"
             return job.job_id, ""
     return None, f"no benchmark {series} in this run"
-
-
-def _matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
-    if job.kind not in CORRECTNESS_KINDS or not _names(job, request.kernel):
-        return False
-    if request.variant not in (None, job.variant) or request.dtype not in (None, job.dtype):
-        return False
-    if shape is not None and job.kind == "correctness" and job.shape_key != shape:
-        return False
-    if request.check:
-        if job.kind == "correctness":
-            return job.check == request.check
-        if job.kind == "test":
-            return job.name == request.check or job.name.endswith("::" + request.check.removeprefix("::"))
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -306,8 +228,3 @@ def correctness_outcome(jobs: Sequence[StoredJob], request: BisectRequest,
     return bisect.Classification("good", f"{len(matched)} job(s) passed", runs=1)
 
 
-def describe_selection(request: BisectRequest) -> str:
-    parts = [f"variant {request.variant}" if request.variant else "", f"check {request.check}" if request.check else "",
-             f"dtype {request.dtype}" if request.dtype else "", f"shape {request.shape}" if request.shape else ""]
-    extra = ", ".join(p for p in parts if p)
-    return f"{request.kernel}" + (f" ({extra})" if extra else "")

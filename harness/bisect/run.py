@@ -37,21 +37,28 @@ from harness.analysis.records import json_safe
 from harness.bisect import search as bisect
 from harness.bisect.probes import (
     Baseline,
-    BisectRequest,
     Series,
     answers,
     correctness_outcome,
-    describe_selection,
     find_series,
     follow,
-    normalize_shape,
     perf_outcome,
+)
+from harness.bisect.selection import (
+    BisectRequest,
+    check_against_suite,
+    check_request,
+    counted,
+    describe_selection,
+    planned_row,
+    probe_jobs,
 )
 from harness.cluster.driver import connect, run_on_cluster
 from harness.core import chip as chip_id
 from harness.core import trials
 from harness.core.errors import HarnessError
-from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run
+from harness.core.job import Job
+from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run, sigterm_stops_runs
 from harness.record.outbox import open_store
 from harness.record.runs import StoredJob, clean_runs, job_rows, job_trials
 from harness.record.store import Store
@@ -294,10 +301,17 @@ def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], se
     return out
 
 
+def probe_keep(request: BisectRequest) -> Callable[[Job], bool] | None:
+    """The planned jobs a probe run keeps (:func:`harness.bisect.probes.probe_jobs`), as a plan filter."""
+    needed = probe_jobs(request)
+    return None if needed is None else (lambda job: needed(planned_row(job)))
+
+
 def local_runner(request: BisectRequest) -> RunOne:
     def run_one(sha: str) -> str:
         outcome = execute_run(LocalRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
-                                              repo=request.repo, parallel=request.parallel))
+                                              repo=request.repo, parallel=request.parallel,
+                                              keep=probe_keep(request)))
         return outcome.run_id
 
     return run_one
@@ -307,7 +321,8 @@ def ray_runner(request: BisectRequest, chip: str) -> RunOne:
     def run_one(sha: str) -> str:
         outcome = run_on_cluster(ClusterRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
                                                    repo=request.repo, parallel=request.parallel,
-                                                   address=request.address, chips=(chip,)), log=lambda line: None)
+                                                   address=request.address, chips=(chip,), keep=probe_keep(request)),
+                                 log=lambda line: None)
         if not outcome.runs:
             raise HarnessError("; ".join(outcome.errors.values()) or "the cluster made no run")
         return outcome.runs[0].run_id
@@ -320,26 +335,20 @@ def ray_runner(request: BisectRequest, chip: str) -> RunOne:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _check_request(request: BisectRequest) -> None:
-    if request.mode not in ("perf", "correctness"):
-        raise HarnessError(f"--mode must be perf or correctness, not {request.mode!r}")
-    if request.executor not in ("local", "ray"):
-        raise HarnessError(f"--executor must be local or ray, not {request.executor!r}")
-    if request.max_rounds is not None and request.max_rounds < 1:
-        raise HarnessError(f"--max-rounds must be at least 1, not {request.max_rounds}")
-    if request.probes_per_round is not None and request.probes_per_round < 1:
-        raise HarnessError(f"--probes-per-round must be at least 1, not {request.probes_per_round}")
-    if request.max_runs < 1:
-        raise HarnessError(f"--max-runs must be at least 1, not {request.max_runs}")
-    if request.confirm_runs < 1:
-        raise HarnessError(f"--confirm-runs must be at least 1, not {request.confirm_runs}")
-    normalize_shape(request.shape)
+def run_bisect(request: BisectRequest, log: Log = lambda line: None, run_one: RunOne | None = None,
+               checked: bool = False) -> BisectReport:
+    """Bisect as the request says; ``run_one`` replaces the executor (tests). The selection is checked against the
+    good commit's suite before anything runs (:func:`harness.bisect.selection.check_against_suite`; ``checked``: the
+    caller did). In the main thread SIGTERM (a CI timeout, ``timeout``) stops it as Ctrl-C does: the run in progress
+    is stored stopped and no job process is left (harness/core/proc.py)."""
+    with sigterm_stops_runs():
+        return _bisect(request, log, run_one, checked)
 
 
-def run_bisect(request: BisectRequest, log: Log = lambda line: None,
-               run_one: RunOne | None = None) -> BisectReport:
-    """Bisect as the request says; ``run_one`` replaces the executor (tests)."""
-    _check_request(request)
+def _bisect(request: BisectRequest, log: Log, run_one: RunOne | None, checked: bool) -> BisectReport:
+    check_request(request)
+    if run_one is None and not checked:
+        check_against_suite(request, log)
     good, bad, commits = commit_range(request.repo, request.good, request.bad)
     subjects = {c.sha: c.subject for c in (good, *commits)}
     connected = False
@@ -369,7 +378,7 @@ def run_bisect(request: BisectRequest, log: Log = lambda line: None,
         try:
             prober = Prober(store, chip, run_one, parallel_runs=request.executor == "ray", reuse=request.reuse,
                             log=log, subjects=subjects, usable=answers(request))
-            log(f"bisecting {len(commits)} commit(s) after {good.sha[:12]} up to {bad.sha[:12]} on {chip}, "
+            log(f"bisecting {counted(len(commits), 'commit')} after {good.sha[:12]} up to {bad.sha[:12]} on {chip}, "
                 f"{per_round} probe(s) per round")
             context = _Context(request, chip, good, bad, commits, subjects, per_round, prober, log)
             return _perf(context) if request.mode == "perf" else _correctness(context)
@@ -471,7 +480,7 @@ def _report(context: _Context, result: bisect.BisectResult | None, *, target: st
 
 
 def _range(result: bisect.BisectResult) -> str:
-    return (f"{len(result.candidates)} commits {result.candidates[0][:12]}..{result.candidates[-1][:12]}"
+    return (f"{counted(len(result.candidates), 'commit')} {result.candidates[0][:12]}..{result.candidates[-1][:12]}"
             if result.candidates else "no commit")
 
 
@@ -570,10 +579,15 @@ def _correctness(context: _Context) -> BisectReport:
         return {sha: outcome(found) for sha, found in rows(shas).items()}
 
     target = describe_selection(request)
-    ends = rows([context.good.sha, context.bad.sha])
+    # The good endpoint first, then the bad one: a --check naming no test there (known only once the selection ran)
+    # is refused before the bad endpoint runs. With Ray both run at once, unless --check is given.
+    together = request.executor == "ray" and not request.check
+    ends = rows([context.good.sha, context.bad.sha] if together else [context.good.sha])
     at_good = ends[context.good.sha]
     if not isinstance(at_good, str):  # the tests to follow: those passing at good (raises the --check errors)
         baseline = follow(at_good, request, where=f"the good endpoint {context.good.sha[:12]}")
+    if not together:
+        ends.update(rows([context.bad.sha]))
     good, bad = outcome(at_good), outcome(ends[context.bad.sha])
     if baseline.followed:
         context.log(f"following {len(baseline.followed)} test(s) passing at the good commit; ignored there: "

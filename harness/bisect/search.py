@@ -152,8 +152,8 @@ __all__ = [
 
 State = Literal["good", "bad", "skip", "inconclusive"]
 Status = Literal["found", "hidden", "stopped", "inconclusive"]
-DEFAULT_MAX_RUNS = 5  # new runs of one commit at most
-DEFAULT_CONFIRM_RUNS = 4  # agreeing runs the named culprit needs
+DEFAULT_MAX_RUNS = defaults.BISECT_MAX_RUNS  # new runs of one commit at most
+DEFAULT_CONFIRM_RUNS = defaults.BISECT_CONFIRM_RUNS  # agreeing runs the named culprit needs
 CORROBORATE = 2  # agreeing runs the endpoints, the last good commit and a commit with a run set aside need
 _SAME = ("unchanged", "inconclusive")  # no material difference shown (see the module docstring)
 _CHANGED = ("regressed", "improved")

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from harness.bisect.selection import BisectRequest, check_against_suite, counted
 from harness.cli.common import DbOption, app, console
 from harness.cli.tables import check_thresholds, interval, print_json, ratio, stdout_console
 from harness.core import defaults
@@ -85,9 +86,6 @@ def bisect(
                                                                    "database instead of running them.")] = True,
 ) -> None:
     """Bisect (see HELP)."""
-    from harness.bisect.probes import BisectRequest  # loads the statistics stack (scipy): only when bisecting
-    from harness.bisect.run import run_bisect  # the same, plus the store and the pipeline
-
     if format not in ("text", "json"):
         raise HarnessError(f"--format must be text or json, not {format!r}")
     check_thresholds(min_effect, alpha)
@@ -97,7 +95,12 @@ def bisect(
                             probes_per_round=probes_per_round, max_runs=max_runs, confirm_runs=confirm_runs,
                             min_effect=min_effect,
                             alpha=alpha, gates=tuple(gate or ()), reuse=reuse)
-    report = run_bisect(request, log=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
+    log = lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    check_against_suite(request, log)  # a mistyped name is refused before the statistics stack loads
+
+    from harness.bisect.run import run_bisect  # loads the statistics stack (scipy), the store and the pipeline
+
+    report = run_bisect(request, log=log, checked=True)
     if format == "json":
         print_json(report.to_dict())
     else:
@@ -131,7 +134,7 @@ def _probe(line) -> str:
 def _render(report) -> None:
     out = stdout_console()
     out.print(f"bisect {report.mode} of {report.target} on {report.chip}: good {_commit(report.good)}, bad "
-              f"{_commit(report.bad)} ({report.commits} commits)", markup=False)
+              f"{_commit(report.bad)} ({counted(report.commits, 'commit')})", markup=False)
     if report.endpoints is not None:
         e = report.endpoints
         runs = report.endpoint_runs
@@ -159,7 +162,7 @@ def _render(report) -> None:
             out.print(f"  evidence: {report.detail}", markup=False)
     elif report.candidates:
         why = "undecided" if report.status == "inconclusive" else "hidden"
-        out.print(f"culprit {why}: one of {len(report.candidates)} commits:", markup=False)
+        out.print(f"culprit {why}: one of {counted(len(report.candidates), 'commit')}:", markup=False)
         for ref in report.candidates:
             out.print(f"  {_commit(ref)}", markup=False)
     for skipped in report.skipped:

@@ -47,6 +47,9 @@ def up(
     insecure: Annotated[bool, typer.Option("--insecure", help="Allow a non-loopback --host with auth disabled "
                                                               "(anyone who reaches it can run code).")] = False,
     state: StateOption = None,
+    python: Annotated[str | None, typer.Option(help="Python the head runs submitted drivers with (`harness "
+                                                    "submit`): it must have the harness installed. Default: the one "
+                                                    "running this command.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the head to come up.")] = 120,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the ray command and environment only.")]
     = False,
@@ -72,16 +75,18 @@ def up(
             console.print(styled(note, "yellow"))
         command = cluster.head_command(port=port, host=host, dashboard_port=dashboard_port,
                                        client_port=client_server_port, chip=chip, extra=tuple(ray_arg or ()))
+        env[cluster.HEAD_PYTHON_ENV] = cluster.head_python(python)
         print(cluster.shell_line(command, env))
         return
     head = cluster.start_head(port=port, host=host, dashboard_port=dashboard_port, mode=mode, state=state,
                               client_port=client_server_port, chip=chip, extra=tuple(ray_arg or ()),
-                              timeout_s=timeout, token_file=token_file)
+                              timeout_s=timeout, token_file=token_file, python=python)
     print(f"Ray head running (pid {head.pid}), auth mode {mode}" + (f", runs jobs as chip={chip}" if chip else ""))
     print(f"  cluster address: {head.address}")
     print(f"  Jobs API:        {head.dashboard}")
     print(f"  session:         {head.session_dir or '?'}")
     print(f"  log:             {head.log}")
+    print(f"  drivers run by:  {head.python}")
     token_flag = ""
     if mode == "token":
         where = head.token_file or "$RAY_AUTH_TOKEN"

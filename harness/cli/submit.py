@@ -81,15 +81,21 @@ def job_env(submission_id: str, db: str | None, environ: dict[str, str] | None =
     return env_vars, f"{mask_url(db)} (from {source})"
 
 
-def entrypoint(*, python: str, repo: str, commit: str, suite: str | None, chips: str | None, parallel: int,
+# The driver's Python when --python is not given: the head's own (`harness cluster up` puts it in the head's
+# environment), else `python` as found there (a head started by plain `ray start`). Expanded by the head's shell.
+HEAD_PYTHON = f'"${{{cluster.HEAD_PYTHON_ENV}:-python}}"'
+
+
+def entrypoint(*, python: str | None, repo: str, commit: str, suite: str | None, chips: str | None, parallel: int,
                max_attempts: int) -> str:
-    parts = [python, "-m", "harness.cluster.driver", "--repo", repo, "--commit", commit, "--parallel", str(parallel),
+    """The job's shell command: ``python -m harness.cluster.driver ...`` (``python`` None: :data:`HEAD_PYTHON`)."""
+    parts = ["-m", "harness.cluster.driver", "--repo", repo, "--commit", commit, "--parallel", str(parallel),
              "--max-attempts", str(max_attempts)]
     if suite:
         parts += ["--suite", suite]
     if chips:
         parts += ["--chips", chips]
-    return " ".join(shlex.quote(p) for p in parts)
+    return " ".join([HEAD_PYTHON if python is None else shlex.quote(python), *(shlex.quote(p) for p in parts)])
 
 
 def parse_summary(logs: str) -> dict | None:
@@ -178,7 +184,9 @@ def submit(
                                                       "run could not complete.")] = False,
     parallel: Annotated[int, typer.Option(help="Correctness jobs at once per node.")] = 1,
     max_attempts: Annotated[int, typer.Option(help="Runs of a job whose node dies (then: lost).")] = 2,
-    python: Annotated[str, typer.Option(help="Python on the head that has the harness installed.")] = "python",
+    python: Annotated[str | None, typer.Option(help="Python on the head that has the harness installed. Default: "
+                                                    "the one that started the head (`harness cluster up` records "
+                                                    "it), else `python` on the head's PATH.")] = None,
     timeout: Annotated[float, typer.Option(help="With --wait: seconds before the job is stopped.")] = 6 * 3600,
     summary_md: Annotated[Path | None, typer.Option(help="With --wait: append a markdown summary here "
                                                          "(e.g. $GITHUB_STEP_SUMMARY).")] = None,

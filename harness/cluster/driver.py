@@ -43,6 +43,7 @@ from harness.pipeline.run import (
     RunOutcome,
     RunStop,
     RunStopped,
+    kept,
     run_planned,
     sigterm_stops_runs,
     stop_status,
@@ -211,17 +212,18 @@ def run_on_cluster(request: ClusterRunRequest, *, progress: ClusterProgress | No
                 if ident.chip_class not in plans:
                     plans[ident.chip_class] = plan_in_tree(source.tree, request.suite, ident.chip_class)
                 plan = plans[ident.chip_class]
-            log(f"[{chip}] {ident.device_name} ({ident.backend}), {len(probes)} node(s): {len(plan.jobs)} jobs")
+            jobs, only = kept(plan.jobs, request.keep)
+            log(f"[{chip}] {ident.device_name} ({ident.backend}), {len(probes)} node(s): {len(jobs)} jobs")
 
             def on_progress(job: Job, result: JobResult, done: int, total: int) -> None:
                 if progress:
                     progress(chip, job, result, done, total)
 
             options = {"suite": plan.source, "repo": source.commit["repo"], "nodes": [p["node"] for p in probes],
-                       "ray_job": os.environ.get("HARNESS_RAY_JOB", "")}
+                       "ray_job": os.environ.get("HARNESS_RAY_JOB", ""), **only}
             context = RunContext(ident=ident, facts=facts, commit=source.commit, dirty=False, suite=plan.suite,
                                  executor="ray", options=options)
-            return run_planned(db, plan.jobs, executor, context, progress=on_progress, stop=stop)
+            return run_planned(db, jobs, executor, context, progress=on_progress, stop=stop)
 
         pool = ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="chip")
         futures: dict[str, Future] = {}

@@ -35,8 +35,12 @@ MACOS_NOTE = (f"macOS: Ray supports multi-node clusters officially on Linux only
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"  # Ray's own: the token, or a file holding it
 RAY_DEFAULT_TOKEN = Path.home() / ".ray" / "auth_token"  # where Ray looks last (`ray get-auth-token --generate`)
+# In the head's environment (so in every job the Jobs API runs there): the Python that started it, which has the
+# harness installed. `harness submit` runs its driver with it (not whatever `python` the head's PATH finds: a head
+# started as `.venv/bin/harness cluster up`, the venv not activated, has none with the harness).
+HEAD_PYTHON_ENV = "HARNESS_HEAD_PYTHON"
 # what a --dry-run shows of the env (never the token itself: only the file that holds it)
-SHOWN_ENV = ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", TOKEN_PATH_ENV, MACOS_CLUSTER_FLAG)
+SHOWN_ENV = ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE", TOKEN_PATH_ENV, MACOS_CLUSTER_FLAG, HEAD_PYTHON_ENV)
 SESSION_IN_LOG = re.compile(r"(\S*/session_[0-9_-]+)(?=/logs/)")
 ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")  # Ray styles its terminal output (bold paths)
 STARTED = "Ray runtime started"
@@ -63,6 +67,7 @@ class Launched:
     session_dir: str = ""
     auth_mode: str = "disabled"
     token_file: str = ""  # with auth mode token: the file holding the token (never the token itself)
+    python: str = ""  # a head: the Python its submitted drivers run with (HEAD_PYTHON_ENV)
     started_at: float = 0.0
     state_file: str = ""
 
@@ -316,8 +321,12 @@ def _read(path: Path) -> str:
 
 def start_head(*, port: int, host: str = "127.0.0.1", dashboard_port: int = 8265, mode: str = "disabled",
                state: Path | None = None, client_port: int | None = None, chip: str | None = None,
-               extra: tuple[str, ...] = (), timeout_s: float = 120, token_file: Path | None = None) -> Launched:
+               extra: tuple[str, ...] = (), timeout_s: float = 120, token_file: Path | None = None,
+               python: str | None = None) -> Launched:
     """Start a Ray head bound to ``host`` and record it; refuses a port already taken or a state already live.
+
+    ``python`` (default: this one, which has the harness) is what its submitted drivers run with: it is in the head's
+    environment as ``$HARNESS_HEAD_PYTHON``, which ``harness submit``'s entrypoint uses unless told ``--python``.
 
     With token auth the token is ``token_file``, else Ray's own sources (``$RAY_AUTH_TOKEN``...), else a new one in
     ``head-PORT.token`` beside the state file (mode 0600); the readiness check sends it to the dashboard.
@@ -343,6 +352,8 @@ def start_head(*, port: int, host: str = "127.0.0.1", dashboard_port: int = 8265
             token_file = new_token_file(state.with_suffix(".token"))  # none anywhere: a new cluster, a new token
             token = read_token(token_file)
     env, notes = ray_env(mode, joining=False, token_file=token_file, loopback_head=is_loopback(host))
+    python = head_python(python)
+    env[HEAD_PYTHON_ENV] = python
     command = head_command(port=port, host=host, dashboard_port=dashboard_port, client_port=client_port, chip=chip,
                            extra=extra)
     dashboard = f"http://{probe_host}:{dashboard_port}"
@@ -350,11 +361,25 @@ def start_head(*, port: int, host: str = "127.0.0.1", dashboard_port: int = 8265
     launched = launch("head", command, env, state.with_suffix(".log"), address=f"{probe_host}:{port}",
                       ready=lambda: _tcp_open(probe_host, port) and _http_ok(f"{dashboard}/api/version", headers),
                       timeout_s=timeout_s, dashboard=dashboard, auth_mode=mode, chip=chip or "",
-                      token_file=str(token_file or ""))
+                      token_file=str(token_file or ""), python=python)
     launched.save(state)
     for note in notes:
         print(note, file=sys.stderr)
     return launched
+
+
+def head_python(python: str | None = None) -> str:
+    """The Python a head runs submitted drivers with: ``python`` (a path, or a name on this PATH) checked to import the
+    harness, else this process's own interpreter (the one that has the harness: a venv's, activated or not)."""
+    if python is None:
+        return sys.executable
+    found = shutil.which(python) or python
+    done = subprocess.run([found, "-c", "import harness.cluster.driver"], capture_output=True, text=True,
+                          check=False, timeout=120) if Path(found).exists() else None
+    if done is None or done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["?"])[-1] if done is not None else "no such file"
+        raise HarnessError(f"--python {python} cannot run the harness's cluster driver: {last}")
+    return found
 
 
 def start_node(*, address: str, chip: str, node_ip: str | None = None, num_cpus: int | None = None,

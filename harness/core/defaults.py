@@ -12,6 +12,8 @@ import os
 # Verdicts
 MIN_EFFECT = 0.02  # the smallest relative change in a median that is reported as a change
 ALPHA = 0.05  # false discovery rate across a grid (Benjamini-Hochberg), or one test's level
+BISECT_MAX_RUNS = 5  # harness bisect, perf: new runs of one commit at most while it is undecided
+BISECT_CONFIRM_RUNS = 4  # harness bisect, perf: agreeing runs the named culprit (and the bad endpoint) need
 N_BOOT = 2000  # bootstrap resamples for the ratio-of-medians interval
 # An observed ratio beyond x2 or /2 is never "unchanged": not significant means its noise is too wide to tell (in
 # CI, x2+ slower code on a 3-run floor of a loaded machine came out "unchanged"). Identical H200 runs reach x1.55.

@@ -58,7 +58,7 @@ from typing import Any
 
 from harness.core.config import cache_dir
 from harness.core.job import JobResult
-from harness.core.proc import exclusive_lock, file_tail, kill_group
+from harness.core.proc import exclusive_lock, file_tail, group, kill_group
 
 OK_MARKER = ".harness-installed"
 FAILED_MARKER = ".harness-install-failed"
@@ -220,13 +220,13 @@ def _run_install(command: str, tree: Path, path: Path, timeout_s: float) -> tupl
     with open(log_path, "ab") as log:
         log.write(f"$ {command}\n".encode())
         log.flush()
-        proc = subprocess.Popen(command, shell=True, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            return False, f"`{command}` did not finish within {timeout_s:g} s (killed)"
+        with group(command, shell=True, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT,
+                   stdin=subprocess.DEVNULL) as proc:
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                return False, f"`{command}` did not finish within {timeout_s:g} s (killed)"
     if code != 0:
         return False, f"`{command}` exited with status {code}"
     return True, ""

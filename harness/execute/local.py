@@ -18,7 +18,7 @@ from typing import IO, Protocol
 from harness.core import defaults
 from harness.core.config import SOURCE_ROOT
 from harness.core.job import PHASES, FunctionJob, InstallJob, Job, JobResult, KernelJob
-from harness.core.proc import file_tail, kill_group
+from harness.core.proc import done_with, file_tail, group, kill_group, kill_started, start_group
 from harness.execute import envs
 from harness.execute.envs import activated
 from harness.execute.worker import skip_reason
@@ -91,16 +91,15 @@ def run_in_subprocess(job: Job, tree: str | None = None, python: str = sys.execu
         job_path, result_path, log_path = (Path(scratch) / n for n in ("job.json", "result.json", "output.log"))
         job_path.write_text(job.to_json())
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([python, "-m", "harness.execute.worker", str(job_path), str(result_path)],
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=tree or None, env={**worker_env(tree, venv), **thread_env(job)},
-                                    start_new_session=True)
-            try:
-                code = proc.wait(timeout=job.timeout_s)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                return JobResult(job.key, "timeout", f"no result after {job.timeout_s:g} s; process killed",
-                                 duration_s=time.perf_counter() - start, output_tail=file_tail(log_path))
+            with group([python, "-m", "harness.execute.worker", str(job_path), str(result_path)],
+                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tree or None,
+                       env={**worker_env(tree, venv), **thread_env(job)}) as proc:  # a stop kills its group
+                try:
+                    code = proc.wait(timeout=job.timeout_s)
+                except subprocess.TimeoutExpired:
+                    kill_group(proc)  # the job process and everything it started (pytest, xdist workers)
+                    return JobResult(job.key, "timeout", f"no result after {job.timeout_s:g} s; process killed",
+                                     duration_s=time.perf_counter() - start, output_tail=file_tail(log_path))
         tail = file_tail(log_path)
         if result_path.exists():
             result = JobResult.from_dict(json.loads(result_path.read_text()))
@@ -184,10 +183,10 @@ class _Batch:
 def _start(jobs: list[Job], folder: Path, log: IO[bytes], tree: str | None, gated: bool) -> _Batch:
     (folder / "jobs.json").write_text(json.dumps([job.to_dict() for job in jobs]))
     gate = ["--gate", str(folder / "go")] if gated else []
-    proc = subprocess.Popen([sys.executable, "-m", "harness.execute.worker", "--batch", str(folder / "jobs.json"),
-                             str(folder), *gate],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tree or None,
-                            env={**worker_env(tree), **thread_env(jobs[0])}, start_new_session=True)
+    proc = start_group([sys.executable, "-m", "harness.execute.worker", "--batch", str(folder / "jobs.json"),
+                        str(folder), *gate],
+                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tree or None,
+                       env={**worker_env(tree), **thread_env(jobs[0])})
     return _Batch(jobs, folder, proc, sum(job.timeout_s for job in jobs))
 
 
@@ -233,7 +232,7 @@ def run_together(group: list[list[Job]], on_result: OnResult, tree: str | None =
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-batch-")))
             log = stack.enter_context(open(folder / "output.log", "wb"))
             batch = _start(jobs, folder, log, tree, gated)
-            stack.callback(lambda proc=batch.proc: proc.poll() is None and kill_group(proc))
+            stack.callback(lambda proc=batch.proc: kill_group(proc) if proc.poll() is None else done_with(proc))
             batches_.append(batch)
         if gated:
             until = time.monotonic() + max(batch.deadline_s for batch in batches_)
@@ -286,14 +285,26 @@ class LocalExecutor:
     def execute(self, jobs: list[Job], on_result: OnResult) -> None:
         """The kinds in :data:`harness.core.job.PHASES` order (any other kind last, timed): timed kinds one at a
         time, the others ``parallel`` at once."""
+        try:
+            self._phases(jobs, on_result)
+        except BaseException:  # Ctrl-C or SIGTERM in this thread: no job process (or a pool thread's) runs on
+            kill_started()
+            raise
+
+    def _phases(self, jobs: list[Job], on_result: OnResult) -> None:
         extra = [(kind, True) for kind in dict.fromkeys(j.kind for j in jobs) if kind not in dict(PHASES)]
         for kind, timed in [*PHASES, *extra]:
             phase = [j for j in jobs if j.kind == kind]
             if not timed and self.parallel > 1 and len(phase) > 1:
                 with ThreadPoolExecutor(self.parallel) as pool:
                     futures = {pool.submit(self._run, job): job for job in phase}
-                    for future in as_completed(futures):
-                        on_result(futures[future], future.result())
+                    try:
+                        for future in as_completed(futures):
+                            on_result(futures[future], future.result())
+                    except BaseException:  # before the pool waits for its threads: kill what they wait on
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        kill_started()
+                        raise
             else:
                 self._serial(phase, on_result)
 

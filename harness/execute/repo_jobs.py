@@ -19,7 +19,7 @@ from typing import Any
 
 from harness import bench
 from harness.core.job import FunctionJob, JobResult, PytestJob
-from harness.core.proc import file_tail, kill_group
+from harness.core.proc import file_tail, kill_tree
 from harness.core.status import WRONG, count_label
 from harness.execute.timing import TimingProtocol, measure, measure_mlx
 
@@ -66,13 +66,16 @@ def run_pytest(job: PytestJob) -> JobResult:
         env = {**os.environ, OUT_ENV: str(out)}
         timed_out = False
         with open(log_path, "wb") as log:
+            # In the job process's group: a stop or the job's timeout kills the job's group, pytest and its xdist
+            # workers with it (harness/core/proc.py); pytest's own timeout kills only pytest's tree.
             proc = subprocess.Popen(pytest_command(spec), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, env=env)
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                code = kill_group(proc)  # pytest and its xdist workers
+                kill_tree(proc.pid)  # pytest, its xdist workers and what they started
+                code = proc.wait()
         tests = read_outcomes(out)
         tail = file_tail(log_path)
     counts = Counter(t["outcome"] for t in tests)

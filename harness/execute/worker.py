@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 
 from harness.core.job import FunctionJob, Job, JobResult, KernelJob, PytestJob, job_from_dict
+from harness.core.proc import die_with_parent
 from harness.execute import repo_jobs
 from harness.execute.timing import TimingProtocol, measure_mlx
 
@@ -141,6 +142,7 @@ def wait_for(gate: Path, poll_s: float = 0.02) -> bool:
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()  # a harness killed outright (SIGKILL) leaves no job process, pytest or xdist worker behind
     if argv[0] == "--batch":
         jobs = [job_from_dict(data) for data in json.loads(Path(argv[1]).read_text())]
         results = Path(argv[2])

@@ -22,8 +22,9 @@ from pathlib import Path
 from harness.core import chip as chip_id
 from harness.core.errors import HarnessError
 from harness.core.job import Job, RunContext
+from harness.core.proc import kill_started
 from harness.execute.local import LocalExecutor, OnResult
-from harness.pipeline.run import Progress, RunOutcome, run_planned
+from harness.pipeline.run import Progress, RunOutcome, run_planned, sigterm_stops_runs
 from harness.record import outbox
 from harness.spec.plan import plan_suite, trial_seed
 from harness.spec.target import resolve_run
@@ -136,14 +137,16 @@ def execute_ab(request: ABRequest, progress: Progress | None = None,
             turns.fail()
 
     try:
-        threads = [threading.Thread(target=one_side, args=(index,), name=f"ab-{index}") for index in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(TURN_WAIT_S)  # a timed wait: Ctrl-C reaches the main thread
+        with sigterm_stops_runs():  # SIGTERM as Ctrl-C: the sides' job processes are killed, not left running
+            threads = [threading.Thread(target=one_side, args=(index,), name=f"ab-{index}") for index in (0, 1)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(TURN_WAIT_S)  # a timed wait: Ctrl-C reaches the main thread
     except KeyboardInterrupt:
         turns.fail()
+        kill_started()  # the job processes of both sides' threads (and what they started)
         raise
     finally:
         db.close()

@@ -33,6 +33,16 @@ class RunRequest:
     commit: str | None = None
     repo: str = "."
     parallel: int = 1
+    keep: Callable[[Job], bool] | None = None  # plan only the jobs this keeps (a bisect probe's); None: the suite
+
+
+def kept(jobs: list[Job], keep: Callable[[Job], bool] | None) -> tuple[list[Job], dict]:
+    """The planned jobs ``keep`` keeps, and the run options that say so (``harness run --resume`` plans only those
+    again): a run of part of its suite is stored with the keys it planned."""
+    if keep is None:
+        return jobs, {}
+    chosen = [job for job in jobs if keep(job)]
+    return chosen, {"only_keys": sorted({job.key for job in chosen})}
 
 
 @dataclass(frozen=True)
@@ -188,12 +198,13 @@ def execute_run(request: LocalRunRequest, progress: Progress | None = None,
     ident = chip_id.detect(request.chip_label)
     db = outbox.open_store(request.db_url)
     try:
-        jobs = plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent))
+        jobs, only = kept(plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent)),
+                          request.keep)
         if on_planned:
             on_planned(sum(job.trials for job in jobs))  # each trial of a benchmark is a job process
         context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
                              suite=suite.suite.name, executor="local",
-                             options={"suite": suite.source, **_replay_options(request)})
+                             options={"suite": suite.source, **_replay_options(request), **only})
         return run_planned(db, jobs, _local_executor(request, target.tree), context,
                            progress=progress)
     finally:
@@ -228,6 +239,8 @@ def _resume(request: LocalRunRequest, progress: Progress | None,
         if ident.key != stored.chip_key:
             raise HarnessError(f"run {request.resume} ran on chip {stored.chip_key}, this machine is {ident.key}")
         planned = plan_suite(suite, ident.chip_class, plugin_dir=str(Path(suite.source).resolve().parent))
+        if "only_keys" in opts:  # a run of part of its suite (a bisect probe): that part only
+            planned = [job for job in planned if job.key in set(opts["only_keys"])]
         jobs = plan_trials(planned, int(opts.get("trial_seed", 0)))  # the run's own order
         todo = [job for job in jobs if job.unit not in stored.units]
         if on_planned:

@@ -17,8 +17,14 @@ def _variants(spec: CorrectnessSpec | BenchmarkSpec, kernel) -> list[str]:
 
 def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]:
     """All jobs of a suite for one chip class: calibration first, then correctness, then benchmarks."""
-    from kernels import REGISTRY  # imports mlx: only when a suite is planned
+    return _enough_trials_alone(plan_jobs(suite, chip_class, plugin_dir))
 
+
+def plan_jobs(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]:
+    """:func:`plan_suite` before the benchmarks' trial counts are settled: which jobs the suite has (what `harness
+    bisect` checks its selection against before anything runs; neither scipy nor, for a repository suite, MLX)."""
+    if suite.calibration or suite.correctness or suite.benchmark:
+        from kernels import REGISTRY  # imports mlx: only when a suite of kernels is planned
     common = {"plugins": tuple(suite.suite.plugins), "plugin_dir": plugin_dir}  # what a kernel job imports first
     jobs: list[Job] = []
     calibration = suite.calibration.get(chip_class)
@@ -51,7 +57,7 @@ def plan_suite(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]
                                              timeout_s=max(spec.timeout_s, timing["timeout_s"]), timing=timing,
                                              **common))
     jobs += _plan_repo_sections(suite, chip_class)
-    return _enough_trials_alone(_dedupe(jobs))
+    return _dedupe(jobs)
 
 
 def _enough_trials_alone(jobs: list[Job]) -> list[Job]:
