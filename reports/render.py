@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import statistics
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
@@ -498,6 +499,74 @@ def matrix_rows(matrix: Any) -> tuple[list[str], list[MatrixRow]]:
     return chips, [rows[key] for key in ordered]
 
 
+@dataclass(frozen=True)
+class ChipTally:
+    """One variant's verdicts on one chip, over every (dtype, shape) of its kernel compared there; ``shared_*``
+    over the rows measured on two chips or more; ``median_ratio``: the median of its cells' ratios (< 1: faster)."""
+
+    chip: str
+    cells: int
+    wins: int
+    losses: int
+    ties: int
+    inconclusive: int
+    broken: int
+    shared: int
+    shared_wins: int
+    shared_losses: int
+    median_ratio: float
+
+
+@dataclass(frozen=True)
+class VariantRollup:
+    """A variant of a kernel across chips: its tally per chip. ``divergent``: it wins on one chip and loses on
+    another (on any of their shapes), the answer a kernel engineer looks for first."""
+
+    kernel: str
+    variant: str
+    default_variant: str
+    chips: tuple[ChipTally, ...]
+
+    @property
+    def divergent(self) -> bool:
+        return any(a.wins and b.losses for a in self.chips for b in self.chips if a.chip != b.chip)
+
+    @property
+    def spread(self) -> float:
+        """How far apart its chips' median ratios are (log scale): the roll-up's order after divergence."""
+        logs = [math.log(t.median_ratio) for t in self.chips if t.median_ratio > 0]
+        return max(logs) - min(logs) if logs else 0.0
+
+
+def variant_rollup(matrix: Any) -> list[VariantRollup]:
+    """Per (kernel, variant) of a VariantMatrix: its verdicts on each chip counted, the divergent variants first,
+    then by how far apart its chips' median ratios are, then by name."""
+    if matrix is None:
+        return []
+    rows_on: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    grouped: dict[tuple[str, str], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    defaults: dict[str, str] = {}
+    for cell in matrix.cells:
+        rows_on[(cell.kernel, cell.dtype, cell.shape_key)].add(cell.chip)
+        grouped[(cell.kernel, cell.variant)][cell.chip].append(cell)
+        defaults[cell.kernel] = cell.default_variant
+    rollups = []
+    for (kernel, variant), by_chip in grouped.items():
+        tallies = []
+        for chip, cells in sorted(by_chip.items()):
+            shared = [c for c in cells if len(rows_on[(c.kernel, c.dtype, c.shape_key)]) > 1]
+            ratios = [c.ratio for c in cells if c.ratio is not None and math.isfinite(c.ratio)]
+
+            def count(outcome: str, among: list[Any] = cells) -> int:
+                return sum(1 for c in among if c.outcome == outcome)
+
+            tallies.append(ChipTally(chip, len(cells), count("win"), count("lose"), count("tie"),
+                                     count("inconclusive"), count("broken"), len(shared), count("win", shared),
+                                     count("lose", shared), statistics.median(ratios) if ratios else math.nan))
+        rollups.append(VariantRollup(kernel, variant, defaults[kernel], tuple(tallies)))
+    return sorted(rollups, key=lambda r: (not r.divergent, -r.spread, r.kernel, r.variant))
+
+
 # --- history pages -------------------------------------------------------------------------------------------------
 
 TIME_AXIS_TITLE = "median time per call"
@@ -967,7 +1036,8 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
               failing_tests=failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))
     for page in pages:
         write(page.name, "history.html.j2", page=page, legend=svg.legend(), max_points=MAX_PLOT_POINTS)
-    write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows)
+    write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
+          rollup=variant_rollup(matrix))
     write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions)))
     kernels = sorted({page.kernel for page in pages})
     page_names = {(page.kernel, page.chip): page for page in pages}

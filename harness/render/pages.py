@@ -842,7 +842,8 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                  sources=site_render.run_sources(jobs),
                  failing_tests=site_render.failing_tests(jobs, (failing_before or {}).get(chip["key"], set()))))
     page("variants", "variants.html", None,
-         lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows))
+         lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
+                       rollup=site_render.variant_rollup(matrix)))
     page("regressions", "regressions.html", None,
          lambda: write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions))))
     kernels = sorted({summary_of_page.kernel for summary_of_page in pages})
