@@ -24,8 +24,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import statistics
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -167,7 +167,7 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True, bytecode_cache=_template_code_cache())
     env.filters.update(time=fmt_time, rate=fmt_rate, num=fmt_num, chip_page=chip_page_name, scaled=fmt_scaled,
                        p=fmt_p, when=fmt_when, first_line=first_line, ratio_ci=fmt_ratio_ci,
-                       anchor=commit_anchor)
+                       anchor=commit_anchor, iso=fmt_iso)
     env.globals.update(history_page=history_page_name)
     env.filters["breakable"] = breakable  # shape keys and variant names in wide tables
     env.globals.update(page_script())  # the tables' script and its CSP source (base.html.j2)
@@ -567,6 +567,95 @@ def variant_rollup(matrix: Any) -> list[VariantRollup]:
     return sorted(rollups, key=lambda r: (not r.divergent, -r.spread, r.kernel, r.variant))
 
 
+# --- the regression list ------------------------------------------------------------------------------------------
+
+
+def regression_id(reg: Any) -> str:
+    """A regression's id, the same in every build (``harness ack ID``): 12 hex digits of a digest of its kind,
+    chip, series (or check) and commits."""
+    parts = (reg.kind, reg.chip, reg.kernel, reg.variant, reg.dtype, reg.shape_key, getattr(reg, "check", ""),
+             reg.base_sha or "", reg.head_sha)
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+@dataclass
+class RegressionGroup:
+    """The regressions of one kind at one commit of one chip (against one previous commit): one row of the list,
+    its series inside. ``items``: (index in the list, regression, its id); ``acked``: the ids acknowledged."""
+
+    kind: str
+    chip: str
+    head_sha: str
+    base_sha: str | None
+    items: list[tuple[int, Any, str]]
+    acked: set[str]
+    range_url: str | None = None
+
+    @property
+    def anchor(self) -> str:
+        return f"g-{self.kind[0]}-" + hashlib.sha1("\0".join((self.chip, self.base_sha or "", self.head_sha))
+                                                   .encode()).hexdigest()[:10]
+
+    @property
+    def first(self) -> Any:
+        return self.items[0][1]
+
+    @property
+    def all_acked(self) -> bool:
+        return all(rid in self.acked for _, _, rid in self.items)
+
+    @property
+    def worst(self) -> Any:
+        """The largest slowdown (performance) or the first failure."""
+        return max((r for _, r, _ in self.items), key=lambda r: r.ratio or 0.0)
+
+
+def regression_groups(regressions: Sequence[Any], acks: Mapping[str, Any] | None = None,
+                      range_urls: Mapping[tuple[str, str], str] | None = None) -> list[RegressionGroup]:
+    """The list grouped by (kind, chip, previous commit, commit), in the list's order of first appearance, newest
+    commit first within a kind (correctness first)."""
+    groups: dict[tuple[str, str, str | None, str], RegressionGroup] = {}
+    for i, reg in enumerate(regressions):
+        key = (reg.kind, reg.chip, reg.base_sha, reg.head_sha)
+        group = groups.get(key)
+        if group is None:
+            url = (range_urls or {}).get((reg.base_sha, reg.head_sha)) if reg.base_sha else None
+            group = groups[key] = RegressionGroup(reg.kind, reg.chip, reg.head_sha, reg.base_sha, [], set(), url)
+        rid = regression_id(reg)
+        group.items.append((i, reg, rid))
+        if acks and rid in acks:
+            group.acked.add(rid)
+
+    def when(group: RegressionGroup) -> float:
+        started = group.first.head_started_at
+        return started.timestamp() if started is not None else 0.0
+
+    return sorted(groups.values(), key=lambda g: (g.kind != "correctness", -when(g)))
+
+
+def regressions_context(regressions: Sequence[Any], acks: Mapping[str, Any] | None = None,
+                        range_urls: Mapping[tuple[str, str], str] | None = None) -> dict[str, Any]:
+    """What ``regressions.html`` and ``regressions.atom`` read: the list (with indices), its groups, the
+    acknowledgements (id -> record with ``note``, ``acked_at``, ``acked_by``), and the feed's id and time."""
+    groups = regression_groups(regressions, acks, range_urls)
+    times = [r.head_started_at for r in regressions if r.head_started_at is not None]
+    digest = hashlib.sha256("\0".join(sorted({r.chip for r in regressions})).encode()).hexdigest()[:16]
+    return {"regressions": list(enumerate(regressions)), "groups": groups, "acks": dict(acks or {}),
+            "acked_count": sum(len(g.acked) for g in groups), "feed_id": digest,
+            "feed_updated": fmt_iso(max(times) if times else None)}
+
+
+def fmt_iso(value: Any) -> str:
+    """An Atom date: ISO 8601 with a time zone (UTC when the value has none); the epoch for None."""
+    if value is None:
+        return "1970-01-01T00:00:00Z"
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            return value.isoformat(timespec="seconds") + "Z"
+        return value.isoformat(timespec="seconds")
+    return str(value)
+
+
 # --- history pages -------------------------------------------------------------------------------------------------
 
 TIME_AXIS_TITLE = "median time per call"
@@ -646,6 +735,7 @@ class HistoryPage:
     n_regressions: int = 0
     n_changes: int = 0
     n_series: int = 0
+    log_default: bool = False  # a plot spans more than LOG_SPAN: the page opens on the logarithmic axis
 
     @property
     def plots(self) -> list[SeriesPlot]:
@@ -804,6 +894,16 @@ def _axis(series_list: list[Any]) -> _Axis:
                  [sha[:10] for sha in shas])
 
 
+def _sub_axis(axis: _Axis, used: Set[str]) -> _Axis:
+    """``axis`` cut to the commits of ``used`` (a plot's own: no empty stretch where its variants have no point)."""
+    if len(used) == len(axis.shas):
+        return axis
+    keep = [i for i, sha in enumerate(axis.shas) if sha in used]
+    shas = [axis.shas[i] for i in keep]
+    return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, axis.info, [axis.commits[i] for i in keep],
+                 [axis.text[i] for i in keep], [axis.href[i] for i in keep], [axis.short[i] for i in keep])
+
+
 def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[str, list[tuple[int, Any]]],
                   styles: Mapping[str, tuple[str, str]], default: str, links: list[tuple[str, str]], name: str,
                   chip: str, drawn: DrawnPlots | None = None) -> HistoryPage:
@@ -840,16 +940,41 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
                 chip_axis.append(_axis(series_list))
             return chip_axis[0]
 
-        for (dtype, shape_key), members in sorted(by_case.items()):
+        for (dtype, shape_key), members in sorted(by_case.items(), key=lambda item: shape_order(*item[0])):
             plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, axis_of, axis, chip_shas,
                                 styles, default, regs_by_series, broken, every,
                                 drawn(chip_key, dtype, shape_key) if drawn is not None else None)
             if plot is not None:
                 n_changes += len(plot.changes)
                 groups[(dtype, shape_key)].append(plot)
-    ordered = [PlotGroup(dtype, shape_key, plots) for (dtype, shape_key), plots in sorted(groups.items())]
+    ordered = [PlotGroup(dtype, shape_key, plots)
+               for (dtype, shape_key), plots in sorted(groups.items(), key=lambda item: shape_order(*item[0]))]
     return HistoryPage(kernel, chip, name, axis.commits, ordered, list(chips), links, n_regressions, n_changes,
-                       sum(len(series) for series in chips.values()))
+                       sum(len(series) for series in chips.values()),
+                       log_default=any(_spans_tenfold(plot_series)
+                                       for series_list in chips.values()
+                                       for plot_series in _by_case(series_list).values()))
+
+
+def _by_case(series_list: list[Any]) -> dict[tuple[str, str], list[Any]]:
+    found: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for series in series_list:
+        found[(series.key.dtype, series.key.shape_key)].append(series)
+    return found
+
+
+LOG_SPAN = 10.0
+"""A plot whose medians span more than this factor opens on its logarithmic axis (the page's default)."""
+
+
+def _spans_tenfold(series_list: list[Any]) -> bool:
+    values = [float(v) for s in series_list if s.points for v in s.points.median.tolist() if v and v > 0]
+    return bool(values) and max(values) > LOG_SPAN * min(values)
+
+
+def shape_order(dtype: str, shape_key: str) -> tuple[Any, ...]:
+    """Shapes in numeric order (D=64 before D=128, H=4 before H=32): the key's numbers compared as numbers."""
+    return (dtype, tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", shape_key)))
 
 
 def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key: str, members: list[Any],
@@ -869,7 +994,9 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
     plot_id = _plot_id(chip, dtype, shape_key)
     where = f" on {chip}" if every else ""  # the page's notes; the SVG's texts always name the chip
     draw = image is None
-    x_axis = axis() if draw else None
+    used = {sha for s in drawn for sha in s.points.shas} | {
+        reg.head_sha for s in drawn for _, reg in broken.get((s.key.variant, dtype), []) if reg.head_sha in chip_shas}
+    x_axis = _sub_axis(axis(), used) if draw else None
     plot_series, lines, changes, plot_regs, markers = [], [], [], [], []
     commits_with_points: set[str] = set()
     for series in drawn:
@@ -965,7 +1092,9 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
                 last: int | None = None, generated_at: str = "",
                 failing_before: Mapping[str, set[str]] | None = None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
-                checks: Mapping[str, str] | None = None, evidence: Any = None) -> Path:
+                checks: Mapping[str, str] | None = None, evidence: Any = None,
+                acks: Mapping[str, Any] | None = None,
+                range_urls: Mapping[tuple[str, str], str] | None = None) -> Path:
     """Write every page into ``out_dir``; returns the index path.
 
     ``latest``: chip key -> the shown ``RunView`` (with jobs) or None: the chip's newest run, its jobs completed
@@ -1038,7 +1167,9 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
         write(page.name, "history.html.j2", page=page, legend=svg.legend(), max_points=MAX_PLOT_POINTS)
     write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
           rollup=variant_rollup(matrix))
-    write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions)))
+    context = regressions_context(regressions, acks, range_urls)
+    write("regressions.html", "regressions.html.j2", **context)
+    write("regressions.atom", "regressions.atom.j2", **context)
     kernels = sorted({page.kernel for page in pages})
     page_names = {(page.kernel, page.chip): page for page in pages}
     return write("index.html", "index.html.j2", chips=chips, latest=latest, summary=summary, kernels=kernels,

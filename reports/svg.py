@@ -40,9 +40,11 @@ MARKER_STYLES = {
     "broken": ("cross", "#dc2626", "#7f1d1d"),
 }
 
-# Distinct series colours (d3's category10), then the same colours dashed, then dotted.
+# 22 distinct series colours (d3's category10, then twelve of Kelly's colours of maximum contrast that none of those
+# resembles), then the same colours dashed, then dotted: a kernel's 20-odd variants each get a colour of their own.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
+           "#17becf", "#f3c300", "#875692", "#a1caf1", "#c2b280", "#008856", "#e68fac", "#604e97", "#882d17",
+           "#8db600", "#654522", "#2b3d26", "#f99379")
 DASHES = ("", "7 3", "2 2")
 
 TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))

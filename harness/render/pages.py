@@ -71,6 +71,7 @@ from harness.core.fork import ForkedWork, can_fork
 from harness.core.status import is_code_failure
 from harness.record import analysis_cache, query
 from harness.record.store import Store
+from harness.spec import weburl
 from reports import evidence as evidence_pages
 from reports import render as site_render
 from reports import svg
@@ -690,7 +691,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                checks: Mapping[str, str] | None = None, evidence: Any = None,
                manifests: SiteManifests | None = None, incremental: bool = True,
                stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None,
-               early: EvidencePages | None = None) -> Path:
+               early: EvidencePages | None = None, acks: Mapping[str, Any] | None = None) -> Path:
     """``reports.render.render_site`` (same arguments, same files); returns the index path. With ``manifests``, the
     folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
@@ -706,7 +707,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                                incremental=incremental)
     return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix, regressions=regressions,
                        failing_before=failing_before, noise=noise, checks=checks, manifests=manifests, stats=stats,
-                       early=early)
+                       early=early, acks=acks)
 
 
 def _common_context(db_label: str, generated_at: str, last: int | None) -> dict[str, Any]:
@@ -788,7 +789,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                 regressions: list[Any], failing_before: Mapping[str, set[str]] | None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None,
                 checks: Mapping[str, str] | None, manifests: SiteManifests | None, stats: WriteStats | None,
-                early: EvidencePages | None) -> Path:
+                early: EvidencePages | None, acks: Mapping[str, Any] | None = None) -> Path:
     frame = history.frame
     out = frame.out
     site = _Pages(out, frame.previous, frame.incremental, _environment(found), {**frame.common, "evidence": found},
@@ -844,8 +845,11 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     page("variants", "variants.html", None,
          lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
                        rollup=site_render.variant_rollup(matrix)))
-    page("regressions", "regressions.html", None,
-         lambda: write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions))))
+    range_urls = {(r.base_sha, r.head_sha): url for r in regressions if r.base_sha
+                  if (url := weburl.compare_url(found.commit_urls.get(r.head_sha), r.head_sha, r.base_sha))}
+    context = site_render.regressions_context(regressions, acks, range_urls)
+    page("regressions", "regressions.html", None, lambda: write("regressions.html", "regressions.html.j2", **context))
+    page("regressions", "regressions.atom", None, lambda: write("regressions.atom", "regressions.atom.j2", **context))
     kernels = sorted({summary_of_page.kernel for summary_of_page in pages})
     page_names = {(summary_of_page.kernel, summary_of_page.chip): summary_of_page for summary_of_page in pages}
     page("index", "index.html", None,
