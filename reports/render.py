@@ -567,6 +567,115 @@ def variant_rollup(matrix: Any) -> list[VariantRollup]:
     return sorted(rollups, key=lambda r: (not r.divergent, -r.spread, r.kernel, r.variant))
 
 
+# --- scaling and roofline views of a chip page ----------------------------------------------------------------------
+
+MAX_SCALING_PLOTS = 3  # per kernel: the (dtype, fixed parameters) groups with the most points
+
+
+@dataclass
+class KernelViews:
+    """One kernel's views on a chip page: a roofline (every variant and shape under the chip's calibrated ceilings)
+    and scaling plots (time against the grid parameter that varies most, one line per variant)."""
+
+    kernel: str
+    roofline: Markup | None
+    scaling: list[tuple[str, Markup]]
+    variants: int
+
+
+def _styles(variants: Iterable[str], default: str | None) -> dict[str, tuple[str, str]]:
+    ordered = sorted(set(variants), key=lambda v: (v != default, v))
+    return {v: svg.style_of(i) for i, v in enumerate(ordered)}
+
+
+def _measured(job: Mapping[str, Any]) -> bool:
+    return job["kind"] == "benchmark" and job["status"] == "passed" and bool(job.get("median_s")) and \
+        job["median_s"] > 0 and isinstance(job.get("shape"), Mapping)
+
+
+def _scaling_groups(jobs: list[Mapping[str, Any]]) -> list[tuple[str, str, tuple[tuple[str, Any], ...],
+                                                                  list[Mapping[str, Any]]]]:
+    """(dtype, parameter, the other parameters' values, jobs) of the groups where one numeric grid parameter varies
+    (two values or more), the parameter with the most values per dtype; largest groups first."""
+    found = []
+    for dtype in sorted({j["dtype"] for j in jobs}):
+        of_dtype = [j for j in jobs if j["dtype"] == dtype]
+        params = sorted({k for j in of_dtype for k, v in j["shape"].items() if isinstance(v, int | float)})
+        best: tuple[int, str, dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]]] | None = None
+        for param in params:
+            groups: dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]] = defaultdict(list)
+            for j in of_dtype:
+                if param in j["shape"]:
+                    rest = tuple(sorted((k, v) for k, v in j["shape"].items() if k != param))
+                    groups[rest].append(j)
+            width = max((len({j["shape"][param] for j in g}) for g in groups.values()), default=0)
+            if width >= 2 and (best is None or width > best[0]):
+                best = (width, param, groups)
+        if best is not None:
+            _, param, groups = best
+            for rest, members in groups.items():
+                if len({j["shape"][param] for j in members}) >= 2:
+                    found.append((dtype, param, rest, members))
+    return sorted(found, key=lambda g: (-len({j["shape"][g[1]] for j in g[3]}), -len(g[3]), g[0], g[2]))
+
+
+def chip_views(jobs: Iterable[Mapping[str, Any]], peak_flops: float | None, peak_bytes_per_s: float | None,
+               baselines: Mapping[str, str]) -> list[KernelViews]:
+    """Per kernel of a chip page's run: its roofline and its scaling plots, from the benchmark jobs shown (their
+    medians, FLOPs and bytes: nothing read beyond the page's own jobs)."""
+    by_kernel: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for job in jobs:
+        if _measured(job):
+            by_kernel[job["kernel"]].append(job)
+    views = []
+    for kernel, kernel_jobs in sorted(by_kernel.items()):
+        styles = _styles((j["variant"] for j in kernel_jobs), baselines.get(kernel))
+        order = list(styles)
+        roofline = _roofline(kernel, kernel_jobs, styles, order, peak_flops, peak_bytes_per_s)
+        scaling = []
+        for dtype, param, rest, members in _scaling_groups(kernel_jobs)[:MAX_SCALING_PLOTS]:
+            fixed = ",".join(f"{k}={v}" for k, v in rest)
+            lines: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+            for j in sorted(members, key=lambda j: j["shape"][param]):
+                lines[j["variant"]].append((float(j["shape"][param]), float(j["median_s"]),
+                                            f"{j['variant']} {param}={j['shape'][param]}: {fmt_time(j['median_s'])}"))
+            series = [svg.XYSeries(v, lines[v], *styles[v]) for v in order if v in lines]
+            title = f"{dtype} {fixed}: time against {param}"
+            scaling.append((title, svg.xy_plot(series, x_title=param, y_title="median time per call", y_unit="s",
+                                               label=f"{kernel} {title}",
+                                               plot_id=f"scaling-{_plot_id(kernel, dtype, param + fixed)}")))
+        views.append(KernelViews(kernel, roofline, scaling, len(styles)))
+    return views
+
+
+def _roofline(kernel: str, jobs: list[Mapping[str, Any]], styles: Mapping[str, tuple[str, str]], order: list[str],
+              peak_flops: float | None, peak_bw: float | None) -> Markup | None:
+    marks: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for j in jobs:
+        flops, moved = j.get("flops") or 0.0, j.get("bytes_moved") or 0.0
+        if flops > 0 and moved > 0:
+            rate = flops / j["median_s"]
+            marks[j["variant"]].append((flops / moved, rate, f"{j['variant']} {j['dtype']} {j['shape_key']}: "
+                                        f"{fmt_rate(rate, 'FLOP/s')} at {flops / moved:.3g} FLOP/B, "
+                                        f"{fmt_time(j['median_s'])}"))
+    if not marks:
+        return None
+    ais = [x for pts in marks.values() for x, _, _ in pts]
+    ceilings = []
+    if peak_flops and peak_bw and peak_flops > 0 and peak_bw > 0:
+        lo, hi = min(ais) / 4, max(ais) * 4
+        ridge = peak_flops / peak_bw
+        lo, hi = min(lo, ridge / 2), max(hi, ridge * 2)
+        ceilings = [svg.Ceiling(f"copy bandwidth {fmt_rate(peak_bw, 'B/s')}",
+                                [(lo, lo * peak_bw), (ridge, peak_flops)]),
+                    svg.Ceiling(f"matmul peak {fmt_rate(peak_flops, 'FLOP/s')}",
+                                [(ridge, peak_flops), (hi, peak_flops)])]
+    series = [svg.XYSeries(v, marks[v], styles[v][0], line=False) for v in order if v in marks]
+    return svg.xy_plot(series, x_title="arithmetic intensity (FLOP per byte moved)", y_title="achieved FLOP/s (k, M, G, T, P)",
+                       x_unit="", y_unit="FLOP/s", ceilings=ceilings, label=f"{kernel} roofline",
+                       plot_id=f"roofline-{_plot_id(kernel, '', '')}")
+
+
 # --- the regression list ------------------------------------------------------------------------------------------
 
 
@@ -610,16 +719,33 @@ class RegressionGroup:
         return max((r for _, r, _ in self.items), key=lambda r: r.ratio or 0.0)
 
 
+def range_url(commit_url: str | None, head: str, base: str | None) -> str | None:
+    """The repository host's view of the commits from ``base`` to ``head``, from ``head``'s commit page as
+    ``harness.spec.weburl`` makes it (or a ``--commit-url`` of those hosts): GitHub's and GitLab's
+    ``compare/BASE...HEAD``, Bitbucket's branch compare; None for any other host."""
+    if not commit_url or not base or not commit_url.endswith(head) or not commit_url.startswith("https://"):
+        return None
+    stem = commit_url[:-len(head)]
+    host = stem[len("https://"):].split("/", 1)[0]
+    if host.startswith("gitlab.") and stem.endswith("/-/commit/"):
+        return f"{stem[:-len('/-/commit/')]}/-/compare/{base}...{head}"
+    if host.startswith("github.") and stem.endswith("/commit/"):
+        return f"{stem[:-len('/commit/')]}/compare/{base}...{head}"
+    if host == "bitbucket.org" and stem.endswith("/commits/"):
+        return f"{stem[:-len('/commits/')]}/branches/compare/{head}%0D{base}"
+    return None
+
+
 def regression_groups(regressions: Sequence[Any], acks: Mapping[str, Any] | None = None,
-                      range_urls: Mapping[tuple[str, str], str] | None = None) -> list[RegressionGroup]:
-    """The list grouped by (kind, chip, previous commit, commit), in the list's order of first appearance, newest
-    commit first within a kind (correctness first)."""
+                      commit_urls: Mapping[str, str] | None = None) -> list[RegressionGroup]:
+    """The list grouped by (kind, chip, previous commit, commit), newest commit first within a kind (correctness
+    first); ``commit_urls`` (sha -> its web page) give each group its range link (``range_url``)."""
     groups: dict[tuple[str, str, str | None, str], RegressionGroup] = {}
     for i, reg in enumerate(regressions):
         key = (reg.kind, reg.chip, reg.base_sha, reg.head_sha)
         group = groups.get(key)
         if group is None:
-            url = (range_urls or {}).get((reg.base_sha, reg.head_sha)) if reg.base_sha else None
+            url = range_url((commit_urls or {}).get(reg.head_sha), reg.head_sha, reg.base_sha)
             group = groups[key] = RegressionGroup(reg.kind, reg.chip, reg.head_sha, reg.base_sha, [], set(), url)
         rid = regression_id(reg)
         group.items.append((i, reg, rid))
@@ -634,10 +760,10 @@ def regression_groups(regressions: Sequence[Any], acks: Mapping[str, Any] | None
 
 
 def regressions_context(regressions: Sequence[Any], acks: Mapping[str, Any] | None = None,
-                        range_urls: Mapping[tuple[str, str], str] | None = None) -> dict[str, Any]:
+                        commit_urls: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What ``regressions.html`` and ``regressions.atom`` read: the list (with indices), its groups, the
     acknowledgements (id -> record with ``note``, ``acked_at``, ``acked_by``), and the feed's id and time."""
-    groups = regression_groups(regressions, acks, range_urls)
+    groups = regression_groups(regressions, acks, commit_urls)
     times = [r.head_started_at for r in regressions if r.head_started_at is not None]
     digest = hashlib.sha256("\0".join(sorted({r.chip for r in regressions})).encode()).hexdigest()[:16]
     return {"regressions": list(enumerate(regressions)), "groups": groups, "acks": dict(acks or {}),
@@ -1093,8 +1219,7 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
                 failing_before: Mapping[str, set[str]] | None = None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
                 checks: Mapping[str, str] | None = None, evidence: Any = None,
-                acks: Mapping[str, Any] | None = None,
-                range_urls: Mapping[tuple[str, str], str] | None = None) -> Path:
+                acks: Mapping[str, Any] | None = None) -> Path:
     """Write every page into ``out_dir``; returns the index path.
 
     ``latest``: chip key -> the shown ``RunView`` (with jobs) or None: the chip's newest run, its jobs completed
@@ -1160,6 +1285,8 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
               noise=(noise or {}).get(chip["key"], {}),
               calibration=[j for j in jobs if j["kind"] == "calibration"],
               variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []),
+              views=chip_views(jobs, run.peak_flops if run else None, run.peak_bytes_per_s if run else None,
+                               baselines),
               selections=test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
               sources=run_sources(jobs),
               failing_tests=failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))
@@ -1167,7 +1294,7 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
         write(page.name, "history.html.j2", page=page, legend=svg.legend(), max_points=MAX_PLOT_POINTS)
     write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
           rollup=variant_rollup(matrix))
-    context = regressions_context(regressions, acks, range_urls)
+    context = regressions_context(regressions, acks, found.commit_urls)
     write("regressions.html", "regressions.html.j2", **context)
     write("regressions.atom", "regressions.atom.j2", **context)
     kernels = sorted({page.kernel for page in pages})

@@ -71,7 +71,6 @@ from harness.core.fork import ForkedWork, can_fork
 from harness.core.status import is_code_failure
 from harness.record import analysis_cache, query
 from harness.record.store import Store
-from harness.spec import weburl
 from reports import evidence as evidence_pages
 from reports import render as site_render
 from reports import svg
@@ -838,6 +837,8 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                  noise=(noise or {}).get(chip["key"], {}),
                  calibration=[j for j in jobs if j["kind"] == "calibration"],
                  variant_rows=site_render.variant_rows(jobs, baselines),
+                 views=site_render.chip_views(jobs, run.peak_flops if run else None,
+                                              run.peak_bytes_per_s if run else None, baselines),
                  history_pages=pages_of_chip.get(chip["key"], []),
                  selections=site_render.test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
                  sources=site_render.run_sources(jobs),
@@ -845,9 +846,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     page("variants", "variants.html", None,
          lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
                        rollup=site_render.variant_rollup(matrix)))
-    range_urls = {(r.base_sha, r.head_sha): url for r in regressions if r.base_sha
-                  if (url := weburl.compare_url(found.commit_urls.get(r.head_sha), r.head_sha, r.base_sha))}
-    context = site_render.regressions_context(regressions, acks, range_urls)
+    context = site_render.regressions_context(regressions, acks, found.commit_urls)
     page("regressions", "regressions.html", None, lambda: write("regressions.html", "regressions.html.j2", **context))
     page("regressions", "regressions.atom", None, lambda: write("regressions.atom", "regressions.atom.j2", **context))
     kernels = sorted({summary_of_page.kernel for summary_of_page in pages})
