@@ -671,9 +671,9 @@ def _roofline(kernel: str, jobs: list[Mapping[str, Any]], styles: Mapping[str, t
                     svg.Ceiling(f"matmul peak {fmt_rate(peak_flops, 'FLOP/s')}",
                                 [(ridge, peak_flops), (hi, peak_flops)])]
     series = [svg.XYSeries(v, marks[v], styles[v][0], line=False) for v in order if v in marks]
-    return svg.xy_plot(series, x_title="arithmetic intensity (FLOP per byte moved)", y_title="achieved FLOP/s (k, M, G, T, P)",
-                       x_unit="", y_unit="FLOP/s", ceilings=ceilings, label=f"{kernel} roofline",
-                       plot_id=f"roofline-{_plot_id(kernel, '', '')}")
+    return svg.xy_plot(series, x_title="arithmetic intensity (FLOP per byte moved)",
+                       y_title="achieved FLOP/s (k, M, G, T, P)", x_unit="", y_unit="FLOP/s", ceilings=ceilings,
+                       label=f"{kernel} roofline", plot_id=f"roofline-{_plot_id(kernel, '', '')}")
 
 
 # --- the regression list ------------------------------------------------------------------------------------------
