@@ -34,6 +34,7 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
 from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
@@ -656,7 +657,7 @@ def _roofline(kernel: str, jobs: list[Mapping[str, Any]], styles: Mapping[str, t
         if flops > 0 and moved > 0:
             rate = flops / j["median_s"]
             marks[j["variant"]].append((flops / moved, rate, f"{j['variant']} {j['dtype']} {j['shape_key']}: "
-                                        f"{fmt_rate(rate, 'FLOP/s')} at {flops / moved:.3g} FLOP/B, "
+                                        f"{fmt_rate(rate, 'FLOP/s')} at {flops / moved:.4g} FLOP/B, "
                                         f"{fmt_time(j['median_s'])}"))
     if not marks:
         return None
@@ -862,6 +863,7 @@ class HistoryPage:
     n_changes: int = 0
     n_series: int = 0
     log_default: bool = False  # a plot spans more than LOG_SPAN: the page opens on the logarithmic axis
+    spark: Markup = Markup("")  # a one-chip page: its sparkline (the index's cell)
 
     @property
     def plots(self) -> list[SeriesPlot]:
@@ -1077,6 +1079,7 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
                for (dtype, shape_key), plots in sorted(groups.items(), key=lambda item: shape_order(*item[0]))]
     return HistoryPage(kernel, chip, name, axis.commits, ordered, list(chips), links, n_regressions, n_changes,
                        sum(len(series) for series in chips.values()),
+                       spark=sparkline(chips[chip], default) if chip in chips else Markup(""),
                        log_default=any(_spans_tenfold(plot_series)
                                        for series_list in chips.values()
                                        for plot_series in _by_case(series_list).values()))
@@ -1087,6 +1090,49 @@ def _by_case(series_list: list[Any]) -> dict[tuple[str, str], list[Any]]:
     for series in series_list:
         found[(series.key.dtype, series.key.shape_key)].append(series)
     return found
+
+
+def sparkline(series_list: Sequence[Any], default: str | None = None) -> Markup:
+    """A kernel's history on one chip in a line of 120 x 22 pixels (an index cell): per commit, the geometric mean
+    over its series (the default variant's, when it has any) of the median relative to the series' own geometric
+    mean, on a log scale; the last change point of those series is a red dot. Empty when under two commits."""
+    chosen = [s for s in series_list if s.points and s.key.variant == default] or [s for s in series_list if s.points]
+    sums: dict[str, list[float]] = {}
+    order: dict[str, int] = {}
+    last_change: tuple[int, str] | None = None
+    for series in chosen:
+        logs = np.log(np.asarray(series.points.median, dtype=float))
+        ok = np.isfinite(logs)
+        if not ok.any():
+            continue
+        centre = float(logs[ok].mean())
+        for sha, value, good in zip(series.points.shas, logs.tolist(), ok.tolist(), strict=True):
+            order.setdefault(sha, len(order))
+            if good:
+                sums.setdefault(sha, []).append(value - centre)
+        for cp in series.change_points:
+            if cp.sha in order and (last_change is None or order[cp.sha] > last_change[0]):
+                last_change = (order[cp.sha], cp.sha)
+    shas = sorted(sums, key=order.__getitem__)
+    if len(shas) < 2:
+        return Markup("")
+    ys = np.array([sum(sums[sha]) / len(sums[sha]) for sha in shas])
+    lo, hi = float(ys.min()), float(ys.max())
+    span = max(hi - lo, 0.02)  # a flat history stays flat: 2% of range at least
+    width, height, pad = 120, 22, 3
+    xs = np.linspace(pad, width - pad, len(shas))
+    py = height - pad - (ys - lo) / span * (height - 2 * pad)
+    dot = ""
+    if last_change is not None and last_change[1] in sums:
+        i = shas.index(last_change[1])
+        dot = f'<circle cx="{xs[i]:.1f}" cy="{py[i]:.1f}" r="2.5" fill="#dc2626"/>'
+    change = f", last change at {last_change[1][:8]}" if last_change else ""
+    title = (f"{len(shas)} commits, spread ×{math.exp(hi - lo):.2f} (geometric mean of "
+             f"{'the default variant' if chosen and chosen[0].key.variant == default else 'its series'}){change}")
+    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs.tolist(), py.tolist(), strict=True))
+    return Markup(f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+                  f'viewBox="0 0 {width} {height}" role="img"><title>{escape(title)}</title>'
+                  f'<polyline points="{points}" fill="none" stroke="#1d4ed8" stroke-width="1.5"/>{dot}</svg>')
 
 
 LOG_SPAN = 10.0

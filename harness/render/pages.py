@@ -348,6 +348,7 @@ class HistorySummary:
     n_regressions: int
     n_changes: int
     n_series: int
+    spark: Markup = Markup("")
 
 
 class _HistorySpec(site_render.HistoryPlan):
@@ -369,7 +370,9 @@ class _HistorySpec(site_render.HistoryPlan):
         n_regressions = sum(1 for regs in self.regs.values() for _, r in regs if r.kind == "performance")
         n_changes = sum(len(s.change_points) for series in self.chips.values() for s in series if s.points)
         return HistorySummary(self.kernel, self.chip, self.name, range(n_commits), n_regressions, n_changes,
-                              sum(len(series) for series in self.chips.values()))
+                              sum(len(series) for series in self.chips.values()),
+                              site_render.sparkline(self.chips[self.chip], self.default) if self.chip in self.chips
+                              else Markup(""))
 
 
 def history_specs(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
