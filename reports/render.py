@@ -39,6 +39,7 @@ from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_a
 from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
+from harness.core import trials
 from harness.core.status import CORRECTNESS_KINDS, PASSES, drop_explained_selections, is_code_failure
 from reports import evidence as evidence_pages
 from reports import svg
@@ -1246,9 +1247,35 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
     last = points[-1]
     legend_title = (f"{variant}{' (the default variant)' if is_default else ''}: latest {fmt_time(last.median)} "
                     f"at {last.sha[:10]}, {_plural(len(points), 'commit')}")
+    band = threshold_band(series)
+    threshold = None
+    if band is not None:
+        start, low, high, level, detectable = band
+        threshold = (xs[start], low, high, f"{variant}: level {fmt_time(level)} since {points.shas[start][:10]} "
+                     f"({_plural(len(points) - start, 'commit')}); a comparison detects ±{100 * detectable:.1f}% "
+                     f"(the noise meter on its between-commit spread): outside the band is a detectable change")
     return svg.Series(variant, xs, points.median.tolist(), points.ci_low.tolist(), points.ci_high.tolist(),
                       point_title, point_href, point_name, f"{variant} on {chip}", color, dash, tuple(markers),
-                      legend_title, is_default)
+                      legend_title, is_default, threshold)
+
+
+def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None:
+    """A series' detectable-change band around its last decided level: the points since its last change point
+    (all of them without one), their median (the level) and the smallest change a comparison could detect
+    against it (``trials.noise_meter`` with the between-commit spread of those points as its history floor);
+    (first point's index, low, high, level, detectable), None under the floor's minimum of points."""
+    start = 0
+    for cp in series.change_points:
+        start = max(start, cp.end_index if cp.kind == "drift" else cp.index)
+    medians = np.asarray(series.points.median, dtype=float)[start:]
+    floor = trials.history_floor(medians)
+    if floor is None:
+        return None
+    detectable = trials.noise_meter([], floor).detectable
+    level = float(np.median(medians[np.isfinite(medians) & (medians > 0)]))
+    if not (math.isfinite(detectable) and detectable > 0 and level > 0):
+        return None
+    return start, level / (1.0 + detectable), level * (1.0 + detectable), level, detectable
 
 
 def _plot_id(chip: str, dtype: str, shape_key: str) -> str:

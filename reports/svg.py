@@ -97,6 +97,7 @@ class Series:
     markers: Sequence[Marker] = field(default_factory=tuple)
     legend_title: str = ""
     emphasis: bool = False
+    threshold: tuple[float, float, float, str] | None = None  # (from x, low, high, hover text): a band to the end
 
 
 def _f(value: float) -> str:
@@ -273,7 +274,8 @@ def overlay_plot(series: Sequence[Series], *, n_x: int, y_title: str = "", y_uni
     head = (f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}"{attrs}>')
     prepared = [_prepare(s) for s in series]
-    marker_ys = [m.y for s in series for m in s.markers] + [m.y for m in markers]
+    marker_ys = [m.y for s in series for m in s.markers] + [m.y for m in markers] + [
+        y for s in series if s.threshold is not None for y in s.threshold[1:3]]
     values = np.concatenate([*(a for p in prepared for a in (p.y, p.low, p.high)), np.array(marker_ys, dtype=float)])
     scales = [sc for flag in ((False, True) if log is None else (bool(log),))
               if (sc := _scale(values, flag, inner_h)) is not None]
@@ -375,6 +377,14 @@ def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bo
             cx, y1, y2 = float(xs[banded[0]]), float(sc.sy(highs[banded[0]])), float(sc.sy(lows[banded[0]]))
             layer.append(f'<path class="whisker" stroke="{color}" d="M{_f(cx)},{_f(y1)}V{_f(y2)}'
                          f'M{_f(cx - 4)},{_f(y1)}h8M{_f(cx - 4)},{_f(y2)}h8"/>')
+        if s.threshold is not None and drawn.size:
+            x_from, t_low, t_high, t_title = s.threshold
+            y_top, y_bottom = sc.sy(np.array([t_high, t_low]))
+            if np.isfinite(y_top) and np.isfinite(y_bottom):
+                x0, x1 = float(sx(x_from)) + dx, float(xs[drawn[-1]]) + 6.0
+                layer.append(f'<rect class="threshold" stroke="{color}" x="{_f(x0 - 6.0)}" y="{_f(y_top)}" '
+                             f'width="{_f(max(x1 - x0 + 6.0, 12.0))}" height="{_f(max(y_bottom - y_top, 1.0))}">'
+                             f'<title>{_esc(t_title)}</title></rect>')
         if drawn.size > 1:
             line = _points(xs[drawn], py[drawn])
             layer.append(f'<polyline class="line" stroke="{color}"{dash_attr} points="{line}"/>')

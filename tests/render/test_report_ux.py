@@ -26,7 +26,7 @@ WIDTH, HEIGHT = 1366, 900
 H200 = "nvidia-h200-sm90"
 BUNDLES = ["h200-planted-gpu-base.bundle", "cpu-cross-chip-ee285b2.bundle", "h200-3c1c045.bundle"]
 COMMIT_URL = "https://github.com/example/kernels/commit/{sha}"
-DOCS_IMG = ROOT / "docs" / "img"
+DOCS_IMG = ROOT / "test-artifacts" / "report"  # the best of them are copied to docs/img
 
 
 def _report(folder: Path, db: str) -> Path:

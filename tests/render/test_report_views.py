@@ -3,6 +3,7 @@ numeric shape order, the sparkline, the scaling and roofline views (no database,
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -10,15 +11,18 @@ from types import SimpleNamespace
 from harness.analysis.records import ChangeFlag, RegressionEvidence, SeriesHistory
 from harness.record.query import SeriesKey
 from reports.render import (
+    _axis,
+    _svg_series,
     chip_views,
     range_url,
     regression_groups,
     regression_id,
     shape_order,
     sparkline,
+    threshold_band,
     variant_rollup,
 )
-from reports.svg import PALETTE
+from reports.svg import PALETTE, overlay_plot
 
 
 def cell(chip, variant, shape, outcome, ratio):
@@ -114,3 +118,15 @@ def test_chip_views_draw_a_roofline_under_both_ceilings_and_a_line_per_variant_a
     assert str(image).count('<polyline class="line"') == 2
     assert "at 6400 FLOP/B" in roof  # 1e9 * 64 / 1e7
     assert chip_views(jobs, None, None, {})[0].roofline.count('class="ceiling"') == 0  # no calibration: no roof
+
+
+def test_the_threshold_band_sits_around_the_level_since_the_last_change():
+    steady = [1.0, 1.01, 0.99, 1.02, 2.0, 2.02, 1.98, 2.01, 2.0]
+    start, low, high, level, detectable = threshold_band(history("sdpa", steady, change_at=4))
+    assert start == 4 and level == 2.0 and 0 < detectable < 0.2  # the level after the step, its noise alone
+    assert low < 1.98 and high > 2.02 and math.isclose(high / level, 1 + detectable)
+    assert threshold_band(history("sdpa", [1.0, 1.01])) is None  # under the noise meter's floor of 3 commits
+    series = _svg_series(history("sdpa", steady, change_at=4), _axis([history("sdpa", steady)]),
+                         {"sdpa": ("#000", "")}, True, "gpu", [])
+    svg_text = str(overlay_plot([series], n_x=len(steady), log=None))
+    assert svg_text.count('class="threshold"') == 2 and "detects ±" in svg_text  # linear and log layers
