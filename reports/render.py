@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -1093,8 +1094,12 @@ def _by_case(series_list: list[Any]) -> dict[tuple[str, str], list[Any]]:
     return found
 
 
+SPARK_POINTS = 100  # a sparkline's last commits (it is 120 pixels wide)
+
+
 def sparkline(series_list: Sequence[Any], default: str | None = None) -> Markup:
-    """A kernel's history on one chip in a line of 120 x 22 pixels (an index cell): per commit, the geometric mean
+    """A kernel's recent history on one chip in a line of 120 x 22 pixels (an index cell): per commit of its last
+    ``SPARK_POINTS``, the geometric mean
     over its series (the default variant's, when it has any) of the median relative to the series' own geometric
     mean, on a log scale; the last change point of those series is a red dot. Empty when under two commits."""
     chosen = [s for s in series_list if s.points and s.key.variant == default] or [s for s in series_list if s.points]
@@ -1102,15 +1107,16 @@ def sparkline(series_list: Sequence[Any], default: str | None = None) -> Markup:
     order: dict[str, int] = {}
     last_change: tuple[int, str] | None = None
     for series in chosen:
-        logs = np.log(np.asarray(series.points.median, dtype=float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(np.asarray(series.points.median, dtype=float)[-SPARK_POINTS:])
         ok = np.isfinite(logs)
         if not ok.any():
             continue
-        centre = float(logs[ok].mean())
-        for sha, value, good in zip(series.points.shas, logs.tolist(), ok.tolist(), strict=True):
+        relative = (logs - logs[ok].mean()).tolist()
+        for sha, value, good in zip(series.points.shas[-SPARK_POINTS:], relative, ok.tolist(), strict=True):
             order.setdefault(sha, len(order))
             if good:
-                sums.setdefault(sha, []).append(value - centre)
+                sums.setdefault(sha, []).append(value)
         for cp in series.change_points:
             if cp.sha in order and (last_change is None or order[cp.sha] > last_change[0]):
                 last_change = (order[cp.sha], cp.sha)
@@ -1141,8 +1147,14 @@ LOG_SPAN = 10.0
 
 
 def _spans_tenfold(series_list: list[Any]) -> bool:
-    values = [float(v) for s in series_list if s.points for v in s.points.median.tolist() if v and v > 0]
-    return bool(values) and max(values) > LOG_SPAN * min(values)
+    lows, highs = [], []
+    for s in series_list:
+        values = np.asarray(s.points.median, dtype=float)
+        values = values[np.isfinite(values) & (values > 0)]
+        if values.size:
+            lows.append(values.min())
+            highs.append(values.max())
+    return bool(lows) and max(highs) > LOG_SPAN * min(lows)
 
 
 def shape_order(dtype: str, shape_key: str) -> tuple[Any, ...]:
@@ -1259,6 +1271,13 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
                       legend_title, is_default, threshold)
 
 
+@cache
+def _detect_per_sd(runs: int) -> float:
+    """The noise meter's detectable log change per unit of floor sd, for a floor of ``runs`` runs (its quantiles
+    depend on the run count alone: ``noise_meter`` is exp(k * sd) - 1; one call per run count, not per series)."""
+    return float(np.log1p(trials.noise_meter([], trials.Floor(1.0, runs)).detectable))
+
+
 def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None:
     """A series' detectable-change band around its last decided level: the points since its last change point
     (all of them without one), their median (the level) and the smallest change a comparison could detect
@@ -1271,7 +1290,7 @@ def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None
     floor = trials.history_floor(medians)
     if floor is None:
         return None
-    detectable = trials.noise_meter([], floor).detectable
+    detectable = float(np.expm1(_detect_per_sd(floor.runs) * floor.sd))
     level = float(np.median(medians[np.isfinite(medians) & (medians > 0)]))
     if not (math.isfinite(detectable) and detectable > 0 and level > 0):
         return None
