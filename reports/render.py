@@ -596,14 +596,26 @@ def _measured(job: Mapping[str, Any]) -> bool:
         job["median_s"] > 0 and isinstance(job.get("shape"), Mapping)
 
 
+def _line_length(param: str, members: list[Mapping[str, Any]]) -> int:
+    """The most values of ``param`` one variant has among ``members``: the longest line of their plot."""
+    values: dict[str, set[Any]] = defaultdict(set)
+    for j in members:
+        values[j["variant"]].add(j["shape"][param])
+    return max((len(v) for v in values.values()), default=0)
+
+
 def _scaling_groups(jobs: list[Mapping[str, Any]]) -> list[tuple[str, str, tuple[tuple[str, Any], ...],
                                                                   list[Mapping[str, Any]]]]:
     """(dtype, parameter, the other parameters' values, jobs) of the groups where one numeric grid parameter varies
-    (two values or more), the parameter with the most values per dtype; largest groups first."""
+    (a variant with two values of it or more), the parameter with the longest lines per dtype; longest first."""
     found = []
     for dtype in sorted({j["dtype"] for j in jobs}):
         of_dtype = [j for j in jobs if j["dtype"] == dtype]
-        params = sorted({k for j in of_dtype for k, v in j["shape"].items() if isinstance(v, int | float)})
+        numeric = {k for j in of_dtype for k, v in j["shape"].items() if isinstance(v, int | float)
+                   and not isinstance(v, bool)}
+        # a log axis: a parameter with a value of 0 or below (a flag such as causal=0/1) is no grid parameter
+        params = sorted(k for k in numeric if all(isinstance(j["shape"].get(k, 1), int | float)
+                                                  and j["shape"].get(k, 1) > 0 for j in of_dtype))
         best: tuple[int, str, dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]]] | None = None
         for param in params:
             groups: dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]] = defaultdict(list)
@@ -611,15 +623,15 @@ def _scaling_groups(jobs: list[Mapping[str, Any]]) -> list[tuple[str, str, tuple
                 if param in j["shape"]:
                     rest = tuple(sorted((k, v) for k, v in j["shape"].items() if k != param))
                     groups[rest].append(j)
-            width = max((len({j["shape"][param] for j in g}) for g in groups.values()), default=0)
+            width = max((_line_length(param, g) for g in groups.values()), default=0)
             if width >= 2 and (best is None or width > best[0]):
                 best = (width, param, groups)
         if best is not None:
             _, param, groups = best
             for rest, members in groups.items():
-                if len({j["shape"][param] for j in members}) >= 2:
+                if _line_length(param, members) >= 2:
                     found.append((dtype, param, rest, members))
-    return sorted(found, key=lambda g: (-len({j["shape"][g[1]] for j in g[3]}), -len(g[3]), g[0], g[2]))
+    return sorted(found, key=lambda g: (-_line_length(g[1], g[3]), -len(g[3]), g[0], g[2]))
 
 
 def chip_views(jobs: Iterable[Mapping[str, Any]], peak_flops: float | None, peak_bytes_per_s: float | None,

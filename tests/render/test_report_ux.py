@@ -215,3 +215,49 @@ def test_the_chip_page_opens_with_a_table_of_contents_and_benchmarks_first(built
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(DOCS_IMG / "report-chip-page.png"))
     assert page.errors == []
+
+
+def test_the_index_words_what_it_counts(built):
+    html = (built["out"] / "index.html").read_text(encoding="utf-8")
+    rows = {m[1]: m[0] for m in re.finditer(r'<tr>\s*<td><a href="chip-([^"]+)\.html">.*?</tr>', html, re.S)}
+    cross = rows["cpu-x86_64-intel-r-xeon-r-processor"]
+    assert "no correctness jobs" in cross and ">pass 0<" not in cross  # no green pass without a correctness job
+    h200 = rows[H200]
+    assert "4 correctness failures" in h200 and "confirmed" not in h200  # failures are not "confirmed" slowdowns
+    variants = (built["out"] / "variants.html").read_text(encoding="utf-8")
+    assert re.search(r"trials \d+ default / \d+ variant", variants) and "samples per side" not in variants
+
+
+def test_the_roofline_and_scaling_plots_render_with_ceilings_and_one_mark_per_variant(built, page):
+    _open(page, (built["out"] / chip_page_name(H200)).as_uri() + "#scaling")
+    views = page.locator("details.kernel-views")
+    assert views.count() >= 5
+    rows = page.locator("#benchmarks tbody tr").evaluate_all(
+        "rows => rows.filter(r => r.cells.length > 5).map(r => [r.cells[0].textContent, r.cells[1].textContent,"
+        " r.cells[4].textContent.trim().split(' ')[0]])")
+    checked = 0
+    for i in range(views.count()):
+        view = views.nth(i)
+        kernel = view.locator("summary h3").inner_text()
+        view.evaluate("d => d.open = true")
+        roofline = view.locator("figure.roofline svg")
+        assert roofline.count() == 1, kernel
+        assert roofline.locator("g.ceiling").count() == 2  # the calibrated bandwidth and compute ceilings
+        labels = roofline.locator("text.ceiling-label").all_text_contents()
+        assert any("copy bandwidth" in t for t in labels) and any("matmul peak" in t for t in labels)
+        marked = roofline.locator("g.variant").evaluate_all("gs => gs.map(g => g.getAttribute('data-variant'))")
+        measured = {v for k, v, status in rows if k == kernel and status == "passed"}
+        assert len(marked) == len(set(marked)) and set(marked) == measured, kernel  # one mark group per variant
+        assert roofline.locator("g.variant circle").count() >= 2 * len(marked)  # marks and legend dots
+        for plot in view.locator("figure.scaling svg").all():
+            lines = plot.locator("g.variant").evaluate_all("gs => gs.map(g => g.getAttribute('data-variant'))")
+            assert lines and len(lines) == len(set(lines)) and set(lines) <= measured
+            assert plot.locator("g.variant polyline.line").count() >= 1
+            checked += 1
+    assert checked >= 1  # at least one kernel has a grid parameter with two values or more
+    assert _page_width(page) <= WIDTH
+    first = page.locator("details.kernel-views").first
+    first.scroll_into_view_if_needed()
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    first.screenshot(path=str(DOCS_IMG / "report-roofline.png"))
+    assert page.errors == []
