@@ -656,7 +656,9 @@ def chip_views(jobs: Iterable[Mapping[str, Any]], peak_flops: float | None, peak
                                             f"{j['variant']} {param}={j['shape'][param]}: {fmt_time(j['median_s'])}"))
             series = [svg.XYSeries(v, lines[v], *styles[v]) for v in order if v in lines]
             title = f"{dtype} {fixed}: time against {param}"
+            ticks = sorted({float(j["shape"][param]) for j in members})
             scaling.append((title, svg.xy_plot(series, x_title=param, y_title="median time per call", y_unit="s",
+                                               x_ticks=ticks if len(ticks) <= 8 else (),
                                                label=f"{kernel} {title}",
                                                plot_id=f"scaling-{_plot_id(kernel, dtype, param + fixed)}")))
         views.append(KernelViews(kernel, roofline, scaling, len(styles)))

@@ -540,10 +540,11 @@ def _axis_text(value: float, unit: str) -> str:
 
 def xy_plot(series: Sequence[XYSeries], *, x_title: str, y_title: str, x_unit: str = "", y_unit: str = "",
             ceilings: Sequence[Ceiling] = (), label: str = "", plot_id: str = "", width: int = 600,
-            plot_height: int = 240) -> Markup:
+            plot_height: int = 240, x_ticks: Sequence[float] = ()) -> Markup:
     """Variants' points on logarithmic x and y axes, as inline SVG: each series a ``<g class="variant">`` of marks
     (one ``circle`` per point with its hover text) and its line; ``ceilings`` as labelled dashed lines (a
-    ``<g class="ceiling">`` each); a legend of the series under the plot. Texts are escaped here."""
+    ``<g class="ceiling">`` each); a legend of the series under the plot; ``x_ticks``: the x axis' ticks (e.g. a
+    grid parameter's values; default: 1, 2, 5 x 10^k). Texts are escaped here."""
     left, right, top = 84, 16, 14
     inner_w, inner_h = width - left - right, plot_height
     xs = [x for s in series for x, y, _ in s.points if x > 0 and y > 0]
@@ -574,7 +575,7 @@ def xy_plot(series: Sequence[XYSeries], *, x_title: str, y_title: str, x_unit: s
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y}" y2="{y}" class="grid"/>'
                      f'<text x="{left - 6}" y="{y}" dy="4" text-anchor="end" class="tick">'
                      f'{escape(_axis_text(t, y_unit))}</text>')
-    for t in log_ticks(x_lo, x_hi):
+    for t in x_ticks or log_ticks(x_lo, x_hi):
         x = _f(sx(t))
         parts.append(f'<line x1="{x}" x2="{x}" y1="{bottom}" y2="{bottom + 4}" class="axis"/>'
                      f'<text x="{x}" y="{bottom + 15}" text-anchor="middle" class="tick">'
@@ -592,7 +593,8 @@ def xy_plot(series: Sequence[XYSeries], *, x_title: str, y_title: str, x_unit: s
                      f'<polyline points="{pts}" fill="none" stroke="#6b7280" stroke-width="1.5" '
                      f'stroke-dasharray="6 3"/></g>'
                      f'<text class="ceiling-label tick" x="{_f(min(sx(lx), width - right) - 4)}" '
-                     f'y="{_f(max(sy(ly), top + 10) - 5)}" text-anchor="end">{escape(c.label)}</text>')
+                     f'y="{_f(sy(ly) + 15 if sy(ly) < top + 16 else sy(ly) - 5)}" text-anchor="end">'
+                     f'{escape(c.label)}</text>')
     legend_top = bottom + X_LABELS_H + X_TITLE_H + 6
     for s, (lx, row) in zip(series, places, strict=True):
         pts = sorted((x, y, t) for x, y, t in s.points if x > 0 and y > 0)
