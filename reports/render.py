@@ -25,18 +25,22 @@ import base64
 import hashlib
 import math
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
 from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
+from harness.core import trials
 from harness.core.status import (
     CORRECTNESS_KINDS,
     PASSES,
@@ -172,7 +176,7 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True, bytecode_cache=_template_code_cache())
     env.filters.update(time=fmt_time, rate=fmt_rate, num=fmt_num, chip_page=chip_page_name, scaled=fmt_scaled,
                        p=fmt_p, when=fmt_when, first_line=first_line, ratio_ci=fmt_ratio_ci,
-                       anchor=commit_anchor)
+                       anchor=commit_anchor, iso=fmt_iso)
     env.globals.update(history_page=history_page_name)
     env.filters["breakable"] = breakable  # shape keys and variant names in wide tables
     env.globals.update(page_script())  # the tables' script and its CSP source (base.html.j2)
@@ -504,6 +508,303 @@ def matrix_rows(matrix: Any) -> tuple[list[str], list[MatrixRow]]:
     return chips, [rows[key] for key in ordered]
 
 
+@dataclass(frozen=True)
+class ChipTally:
+    """One variant's verdicts on one chip, over every (dtype, shape) of its kernel compared there; ``shared_*``
+    over the rows measured on two chips or more; ``median_ratio``: the median of its cells' ratios (< 1: faster)."""
+
+    chip: str
+    cells: int
+    wins: int
+    losses: int
+    ties: int
+    inconclusive: int
+    broken: int
+    shared: int
+    shared_wins: int
+    shared_losses: int
+    median_ratio: float
+
+
+@dataclass(frozen=True)
+class VariantRollup:
+    """A variant of a kernel across chips: its tally per chip. ``divergent``: it wins on one chip and loses on
+    another (on any of their shapes), the answer a kernel engineer looks for first."""
+
+    kernel: str
+    variant: str
+    default_variant: str
+    chips: tuple[ChipTally, ...]
+
+    @property
+    def divergent(self) -> bool:
+        return any(a.wins and b.losses for a in self.chips for b in self.chips if a.chip != b.chip)
+
+    @property
+    def spread(self) -> float:
+        """How far apart its chips' median ratios are (log scale): the roll-up's order after divergence."""
+        logs = [math.log(t.median_ratio) for t in self.chips if t.median_ratio > 0]
+        return max(logs) - min(logs) if logs else 0.0
+
+
+def variant_rollup(matrix: Any) -> list[VariantRollup]:
+    """Per (kernel, variant) of a VariantMatrix: its verdicts on each chip counted, the divergent variants first,
+    then by how far apart its chips' median ratios are, then by name."""
+    if matrix is None:
+        return []
+    rows_on: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    grouped: dict[tuple[str, str], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    defaults: dict[str, str] = {}
+    for cell in matrix.cells:
+        rows_on[(cell.kernel, cell.dtype, cell.shape_key)].add(cell.chip)
+        grouped[(cell.kernel, cell.variant)][cell.chip].append(cell)
+        defaults[cell.kernel] = cell.default_variant
+    rollups = []
+    for (kernel, variant), by_chip in grouped.items():
+        tallies = []
+        for chip, cells in sorted(by_chip.items()):
+            shared = [c for c in cells if len(rows_on[(c.kernel, c.dtype, c.shape_key)]) > 1]
+            ratios = [c.ratio for c in cells if c.ratio is not None and math.isfinite(c.ratio)]
+
+            def count(outcome: str, among: list[Any] = cells) -> int:
+                return sum(1 for c in among if c.outcome == outcome)
+
+            tallies.append(ChipTally(chip, len(cells), count("win"), count("lose"), count("tie"),
+                                     count("inconclusive"), count("broken"), len(shared), count("win", shared),
+                                     count("lose", shared), statistics.median(ratios) if ratios else math.nan))
+        rollups.append(VariantRollup(kernel, variant, defaults[kernel], tuple(tallies)))
+    return sorted(rollups, key=lambda r: (not r.divergent, -r.spread, r.kernel, r.variant))
+
+
+# --- scaling and roofline views of a chip page ----------------------------------------------------------------------
+
+MAX_SCALING_PLOTS = 3  # per kernel: the (dtype, fixed parameters) groups with the most points
+
+
+@dataclass
+class KernelViews:
+    """One kernel's views on a chip page: a roofline (every variant and shape under the chip's calibrated ceilings)
+    and scaling plots (time against the grid parameter that varies most, one line per variant)."""
+
+    kernel: str
+    roofline: Markup | None
+    scaling: list[tuple[str, Markup]]
+    variants: int
+
+
+def _styles(variants: Iterable[str], default: str | None) -> dict[str, tuple[str, str]]:
+    ordered = sorted(set(variants), key=lambda v: (v != default, v))
+    return {v: svg.style_of(i) for i, v in enumerate(ordered)}
+
+
+def _measured(job: Mapping[str, Any]) -> bool:
+    return job["kind"] == "benchmark" and job["status"] == "passed" and bool(job.get("median_s")) and \
+        job["median_s"] > 0 and isinstance(job.get("shape"), Mapping)
+
+
+def _line_length(param: str, members: list[Mapping[str, Any]]) -> int:
+    """The most values of ``param`` one variant has among ``members``: the longest line of their plot."""
+    values: dict[str, set[Any]] = defaultdict(set)
+    for j in members:
+        values[j["variant"]].add(j["shape"][param])
+    return max((len(v) for v in values.values()), default=0)
+
+
+def _scaling_groups(jobs: list[Mapping[str, Any]]) -> list[tuple[str, str, tuple[tuple[str, Any], ...],
+                                                                  list[Mapping[str, Any]]]]:
+    """(dtype, parameter, the other parameters' values, jobs) of the groups where one numeric grid parameter varies
+    (a variant with two values of it or more), the parameter with the longest lines per dtype; longest first."""
+    found = []
+    for dtype in sorted({j["dtype"] for j in jobs}):
+        of_dtype = [j for j in jobs if j["dtype"] == dtype]
+        numeric = {k for j in of_dtype for k, v in j["shape"].items() if isinstance(v, int | float)
+                   and not isinstance(v, bool)}
+        # a log axis: a parameter with a value of 0 or below (a flag such as causal=0/1) is no grid parameter
+        params = sorted(k for k in numeric if all(isinstance(j["shape"].get(k, 1), int | float)
+                                                  and j["shape"].get(k, 1) > 0 for j in of_dtype))
+        best: tuple[int, str, dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]]] | None = None
+        for param in params:
+            groups: dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]] = defaultdict(list)
+            for j in of_dtype:
+                if param in j["shape"]:
+                    rest = tuple(sorted((k, v) for k, v in j["shape"].items() if k != param))
+                    groups[rest].append(j)
+            width = max((_line_length(param, g) for g in groups.values()), default=0)
+            if width >= 2 and (best is None or width > best[0]):
+                best = (width, param, groups)
+        if best is not None:
+            _, param, groups = best
+            for rest, members in groups.items():
+                if _line_length(param, members) >= 2:
+                    found.append((dtype, param, rest, members))
+    return sorted(found, key=lambda g: (-_line_length(g[1], g[3]), -len(g[3]), g[0], g[2]))
+
+
+def chip_views(jobs: Iterable[Mapping[str, Any]], peak_flops: float | None, peak_bytes_per_s: float | None,
+               baselines: Mapping[str, str]) -> list[KernelViews]:
+    """Per kernel of a chip page's run: its roofline and its scaling plots, from the benchmark jobs shown (their
+    medians, FLOPs and bytes: nothing read beyond the page's own jobs)."""
+    by_kernel: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for job in jobs:
+        if _measured(job):
+            by_kernel[job["kernel"]].append(job)
+    views = []
+    for kernel, kernel_jobs in sorted(by_kernel.items()):
+        styles = _styles((j["variant"] for j in kernel_jobs), baselines.get(kernel))
+        order = list(styles)
+        roofline = _roofline(kernel, kernel_jobs, styles, order, peak_flops, peak_bytes_per_s)
+        scaling = []
+        for dtype, param, rest, members in _scaling_groups(kernel_jobs)[:MAX_SCALING_PLOTS]:
+            fixed = ",".join(f"{k}={v}" for k, v in rest)
+            lines: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+            for j in sorted(members, key=lambda j: j["shape"][param]):
+                lines[j["variant"]].append((float(j["shape"][param]), float(j["median_s"]),
+                                            f"{j['variant']} {param}={j['shape'][param]}: {fmt_time(j['median_s'])}"))
+            series = [svg.XYSeries(v, lines[v], *styles[v]) for v in order if v in lines]
+            title = f"{dtype} {fixed}: time against {param}"
+            ticks = sorted({float(j["shape"][param]) for j in members})
+            scaling.append((title, svg.xy_plot(series, x_title=param, y_title="median time per call", y_unit="s",
+                                               x_ticks=ticks if len(ticks) <= 8 else (),
+                                               label=f"{kernel} {title}",
+                                               plot_id=f"scaling-{_plot_id(kernel, dtype, param + fixed)}")))
+        views.append(KernelViews(kernel, roofline, scaling, len(styles)))
+    return views
+
+
+def _roofline(kernel: str, jobs: list[Mapping[str, Any]], styles: Mapping[str, tuple[str, str]], order: list[str],
+              peak_flops: float | None, peak_bw: float | None) -> Markup | None:
+    marks: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for j in jobs:
+        flops, moved = j.get("flops") or 0.0, j.get("bytes_moved") or 0.0
+        if flops > 0 and moved > 0:
+            rate = flops / j["median_s"]
+            marks[j["variant"]].append((flops / moved, rate, f"{j['variant']} {j['dtype']} {j['shape_key']}: "
+                                        f"{fmt_rate(rate, 'FLOP/s')} at {flops / moved:.4g} FLOP/B, "
+                                        f"{fmt_time(j['median_s'])}"))
+    if not marks:
+        return None
+    ais = [x for pts in marks.values() for x, _, _ in pts]
+    ceilings = []
+    if peak_flops and peak_bw and peak_flops > 0 and peak_bw > 0:
+        lo, hi = min(ais) / 4, max(ais) * 4
+        ridge = peak_flops / peak_bw
+        lo, hi = min(lo, ridge / 2), max(hi, ridge * 2)
+        ceilings = [svg.Ceiling(f"copy bandwidth {fmt_rate(peak_bw, 'B/s')}",
+                                [(lo, lo * peak_bw), (ridge, peak_flops)]),
+                    svg.Ceiling(f"matmul peak {fmt_rate(peak_flops, 'FLOP/s')}",
+                                [(ridge, peak_flops), (hi, peak_flops)])]
+    series = [svg.XYSeries(v, marks[v], styles[v][0], line=False) for v in order if v in marks]
+    return svg.xy_plot(series, x_title="arithmetic intensity (FLOP per byte moved)",
+                       y_title="achieved FLOP/s (k, M, G, T, P)", x_unit="", y_unit="FLOP/s", ceilings=ceilings,
+                       label=f"{kernel} roofline", plot_id=f"roofline-{_plot_id(kernel, '', '')}")
+
+
+# --- the regression list ------------------------------------------------------------------------------------------
+
+
+def regression_id(reg: Any) -> str:
+    """A regression's id, the same in every build (``harness ack ID``): 12 hex digits of a digest of its kind,
+    chip, series (or check) and commits."""
+    parts = (reg.kind, reg.chip, reg.kernel, reg.variant, reg.dtype, reg.shape_key, getattr(reg, "check", ""),
+             reg.base_sha or "", reg.head_sha)
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+@dataclass
+class RegressionGroup:
+    """The regressions of one kind at one commit of one chip (against one previous commit): one row of the list,
+    its series inside. ``items``: (index in the list, regression, its id); ``acked``: the ids acknowledged."""
+
+    kind: str
+    chip: str
+    head_sha: str
+    base_sha: str | None
+    items: list[tuple[int, Any, str]]
+    acked: set[str]
+    range_url: str | None = None
+
+    @property
+    def anchor(self) -> str:
+        return f"g-{self.kind[0]}-" + hashlib.sha1("\0".join((self.chip, self.base_sha or "", self.head_sha))
+                                                   .encode()).hexdigest()[:10]
+
+    @property
+    def first(self) -> Any:
+        return self.items[0][1]
+
+    @property
+    def all_acked(self) -> bool:
+        return all(rid in self.acked for _, _, rid in self.items)
+
+    @property
+    def worst(self) -> Any:
+        """The largest slowdown (performance) or the first failure."""
+        return max((r for _, r, _ in self.items), key=lambda r: r.ratio or 0.0)
+
+
+def range_url(commit_url: str | None, head: str, base: str | None) -> str | None:
+    """The repository host's view of the commits from ``base`` to ``head``, from ``head``'s commit page as
+    ``harness.spec.weburl`` makes it (or a ``--commit-url`` of those hosts): GitHub's and GitLab's
+    ``compare/BASE...HEAD``, Bitbucket's branch compare; None for any other host."""
+    if not commit_url or not base or not commit_url.endswith(head) or not commit_url.startswith("https://"):
+        return None
+    stem = commit_url[:-len(head)]
+    host = stem[len("https://"):].split("/", 1)[0]
+    if host.startswith("gitlab.") and stem.endswith("/-/commit/"):
+        return f"{stem[:-len('/-/commit/')]}/-/compare/{base}...{head}"
+    if host.startswith("github.") and stem.endswith("/commit/"):
+        return f"{stem[:-len('/commit/')]}/compare/{base}...{head}"
+    if host == "bitbucket.org" and stem.endswith("/commits/"):
+        return f"{stem[:-len('/commits/')]}/branches/compare/{head}%0D{base}"
+    return None
+
+
+def regression_groups(regressions: Sequence[Any], acks: Mapping[str, Any] | None = None,
+                      commit_urls: Mapping[str, str] | None = None) -> list[RegressionGroup]:
+    """The list grouped by (kind, chip, previous commit, commit), newest commit first within a kind (correctness
+    first); ``commit_urls`` (sha -> its web page) give each group its range link (``range_url``)."""
+    groups: dict[tuple[str, str, str | None, str], RegressionGroup] = {}
+    for i, reg in enumerate(regressions):
+        key = (reg.kind, reg.chip, reg.base_sha, reg.head_sha)
+        group = groups.get(key)
+        if group is None:
+            url = range_url((commit_urls or {}).get(reg.head_sha), reg.head_sha, reg.base_sha)
+            group = groups[key] = RegressionGroup(reg.kind, reg.chip, reg.head_sha, reg.base_sha, [], set(), url)
+        rid = regression_id(reg)
+        group.items.append((i, reg, rid))
+        if acks and rid in acks:
+            group.acked.add(rid)
+
+    def when(group: RegressionGroup) -> float:
+        started = group.first.head_started_at
+        return started.timestamp() if started is not None else 0.0
+
+    return sorted(groups.values(), key=lambda g: (g.kind != "correctness", -when(g)))
+
+
+def regressions_context(regressions: Sequence[Any], acks: Mapping[str, Any] | None = None,
+                        commit_urls: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What ``regressions.html`` and ``regressions.atom`` read: the list (with indices), its groups, the
+    acknowledgements (id -> record with ``note``, ``acked_at``, ``acked_by``), and the feed's id and time."""
+    groups = regression_groups(regressions, acks, commit_urls)
+    times = [r.head_started_at for r in regressions if r.head_started_at is not None]
+    digest = hashlib.sha256("\0".join(sorted({r.chip for r in regressions})).encode()).hexdigest()[:16]
+    return {"regressions": list(enumerate(regressions)), "groups": groups, "acks": dict(acks or {}),
+            "acked_count": sum(len(g.acked) for g in groups), "feed_id": digest,
+            "feed_updated": fmt_iso(max(times) if times else None)}
+
+
+def fmt_iso(value: Any) -> str:
+    """An Atom date: ISO 8601 with a time zone (UTC when the value has none); the epoch for None."""
+    if value is None:
+        return "1970-01-01T00:00:00Z"
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            return value.isoformat(timespec="seconds") + "Z"
+        return value.isoformat(timespec="seconds")
+    return str(value)
+
+
 # --- history pages -------------------------------------------------------------------------------------------------
 
 TIME_AXIS_TITLE = "median time per call"
@@ -583,6 +884,8 @@ class HistoryPage:
     n_regressions: int = 0
     n_changes: int = 0
     n_series: int = 0
+    log_default: bool = False  # a plot spans more than LOG_SPAN: the page opens on the logarithmic axis
+    spark: Markup = Markup("")  # a one-chip page: its sparkline (the index's cell)
 
     @property
     def plots(self) -> list[SeriesPlot]:
@@ -741,6 +1044,16 @@ def _axis(series_list: list[Any]) -> _Axis:
                  [sha[:10] for sha in shas])
 
 
+def _sub_axis(axis: _Axis, used: Set[str]) -> _Axis:
+    """``axis`` cut to the commits of ``used`` (a plot's own: no empty stretch where its variants have no point)."""
+    if len(used) == len(axis.shas):
+        return axis
+    keep = [i for i, sha in enumerate(axis.shas) if sha in used]
+    shas = [axis.shas[i] for i in keep]
+    return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, axis.info, [axis.commits[i] for i in keep],
+                 [axis.text[i] for i in keep], [axis.href[i] for i in keep], [axis.short[i] for i in keep])
+
+
 def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[str, list[tuple[int, Any]]],
                   styles: Mapping[str, tuple[str, str]], default: str, links: list[tuple[str, str]], name: str,
                   chip: str, drawn: DrawnPlots | None = None) -> HistoryPage:
@@ -777,16 +1090,96 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
                 chip_axis.append(_axis(series_list))
             return chip_axis[0]
 
-        for (dtype, shape_key), members in sorted(by_case.items()):
+        for (dtype, shape_key), members in sorted(by_case.items(), key=lambda item: shape_order(*item[0])):
             plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, axis_of, axis, chip_shas,
                                 styles, default, regs_by_series, broken, every,
                                 drawn(chip_key, dtype, shape_key) if drawn is not None else None)
             if plot is not None:
                 n_changes += len(plot.changes)
                 groups[(dtype, shape_key)].append(plot)
-    ordered = [PlotGroup(dtype, shape_key, plots) for (dtype, shape_key), plots in sorted(groups.items())]
+    ordered = [PlotGroup(dtype, shape_key, plots)
+               for (dtype, shape_key), plots in sorted(groups.items(), key=lambda item: shape_order(*item[0]))]
     return HistoryPage(kernel, chip, name, axis.commits, ordered, list(chips), links, n_regressions, n_changes,
-                       sum(len(series) for series in chips.values()))
+                       sum(len(series) for series in chips.values()),
+                       spark=sparkline(chips[chip], default) if chip in chips else Markup(""),
+                       log_default=any(_spans_tenfold(plot_series)
+                                       for series_list in chips.values()
+                                       for plot_series in _by_case(series_list).values()))
+
+
+def _by_case(series_list: list[Any]) -> dict[tuple[str, str], list[Any]]:
+    found: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for series in series_list:
+        found[(series.key.dtype, series.key.shape_key)].append(series)
+    return found
+
+
+SPARK_POINTS = 100  # a sparkline's last commits (it is 120 pixels wide)
+
+
+def sparkline(series_list: Sequence[Any], default: str | None = None) -> Markup:
+    """A kernel's recent history on one chip in a line of 120 x 22 pixels (an index cell): per commit of its last
+    ``SPARK_POINTS``, the geometric mean
+    over its series (the default variant's, when it has any) of the median relative to the series' own geometric
+    mean, on a log scale; the last change point of those series is a red dot. Empty when under two commits."""
+    chosen = [s for s in series_list if s.points and s.key.variant == default] or [s for s in series_list if s.points]
+    sums: dict[str, list[float]] = {}
+    order: dict[str, int] = {}
+    last_change: tuple[int, str] | None = None
+    for series in chosen:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(np.asarray(series.points.median, dtype=float)[-SPARK_POINTS:])
+        ok = np.isfinite(logs)
+        if not ok.any():
+            continue
+        relative = (logs - logs[ok].mean()).tolist()
+        for sha, value, good in zip(series.points.shas[-SPARK_POINTS:], relative, ok.tolist(), strict=True):
+            order.setdefault(sha, len(order))
+            if good:
+                sums.setdefault(sha, []).append(value)
+        for cp in series.change_points:
+            if cp.sha in order and (last_change is None or order[cp.sha] > last_change[0]):
+                last_change = (order[cp.sha], cp.sha)
+    shas = sorted(sums, key=order.__getitem__)
+    if len(shas) < 2:
+        return Markup("")
+    ys = np.array([sum(sums[sha]) / len(sums[sha]) for sha in shas])
+    lo, hi = float(ys.min()), float(ys.max())
+    span = max(hi - lo, 0.02)  # a flat history stays flat: 2% of range at least
+    width, height, pad = 120, 22, 3
+    xs = np.linspace(pad, width - pad, len(shas))
+    py = height - pad - (ys - lo) / span * (height - 2 * pad)
+    dot = ""
+    if last_change is not None and last_change[1] in sums:
+        i = shas.index(last_change[1])
+        dot = f'<circle cx="{xs[i]:.1f}" cy="{py[i]:.1f}" r="2.5" fill="#dc2626"/>'
+    change = f", last change at {last_change[1][:8]}" if last_change else ""
+    title = (f"{len(shas)} commits, spread ×{math.exp(hi - lo):.2f} (geometric mean of "
+             f"{'the default variant' if chosen and chosen[0].key.variant == default else 'its series'}){change}")
+    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs.tolist(), py.tolist(), strict=True))
+    return Markup(f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+                  f'viewBox="0 0 {width} {height}" role="img"><title>{escape(title)}</title>'
+                  f'<polyline points="{points}" fill="none" stroke="#1d4ed8" stroke-width="1.5"/>{dot}</svg>')
+
+
+LOG_SPAN = 10.0
+"""A plot whose medians span more than this factor opens on its logarithmic axis (the page's default)."""
+
+
+def _spans_tenfold(series_list: list[Any]) -> bool:
+    lows, highs = [], []
+    for s in series_list:
+        values = np.asarray(s.points.median, dtype=float)
+        values = values[np.isfinite(values) & (values > 0)]
+        if values.size:
+            lows.append(values.min())
+            highs.append(values.max())
+    return bool(lows) and max(highs) > LOG_SPAN * min(lows)
+
+
+def shape_order(dtype: str, shape_key: str) -> tuple[Any, ...]:
+    """Shapes in numeric order (D=64 before D=128, H=4 before H=32): the key's numbers compared as numbers."""
+    return (dtype, tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", shape_key)))
 
 
 def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key: str, members: list[Any],
@@ -806,7 +1199,9 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
     plot_id = _plot_id(chip, dtype, shape_key)
     where = f" on {chip}" if every else ""  # the page's notes; the SVG's texts always name the chip
     draw = image is None
-    x_axis = axis() if draw else None
+    used = {sha for s in drawn for sha in s.points.shas} | {
+        reg.head_sha for s in drawn for _, reg in broken.get((s.key.variant, dtype), []) if reg.head_sha in chip_shas}
+    x_axis = _sub_axis(axis(), used) if draw else None
     plot_series, lines, changes, plot_regs, markers = [], [], [], [], []
     commits_with_points: set[str] = set()
     for series in drawn:
@@ -884,9 +1279,42 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
     last = points[-1]
     legend_title = (f"{variant}{' (the default variant)' if is_default else ''}: latest {fmt_time(last.median)} "
                     f"at {last.sha[:10]}, {_plural(len(points), 'commit')}")
+    band = threshold_band(series)
+    threshold = None
+    if band is not None:
+        start, low, high, level, detectable = band
+        threshold = (xs[start], low, high, f"{variant}: level {fmt_time(level)} since {points.shas[start][:10]} "
+                     f"({_plural(len(points) - start, 'commit')}); a comparison detects ±{100 * detectable:.1f}% "
+                     f"(the noise meter on its between-commit spread): outside the band is a detectable change")
     return svg.Series(variant, xs, points.median.tolist(), points.ci_low.tolist(), points.ci_high.tolist(),
                       point_title, point_href, point_name, f"{variant} on {chip}", color, dash, tuple(markers),
-                      legend_title, is_default)
+                      legend_title, is_default, threshold)
+
+
+@cache
+def _detect_per_sd(runs: int) -> float:
+    """The noise meter's detectable log change per unit of floor sd, for a floor of ``runs`` runs (its quantiles
+    depend on the run count alone: ``noise_meter`` is exp(k * sd) - 1; one call per run count, not per series)."""
+    return float(np.log1p(trials.noise_meter([], trials.Floor(1.0, runs)).detectable))
+
+
+def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None:
+    """A series' detectable-change band around its last decided level: the points since its last change point
+    (all of them without one), their median (the level) and the smallest change a comparison could detect
+    against it (``trials.noise_meter`` with the between-commit spread of those points as its history floor);
+    (first point's index, low, high, level, detectable), None under the floor's minimum of points."""
+    start = 0
+    for cp in series.change_points:
+        start = max(start, cp.end_index if cp.kind == "drift" else cp.index)
+    medians = np.asarray(series.points.median, dtype=float)[start:]
+    floor = trials.history_floor(medians)
+    if floor is None:
+        return None
+    detectable = float(np.expm1(_detect_per_sd(floor.runs) * floor.sd))
+    level = float(np.median(medians[np.isfinite(medians) & (medians > 0)]))
+    if not (math.isfinite(detectable) and detectable > 0 and level > 0):
+        return None
+    return start, level / (1.0 + detectable), level * (1.0 + detectable), level, detectable
 
 
 def _plot_id(chip: str, dtype: str, shape_key: str) -> str:
@@ -902,7 +1330,8 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
                 last: int | None = None, generated_at: str = "",
                 failing_before: Mapping[str, set[str]] | None = None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
-                checks: Mapping[str, str] | None = None, evidence: Any = None) -> Path:
+                checks: Mapping[str, str] | None = None, evidence: Any = None,
+                acks: Mapping[str, Any] | None = None) -> Path:
     """Write every page into ``out_dir``; returns the index path.
 
     ``latest``: chip key -> the shown ``RunView`` (with jobs) or None: the chip's newest run, its jobs completed
@@ -968,13 +1397,18 @@ def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[s
               noise=(noise or {}).get(chip["key"], {}),
               calibration=[j for j in jobs if j["kind"] == "calibration"],
               variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []),
+              views=chip_views(jobs, run.peak_flops if run else None, run.peak_bytes_per_s if run else None,
+                               baselines),
               selections=test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
               sources=run_sources(jobs),
               failing_tests=failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))
     for page in pages:
         write(page.name, "history.html.j2", page=page, legend=svg.legend(), max_points=MAX_PLOT_POINTS)
-    write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows)
-    write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions)))
+    write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
+          rollup=variant_rollup(matrix))
+    context = regressions_context(regressions, acks, found.commit_urls)
+    write("regressions.html", "regressions.html.j2", **context)
+    write("regressions.atom", "regressions.atom.j2", **context)
     kernels = sorted({page.kernel for page in pages})
     page_names = {(page.kernel, page.chip): page for page in pages}
     return write("index.html", "index.html.j2", chips=chips, latest=latest, summary=summary, kernels=kernels,

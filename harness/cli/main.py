@@ -16,7 +16,7 @@ import typer
 from harness.core.defaults import THREAD_VARS
 
 COMMANDS = ("run", "chips", "report", "compare", "noise", "variants", "bundle", "bisect", "cluster", "node", "submit",
-            "spool", "init")
+            "spool", "init", "ack")
 ANALYSIS_VERBS = ("report", "compare", "variants", "noise")
 """The verbs that read and analyse the database and start no timed job: their BLAS runs on one thread (set in the
 environment before numpy loads, unless set already). A report shares the cores between processes of its own

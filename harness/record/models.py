@@ -201,3 +201,14 @@ class AnalysisCache(Base):
     watermark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RegressionAck(Base):
+    """A regression of the report's list marked as seen (``harness ack``), by the id its page shows; the report
+    shows it acknowledged with its note. Keyed by that id alone: acknowledging it again replaces the note."""
+
+    __tablename__ = "regression_ack"
+    ack_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    note: Mapped[str] = mapped_column(Text, default="", server_default="")
+    acked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    acked_by: Mapped[str] = mapped_column(String(200), default="", server_default="")

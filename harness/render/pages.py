@@ -348,6 +348,7 @@ class HistorySummary:
     n_regressions: int
     n_changes: int
     n_series: int
+    spark: Markup = Markup("")
 
 
 class _HistorySpec(site_render.HistoryPlan):
@@ -369,7 +370,9 @@ class _HistorySpec(site_render.HistoryPlan):
         n_regressions = sum(1 for regs in self.regs.values() for _, r in regs if r.kind == "performance")
         n_changes = sum(len(s.change_points) for series in self.chips.values() for s in series if s.points)
         return HistorySummary(self.kernel, self.chip, self.name, range(n_commits), n_regressions, n_changes,
-                              sum(len(series) for series in self.chips.values()))
+                              sum(len(series) for series in self.chips.values()),
+                              site_render.sparkline(self.chips[self.chip], self.default) if self.chip in self.chips
+                              else Markup(""))
 
 
 def history_specs(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
@@ -690,7 +693,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                checks: Mapping[str, str] | None = None, evidence: Any = None,
                manifests: SiteManifests | None = None, incremental: bool = True,
                stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None,
-               early: EvidencePages | None = None) -> Path:
+               early: EvidencePages | None = None, acks: Mapping[str, Any] | None = None) -> Path:
     """``reports.render.render_site`` (same arguments, same files); returns the index path. With ``manifests``, the
     folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
@@ -706,7 +709,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                                incremental=incremental)
     return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix, regressions=regressions,
                        failing_before=failing_before, noise=noise, checks=checks, manifests=manifests, stats=stats,
-                       early=early)
+                       early=early, acks=acks)
 
 
 def _common_context(db_label: str, generated_at: str, last: int | None) -> dict[str, Any]:
@@ -788,7 +791,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                 regressions: list[Any], failing_before: Mapping[str, set[str]] | None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None,
                 checks: Mapping[str, str] | None, manifests: SiteManifests | None, stats: WriteStats | None,
-                early: EvidencePages | None) -> Path:
+                early: EvidencePages | None, acks: Mapping[str, Any] | None = None) -> Path:
     frame = history.frame
     out = frame.out
     site = _Pages(out, frame.previous, frame.incremental, _environment(found), {**frame.common, "evidence": found},
@@ -837,14 +840,18 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                  noise=(noise or {}).get(chip["key"], {}),
                  calibration=[j for j in jobs if j["kind"] == "calibration"],
                  variant_rows=site_render.variant_rows(jobs, baselines),
+                 views=site_render.chip_views(jobs, run.peak_flops if run else None,
+                                              run.peak_bytes_per_s if run else None, baselines),
                  history_pages=pages_of_chip.get(chip["key"], []),
                  selections=site_render.test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
                  sources=site_render.run_sources(jobs),
                  failing_tests=site_render.failing_tests(jobs, (failing_before or {}).get(chip["key"], set()))))
     page("variants", "variants.html", None,
-         lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows))
-    page("regressions", "regressions.html", None,
-         lambda: write("regressions.html", "regressions.html.j2", regressions=list(enumerate(regressions))))
+         lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
+                       rollup=site_render.variant_rollup(matrix)))
+    context = site_render.regressions_context(regressions, acks, found.commit_urls)
+    page("regressions", "regressions.html", None, lambda: write("regressions.html", "regressions.html.j2", **context))
+    page("regressions", "regressions.atom", None, lambda: write("regressions.atom", "regressions.atom.j2", **context))
     kernels = sorted({summary_of_page.kernel for summary_of_page in pages})
     page_names = {(summary_of_page.kernel, summary_of_page.chip): summary_of_page for summary_of_page in pages}
     page("index", "index.html", None,

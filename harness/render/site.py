@@ -38,7 +38,7 @@ from harness.analysis.records import (
 )
 from harness.analysis.variants import default_variants, variant_matrix
 from harness.core.errors import HarnessError
-from harness.record import analysis_cache, query
+from harness.record import acks, analysis_cache, query
 from harness.record.store import Store, mask_url
 from harness.render import pages as render_pages
 from harness.render.pages import (
@@ -73,6 +73,7 @@ class SiteData:
     last: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     evidence: Evidence | None = None  # commit links, run ids, compare and samples pages (``load_evidence``)
+    acks: dict[str, Any] = field(default_factory=dict)  # acknowledged regressions by id (``harness ack``)
     pages: WriteStats | None = None  # what ``render`` rendered, kept and deleted
 
 
@@ -256,7 +257,7 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: S
                        histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
                        generated_at=generated_at or _stamp(), evidence=data.evidence,
                        manifests=SiteManifests(store) if store is not None else None, incremental=incremental,
-                       stats=data.pages, history=history, early=early)
+                       stats=data.pages, history=history, early=early, acks=data.acks)
     data.timings["render"] = time.perf_counter() - start
     if history is not None and history.seconds is not None:
         data.timings["history pages"] = history.seconds
@@ -388,6 +389,7 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, chan
             # the chip pages' compare and samples pages while the analysis goes on: they do not depend on it
             early = EvidencePages(out_dir, store, data.db_label, last=last, generated_at=generated_at,
                                   incremental=cache)
+            data.acks = acks.acks(store)
             data.evidence = load_evidence(store, data.latest, regressions, cache=cache, links=(briefs, urls),
                                           shown=early.render)
             data.timings["evidence"] = time.perf_counter() - start

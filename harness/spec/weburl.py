@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from harness.core.errors import HarnessError
 from harness.spec import git
 
-__all__ = ["check_template", "commit_url_template", "is_remote", "link", "remote_url"]
+__all__ = ["check_template", "commit_url_template", "compare_url", "is_remote", "link", "remote_url"]
 
 # user@host:path (scp-like syntax: no scheme, a colon before any slash)
 _SCP = re.compile(r"^(?:[^@/]+@)?(?P<host>[^:/]+):(?P<path>(?!//).+)$")
@@ -86,3 +86,18 @@ def remote_url(path: str | Path) -> str | None:
     if not Path(path).expanduser().is_dir() or not git.is_repo(path):
         return None
     return git.remote_get_url(path) or None
+
+
+def compare_url(commit_url: str | None, head: str, base: str) -> str | None:
+    """The host's view of the commits from ``base`` to ``head``, from ``head``'s commit page (``commit_url``, as
+    ``commit_url_template`` makes it): GitHub's and GitLab's ``compare/BASE...HEAD``, Bitbucket's branch compare;
+    None for any other page (a ``--commit-url`` template of another host)."""
+    if not commit_url or not base or not commit_url.endswith(head):
+        return None
+    stem = commit_url[:-len(head)]
+    for commit_part, compare_part in (("/-/commit/", "/-/compare/"), ("/commit/", "/compare/")):
+        if stem.endswith(commit_part) and stem.startswith("https://"):
+            return f"{stem[:-len(commit_part)]}{compare_part}{base}...{head}"
+    if stem.startswith("https://bitbucket.org/") and stem.endswith("/commits/"):
+        return f"{stem[:-len('/commits/')]}/branches/compare/{head}%0D{base}"
+    return None

@@ -6,6 +6,12 @@
 // ("1.23 ms", "950 µs", "2.59 TB/s", "12.5%", "×1.302 [1.28, 1.33]") and as text otherwise; empty cells and "–"
 // go last. Rows that do not have one cell per header cell (a summary spanning columns) stay at the bottom.
 //
+// View state in the URL: a table's filter text and sort (by its id: f.ID=text, s.ID=column or -column) and every
+// <input type="checkbox" data-state> (c.ID=1 or 0) are kept in the page's query string as they change
+// (history.replaceState), and set from it when the page opens: a URL copied from the address bar reopens the view.
+//
+// A table's rows marked data-verdict="0" are hidden while the checkbox #hide-no-verdict is ticked.
+//
 // Hover texts of a long history's buckets (reports/svg.py: a <g class="hits"> per series, its dots one path per
 // layer, its buckets in data-hits as "x link first last count lowest highest" separated by ";"): hovering a dot
 // shows the nearest bucket's commits and median range, clicking it follows the bucket's link.
@@ -36,6 +42,17 @@
     return a.localeCompare(b, undefined, { numeric: true });
   }
 
+  var params = new URLSearchParams(window.location.search);
+
+  function saveState(key, value) {
+    if (value === null || value === "") params.delete(key);
+    else params.set(key, value);
+    var query = params.toString();
+    try {
+      window.history.replaceState(null, "", (query ? "?" + query : window.location.pathname) + window.location.hash);
+    } catch (e) { /* a browser that refuses it for file: pages: the view still works, unshared */ }
+  }
+
   function setUp(table, n) {
     var header = table.tHead && table.tHead.rows.length ? table.tHead.rows[0] : table.rows[0];
     if (!header || !header.querySelector("th")) return;
@@ -57,28 +74,40 @@
     count.className = "table-count muted";
     box.appendChild(input);
     box.appendChild(count);
-    table.parentNode.insertBefore(box, table);
+    var holder = table.parentNode.classList && table.parentNode.classList.contains("scroll") ? table.parentNode : table;
+    holder.parentNode.insertBefore(box, holder);
 
     function showCount(shown) {
       count.textContent = shown === body.length ? body.length + " rows" : shown + " of " + body.length + " rows";
     }
 
-    input.addEventListener("input", function () {
+    function applyFilter() {
       var terms = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+      var hideEmpty = table.hasAttribute("data-verdicts") && hideNoVerdict !== null && hideNoVerdict.checked;
       var shown = 0;
       body.forEach(function (row) {
         var text = row.textContent.toLowerCase();
-        var match = terms.every(function (term) { return text.indexOf(term) !== -1; });
+        var match = terms.every(function (term) { return text.indexOf(term) !== -1; }) &&
+          !(hideEmpty && row.getAttribute("data-verdict") === "0");
         row.hidden = !match;
         if (match) shown += 1;
       });
       showCount(shown);
+    }
+    input.addEventListener("input", function () {
+      applyFilter();
+      if (table.id) saveState("f." + table.id, input.value);
     });
-    showCount(body.length);
+    if (hideNoVerdict !== null && table.hasAttribute("data-verdicts")) {
+      hideNoVerdict.addEventListener("change", applyFilter);
+    }
+    if (table.hasAttribute("data-verdicts")) applyFilter();
+    else showCount(body.length);
 
-    function sortBy(column) {
-      state.direction = state.column === column ? -state.direction : 1;
+    function sortBy(column, direction) {
+      state.direction = direction || (state.column === column ? -state.direction : 1);
       state.column = column;
+      if (table.id) saveState("s." + table.id, (state.direction < 0 ? "-" : "") + column);
       var direction = state.direction;
       var full = [], rest = [];
       body.forEach(function (row) { (row.cells.length === width ? full : rest).push(row); });
@@ -111,7 +140,26 @@
         }
       });
     });
+
+    if (table.id && params.has("f." + table.id)) {
+      input.value = params.get("f." + table.id);
+      applyFilter();
+    }
+    var sorted = table.id ? params.get("s." + table.id) : null;
+    if (sorted !== null && /^-?\d+$/.test(sorted) && Math.abs(+sorted) < width) {
+      sortBy(Math.abs(+sorted), sorted.charAt(0) === "-" ? -1 : 1);
+    }
   }
+
+  // checkboxes that keep their state in the URL (set before the tables, whose rows some of them hide)
+  Array.prototype.forEach.call(document.querySelectorAll("input[type=checkbox][data-state]"), function (box) {
+    var key = "c." + box.id;
+    if (params.has(key)) box.checked = params.get(key) === "1";
+    box.addEventListener("change", function () {
+      saveState(key, box.checked === box.defaultChecked ? null : (box.checked ? "1" : "0"));
+    });
+  });
+  var hideNoVerdict = document.getElementById("hide-no-verdict");
 
   Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), setUp);
 

@@ -117,7 +117,12 @@ def test_every_sha_of_the_site_links_to_the_recorded_remote(tmp_path, monkeypatc
         for match in re.finditer(r'<code title="([0-9a-f]{40})">', html):  # each sha written as code is a link
             assert html[:match.start()].endswith(f'<a class="commit-link" href="{web}{match[1]}" rel="noreferrer">'), (
                 name, match[1])
-    assert check_links(out, external=web) > 50
+    compare = "https://github.com/octo/kernels/compare/"
+    assert check_links(out, external=(web, compare)) > 50
+    # a regression's commits as a range on the host: compare/BASE...HEAD (the planted regression's two commits)
+    ranges = re.findall(rf'class="range-link" href="{re.escape(compare)}([0-9a-f]{{40}})\.\.\.([0-9a-f]{{40}})"',
+                        (out / "regressions.html").read_text(encoding="utf-8"))
+    assert ranges and all(base in SHAS and head in SHAS and base != head for base, head in ranges)
 
 
 def test_cli_commit_url_and_repo(tmp_path):

@@ -135,8 +135,7 @@ def test_compare_rows_are_harness_compares_rows_in_its_order(site):
             assert cells[0].startswith(row.verdict)
             assert cells[1:5] == [row.key.kernel, row.key.variant, row.key.dtype, row.key.shape_key]
             assert cells[6] == f"×{row.ratio:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]"
-            assert cells[8] == f"{row.trials_base} / {row.trials_head}" == f"{TRIALS} / {TRIALS}"
-            assert cells[9] == "1 / 1"  # runs per side
+            assert cells[8] == f"{row.trials_base} / {row.trials_head} (1 / 1)" == f"{TRIALS} / {TRIALS} (1 / 1)"
         counts = {v: n for v, n in report.counts.items() if n}
         for verdict, n in counts.items():
             assert f"{n} {verdict}</span>" in html
@@ -150,7 +149,7 @@ def test_compare_rows_are_harness_compares_rows_in_its_order(site):
 def test_a_single_run_measured_hours_apart_is_marked(site):
     apple = read(site, compare_name(site, APPLE.key))
     assert 'id="apart"' in apple and "one run against one run, measured 5.0 h apart" in apple
-    marked = re.findall(r'<tr id="s-[0-9a-f]+" class="\w+"><td>.*?1 run vs 1 run, 5.0 h apart', apple)
+    marked = re.findall(r'<tr id="s-[0-9a-f]+" class="\w+"><td[^>]*>.*?1 run vs 1 run, 5.0 h apart', apple)
     trial_based = [row for row in site["reports"][APPLE.key].rows if row.basis == "trials"]
     assert trial_based and len(marked) == len(trial_based)
     assert "5.0 h apart" in read(site, chip_page_name(APPLE.key))
@@ -186,7 +185,7 @@ def test_pages_are_bounded_by_the_series_of_the_shown_runs(site):
 
 def test_regression_row_links_its_compare_row_and_samples(site):
     html = read(site, "regressions.html")
-    perf = html[html.index('id="performance-list"'):]
+    perf = html[html.index('id="performance"'):]
     chip = NVIDIA.key
     regressed = next(row for row in site["reports"][chip].rows if row.verdict == "regressed")
     assert f'href="{compare_name(site, chip)}#{series_anchor(regressed.key)}"' in perf
@@ -208,9 +207,9 @@ class _Page(HTMLParser):
             self.hrefs.append(values["href"])
 
 
-def check_links(out: Path, external: str = "") -> int:
-    """Every href of every page points to an existing page and, with a fragment, to an element with that id;
-    external links must start with ``external``. The number of links checked."""
+def check_links(out: Path, external: str | tuple[str, ...] = "") -> int:
+    """Every href of every page points to an existing page (or the site's feed) and, with a fragment, to an element
+    with that id; external links must start with ``external`` (one of them). The number of links checked."""
     pages = {}
     for path in out.glob("*.html"):
         parser = _Page()
@@ -221,9 +220,11 @@ def check_links(out: Path, external: str = "") -> int:
         for href in page.hrefs:
             parts = urlsplit(href)
             if parts.scheme:
-                assert external and href.startswith(external), (name, href)
+                assert external and href.startswith(external), (name, href)  # str.startswith takes a tuple
                 continue
             target = unquote(parts.path) or name
+            if target == "regressions.atom" and (out / target).is_file():  # the feed: not a page
+                continue
             assert target in pages, (name, href)
             if parts.fragment:
                 assert unquote(parts.fragment) in pages[target].ids, (name, href)
@@ -257,18 +258,19 @@ def test_a_regression_before_the_shown_run_gets_its_own_compare_page(tmp_path, m
     assert {p.name for p in out.glob("compare-*.html")} >= {own, shown}
     (regressed,) = [row for row in report.rows if row.verdict == "regressed"]
     perf = (out / "regressions.html").read_text(encoding="utf-8")
-    perf = perf[perf.index('id="performance-list"'):]
+    perf = perf[perf.index('id="performance"'):]
     assert f'href="{own}#{series_anchor(regressed.key)}"' in perf
     html = (out / own).read_text(encoding="utf-8")
     rows = re.findall(r'<tr id="(s-[0-9a-f]+)" class="(\w+)">(.*?)</tr>', html, re.S)
     assert [(a, v) for a, v, _ in rows] == [(series_anchor(r.key), r.verdict) for r in report.changed] + [
         (series_anchor(r.key), r.verdict) for r in report.rows if r.verdict == "unchanged"]
-    assert all(_cells(body)[9] == "1 / 1" for _, _, body in rows)
+    assert all(_cells(body)[8].endswith("(1 / 1)") for _, _, body in rows)  # runs per side
     changed = {samples_page_name(r.key, runs[SHAS[0]], runs[SHAS[1]]) for r in report.changed}
     assert changed and all(f'href="{name}"' in html and (out / name).is_file() for name in changed)
     series = len(VARIANTS) * len(SHAPES)
     assert len(list(out.glob("samples-*.html"))) == 2 * series + len(changed)  # shown runs, then changed rows only
-    assert check_links(out, external="https://github.com/octo/kernels/commit/") > 100
+    assert check_links(out, external=("https://github.com/octo/kernels/commit/",
+                                      "https://github.com/octo/kernels/compare/")) > 100
 
 
 def test_changes_held_against_a_shifted_run_are_marked_held(db, tmp_path):

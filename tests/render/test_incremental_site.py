@@ -177,8 +177,8 @@ def test_nothing_new_renders_only_the_summary_pages(store, tmp_path):
     written = mtimes(out)
     build(store, out)
     again = {name for name, ns in mtimes(out).items() if written[name] != ns}
-    assert again == {"index.html", "variants.html", "regressions.html", "chip-apple-m4-pro-20c.html",
-                     "chip-nvidia-h200-sm90.html"}
+    assert again == {"index.html", "variants.html", "regressions.html", "regressions.atom",
+                     "chip-apple-m4-pro-20c.html", "chip-nvidia-h200-sm90.html"}
 
 
 def test_no_cache_renders_every_page_and_stores_no_manifest(store, tmp_path):

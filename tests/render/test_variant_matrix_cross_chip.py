@@ -108,11 +108,13 @@ def test_rows_measured_on_two_chips_come_first_and_an_absent_chip_says_why(site)
     matrix = section(page(site, "latest", "variants.html"), 'id="matrix"')
     shared = matrix.index("B=1,<wbr>D=32,<wbr>H=1,<wbr>S=64")
     single = matrix.index("B=1,<wbr>D=32,<wbr>H=1,<wbr>S=128")
-    assert shared < matrix.index("Measured on one chip only") < single
+    assert shared < single  # one line per variant, the rows of two chips first: their "On" column says 2
+    assert re.search(r'S=64</code></td><td class="num">2</td>', matrix)
+    assert re.search(r'S=128</code></td><td class="num">1</td>', matrix)
     one_chip = matrix[single:]
-    assert "not measured on chip-b: never run on this chip" in one_chip
+    assert "not measured: never run on this chip" in one_chip
     # the skipped CUDA-only variant: not measured on chip-b, with the skip reason; measured nowhere else
-    assert "not measured on chip-b: skipped: the variant needs CUDA: CUDA not available" in matrix[shared:single]
+    assert "not measured: skipped: the variant needs CUDA: CUDA not available" in matrix[shared:single]
     # each chip's verdict for the variant at the shared shape, the best one starred on chip-a
     row = matrix[shared:single]
     assert '<span class="badge win">win</span>' in row and '<span class="badge lose">lose</span>' in row
@@ -121,9 +123,9 @@ def test_rows_measured_on_two_chips_come_first_and_an_absent_chip_says_why(site)
 
 def test_verdicts_from_an_older_run_name_its_commit(site):
     matrix = section(page(site, "latest", "variants.html"), 'id="matrix"')
-    swiglu = matrix[matrix.index("<strong>swiglu</strong>"):]
-    swiglu = swiglu[:swiglu.index('class="rowhead', 10)] if 'class="rowhead' in swiglu[10:] else swiglu
-    assert f"chip-a: from the older run at {sha_of(1)[:12]}" in swiglu
+    swiglu = [line for line in matrix.split("<tr ") if line.startswith('class="vline') and "<td>swiglu</td>" in line
+              and 'data-verdict="1"' in line]
+    assert swiglu and all(f"chip-a: from the older run at {sha_of(1)[:12]}" in line for line in swiglu)
 
 
 def test_without_a_shared_shape_the_page_says_why_nothing_diverges(tmp_path):
