@@ -2,13 +2,13 @@
 
 **What a CUDA source kernel costs per process (measured on the H200, MLX 0.32.4).** MLX compiles each (custom
 kernel, template) with NVRTC the first time a process calls it: 1.3-1.7 s for a flash mma kernel, 2.6-3.3 s for
-split-K decode's two kernels (``scripts/cuda_jit_cost.py``, reports/examples/h200-jit-proof.json). It does not load
+split-K decode's two kernels (``bench/cuda_jit_cost.py``, bench/results/h200-jit-proof.json). It does not load
 a compiled custom kernel from disk: a module written into its compiled-kernel folder (``$MLX_PTX_CACHE_DIR``) under
 the name it builds, holding a kernel that adds 2 where MLX's source adds 1, was not loaded (the output was MLX's 1),
 and the first call took as long with the folder filled as without. Since MLX PR #4273 a custom kernel's module name
 carries a hash of its source, and custom kernels skip MLX's disk cache. ``mx.fast.precompiled_cuda_kernel`` does
 load a cubin compiled here, but its host cost per launch grows by about 0.4 us per KB of cubin (MLX copies and hashes
-the image on every call: ``scripts/precompiled_launch_cost.py``; our kernels' cubins are 11-54 KB, and
+the image on every call: bench/results/h200-precompiled-launch-cost.json; our kernels' cubins are 11-54 KB, and
 ``loop_cuda_splitk``'s 64 launches went 2.96 -> 6.39 ms), which a timing harness cannot add to the kernels it times.
 So a trial pays MLX's compile once per
 (kernel, template) and process, and the planner keeps a round's jobs of one kernel in one process
@@ -24,7 +24,7 @@ What :func:`cuda_kernel` adds to ``mx.fast.cuda_kernel`` (same arguments, same c
   same source, compiled with the probe's options (``min_blocks`` adds ``__launch_bounds__``); the kernel that runs
   is always MLX's own compile, which takes neither.
 
-:func:`prefill` writes a cubin where MLX's disk cache would look; ``scripts/cuda_jit_cost.py`` uses it to check
+:func:`prefill` writes a cubin where MLX's disk cache would look; ``bench/cuda_jit_cost.py`` uses it to check
 whether a later MLX loads such a module again.
 """
 
@@ -242,7 +242,7 @@ def compile_report(directory: Path, module: str, source: str, arch_suffix: str =
 def prefill(directory: Path, module: str, source: str, arch_suffix: str = "") -> None:
     """Compile ``source`` (with :data:`NAME_PLACEHOLDER`) into ``<directory>/<module>.ptx`` with the index MLX's
     disk cache reads (``<module>.txt``: kernel name, tab, symbol), unless it is there. MLX 0.32.4 does not read it
-    for custom kernels (see the module docstring); ``scripts/cuda_jit_cost.py`` checks whether MLX does."""
+    for custom kernels (see the module docstring); ``bench/cuda_jit_cost.py`` checks whether MLX does."""
     ptx = directory / f"{module}.ptx"
     if ptx.is_file():
         return

@@ -17,7 +17,7 @@ into one buffer with no overlap. These variants follow the FlashAttention-2 forw
 Tiles are compile-time: BQ query rows per block, BK keys per chunk, WM m-tiles of 16 rows per warp. WM=1
 keeps Q in registers; WM=2 (``_r32`` variants, FlashAttention-2's layout for head dim 128) re-reads Q from
 shared memory so each K/V fragment feeds two m-tiles. fp16 and bf16 only (the tensor-core input types);
-sm_80 or newer. Measured on the H200: reports/examples/README.md.
+sm_80 or newer. Measured on the H200: bench/results/README.md.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ TILES = ((1, (64, 128), (32, 64)), (2, (64, 128), (32, 64)))
 # is raised above 48 KB at launch): FlashAttention-2's own head-dim-128 forward tile (BQ 128, BK 64, 4 warps of 32
 # rows: 64 KB) and 64-key-deeper chunks (BK 128: half the chunk overheads -- barriers, O rescales -- per key).
 DYNAMIC_TILES = ((1, (64, 128), (128,)), (2, (128,), (64,)))
-# Measured on the H200 (reports/examples/h200-flash-candidates.json, scripts/gpu_flash_bench.py --candidates):
+# Measured on the H200 (bench/results/h200-flash-candidates.json, bench/gpu_flash_bench.py --candidates):
 # FlashAttention-2's tile is the fastest variant at S=8192, D=128 (0.454x SDPA against 0.446x for
 # cuda_mma_bq64_bk64) and slower at S=2048 (0.39x against 0.45x): a variant whose win depends on the shape, so it is
 # registered. The 128-key chunks lose at both (0.36-0.39x) and stay candidates (``--candidates`` registers them).

@@ -65,7 +65,7 @@ Two numbers (METHOD.md), causal B=1, H=32, S=8192, D=128: 4*H*D*S(S+1)/2 = 5.498
 0.070 ms, so the kernel is compute-bound. SDPA takes 1.055 ms (521 TFLOP/s, 81 %); the 0.5x goal is 2.11 ms
 (260 TFLOP/s, 41 % of peak); the best mma.sync kernel takes 2.327 ms (0.454x).
 
-What scripts/cuda_wgmma_gemm_probe.py verifies on the device, one tiny kernel per case (random data, float64
+What bench/cuda_wgmma_gemm_probe.py verifies on the device, one tiny kernel per case (random data, float64
 reference, NaN-poisoned output, each case in its own process so a fault in one does not hide the others):
 
 - a ``a_ss_interleave``: m64n64k16, A and B K-major in shared memory, no swizzle: descriptor fields and the
@@ -87,8 +87,8 @@ reference, NaN-poisoned output, each case in its own process so a fault in one d
 Device commands (one H200; the first shows whether the building blocks hold before the second spends time on
 timing):
 
-    python scripts/cuda_wgmma_gemm_probe.py --out $OUT/wgmma-gemm.json
-    python scripts/gpu_flash_bench.py --candidates --skip-mlx --only cuda_wgmma cuda_mma_bq128_bk64_r32 \\
+    python bench/cuda_wgmma_gemm_probe.py --out $OUT/wgmma-gemm.json
+    python bench/gpu_flash_bench.py --candidates --skip-mlx --only cuda_wgmma cuda_mma_bq128_bk64_r32 \\
         --seq 2048 8192 --dims 128 --out $OUT/flash.json
 
 Where to look first if a case fails: the MN-major descriptor of V (``e_*``: ``e_ss_mn_n128`` passes and its
@@ -111,9 +111,9 @@ warps an SM, 4 blocks of BQ 64 (49 KB each) or 2 of BQ 128 (65 KB): four warpgro
 the others can keep the tensor cores busy (the kernel itself does not overlap them inside a warpgroup). BK 128 at
 168 registers: 12 warps by registers, and BQ 64's 81 KB blocks fit only 2 (8 warps); BQ 128, 1 block (8 warps).
 Measured on the H200 (2026-12-01, MLX 0.32.4, which compiles custom kernels for sm_90a there):
-``scripts/cuda_wgmma_gemm_probe.py`` passes every building block (descriptors, swizzles, fragment maps, the K loop,
-MN-major V) and the four tiles against the float64 causal reference at odd shapes; ``scripts/gpu_flash_bench.py
---candidates`` (causal, B=1, H=32, fp16, reports/examples/h200-flash-wgmma.json) at S=8192, D=128: BQ 128/BK 128
+``bench/cuda_wgmma_gemm_probe.py`` passes every building block (descriptors, swizzles, fragment maps, the K loop,
+MN-major V) and the four tiles against the float64 causal reference at odd shapes; ``bench/gpu_flash_bench.py
+--candidates`` (causal, B=1, H=32, fp16, bench/results/h200-flash-wgmma.json) at S=8192, D=128: BQ 128/BK 128
 1.80 ms, 306 TFLOP/s, 0.585x SDPA (1.05 ms); BQ 64/BK 128 0.533x, BQ 64/BK 64 0.524x, BQ 128/BK 64 0.517x; at
 S=2048: 0.542x, 0.529x, 0.510x, 0.486x (the best mma.sync tile: 0.451x and 0.394x). The BK 128 tiles win, against
 the guess above. :data:`REGISTERED` are the variants of the kernel; ``--candidates`` adds the others. Levers not
@@ -542,7 +542,7 @@ def make_wgmma_variant(BQ: int, BK: int) -> Variant:
 
 
 def wgmma_variants() -> list[Variant]:
-    """Every candidate tile (:data:`REGISTERED` are registered; ``scripts/gpu_flash_bench.py --candidates`` adds
+    """Every candidate tile (:data:`REGISTERED` are registered; ``bench/gpu_flash_bench.py --candidates`` adds
     the rest)."""
     return [make_wgmma_variant(bq, bk) for bq in BQ_CHOICES for bk in BK_CHOICES
             if smem_bytes(bq, bk, max(HEAD_DIMS)) <= WGMMA_SMEM_LIMIT]

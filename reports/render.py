@@ -48,7 +48,6 @@ from harness.core.status import (
     each_test_once,
     is_code_failure,
 )
-from reports import evidence as evidence_pages
 from reports import svg
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -1319,99 +1318,3 @@ def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None
 
 def _plot_id(chip: str, dtype: str, shape_key: str) -> str:
     return hashlib.sha1("\0".join((chip, dtype, shape_key)).encode()).hexdigest()[:10]
-
-
-# --- the site ------------------------------------------------------------------------------------------------------
-
-
-def render_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[str, Any],
-                baselines: dict[str, str], db_label: str, *, matrix: Any = None,
-                histories: Mapping[str, Sequence[Any]] | None = None, regressions: Sequence[Any] = (),
-                last: int | None = None, generated_at: str = "",
-                failing_before: Mapping[str, set[str]] | None = None,
-                noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None = None,
-                checks: Mapping[str, str] | None = None, evidence: Any = None,
-                acks: Mapping[str, Any] | None = None) -> Path:
-    """Write every page into ``out_dir``; returns the index path.
-
-    ``latest``: chip key -> the shown ``RunView`` (with jobs) or None: the chip's newest run, its jobs completed
-    from older runs (each such job's ``from_run`` names its run; ``harness.render.site``); ``matrix``: a
-    ``VariantMatrix``;
-    ``histories``: chip key -> its ``SeriesHistory`` list; ``regressions``: ``RegressionEvidence`` records,
-    correctness failures first; ``last``: the histories and regressions cover each chip's last N commits only;
-    ``failing_before``: chip key -> the job keys that failed correctness in the run before its latest (a failing
-    test not among them is shown as new); ``noise``: chip key -> (kernel, variant, dtype, shape_key) -> that
-    series' noise meter (``NoiseRow``: between trials, between runs, detectable change); ``checks``: correctness
-    check name -> what it verifies, in one line; ``evidence``: commit links, run ids, compare and samples pages
-    (``harness.render.site.Evidence``, see ``reports.evidence``; None: plain shas, no such pages).
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    env = environment()
-    css = (STATIC / "report.css").read_text(encoding="utf-8")
-    regressions = list(regressions)
-    pages = history_pages(histories or {}, regressions, baselines)  # per (kernel, chip), and per kernel
-    common = {"css": css, "db_label": db_label, "generated_at": generated_at, "last": last,
-              "history_names": {page.name for page in pages}}
-    pages_of_chip: dict[str, list[HistoryPage]] = defaultdict(list)
-    for page in pages:
-        pages_of_chip[page.chip].append(page)
-    regs_of_chip: dict[str, list[tuple[int, Any]]] = defaultdict(list)
-    for i, reg in enumerate(regressions):
-        regs_of_chip[reg.chip].append((i, reg))
-    matrix_chips, rows = matrix_rows(matrix)
-
-    def write(name: str, template: str, **context: Any) -> Path:
-        path = out / name
-        path.write_text(env.get_template(template).render(**common, **context), encoding="utf-8")
-        return path
-
-    # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
-    found = evidence_pages.links(evidence)
-    env.globals.update(commit_ref=found.commit_ref, web_link=found.web_link, run_ids=found.run_ids)
-    env.filters.update(pct_change=evidence_pages.change, pct=evidence_pages.percent,
-                       noise_text=evidence_pages.noise_text)
-    common["evidence"] = found
-    evidence_pages.write_pages(write, found)
-    # --- end of the evidence path
-
-    summary = {}
-    for chip in chips:
-        run = latest.get(chip["key"])
-        jobs = run.jobs if run else []
-        chip_regs = regs_of_chip.get(chip["key"], [])
-        at_latest = [(i, r) for i, r in chip_regs if run and r.head_sha == run.sha]
-        summary[chip["key"]] = {"correctness": correctness_counts(jobs), "regressions": at_latest,
-                                "all_regressions": chip_regs}
-        verdicts = {(c.kernel, c.dtype, c.shape_key, c.variant): c for c in (matrix.cells if matrix else ())
-                    if c.chip == chip["key"]}
-        winners = {(b.kernel, b.dtype, b.shape_key): b.variant for b in (matrix.best if matrix else ())
-                   if b.chip == chip["key"] and b.evidence is not None}
-        write(chip_page_name(chip["key"]), "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
-              verdicts=verdicts, winners=winners, checks=checks or {},
-              correctness_tables=correctness_tables(jobs, baselines), cell_title=cell_title,
-              correctness=[j for j in jobs if j["kind"] == "correctness"],
-              failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
-              benchmarks=[j for j in jobs if j["kind"] == "benchmark" and j["status"] != "skipped"],
-              skipped_benchmarks=skipped_groups(jobs),
-              noise=(noise or {}).get(chip["key"], {}),
-              calibration=[j for j in jobs if j["kind"] == "calibration"],
-              variant_rows=variant_rows(jobs, baselines), history_pages=pages_of_chip.get(chip["key"], []),
-              views=chip_views(jobs, run.peak_flops if run else None, run.peak_bytes_per_s if run else None,
-                               baselines),
-              selections=test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
-              sources=run_sources(jobs),
-              failing_tests=failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))
-    for page in pages:
-        write(page.name, "history.html.j2", page=page, legend=svg.legend(), max_points=MAX_PLOT_POINTS)
-    write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
-          rollup=variant_rollup(matrix))
-    context = regressions_context(regressions, acks, found.commit_urls)
-    write("regressions.html", "regressions.html.j2", **context)
-    write("regressions.atom", "regressions.atom.j2", **context)
-    kernels = sorted({page.kernel for page in pages})
-    page_names = {(page.kernel, page.chip): page for page in pages}
-    return write("index.html", "index.html.j2", chips=chips, latest=latest, summary=summary, kernels=kernels,
-                 history=page_names, n_regressions=len(regressions),
-                 n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
-                 n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows))

@@ -41,7 +41,7 @@ grid.cpu = {{B = [1], H = [1], S = [32], D = [32]}}
 
 
 # Two variants of one small benchmark, 10 samples a trial: what a null pair of `harness run`s of one commit measures
-# (tests/cli/test_compare_cli.py, scripts/runs_null_under_load.py).
+# (tests/cli/test_compare_cli.py, bench/runs_null_under_load.py).
 NOISE_SUITE = """
 [suite]
 name = "noise"
@@ -114,7 +114,7 @@ def rows(db: Path, sql: str) -> list[tuple]:
 
 
 # A repository of one numpy benchmark (a "function" target): what `harness compare --ab` measures in tests and in
-# scripts/ab_null_under_load.py. ``sort_repeats`` sets how much work a commit does.
+# bench/ab_null_under_load.py. ``sort_repeats`` sets how much work a commit does.
 AB_PACKAGE = """import numpy as np
 
 

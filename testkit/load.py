@@ -1,5 +1,5 @@
 """Background CPU load that switches on and off at random, as on a shared CI runner (for scripts that measure how
-verdicts hold up under load: scripts/validate_stats.py --cpu-load, scripts/ab_null_under_load.py)."""
+verdicts hold up under load: tools/validate_stats.py --cpu-load, bench/ab_null_under_load.py)."""
 
 from __future__ import annotations
 

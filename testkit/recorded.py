@@ -1,4 +1,5 @@
-"""Recorded runs from reports/examples, read as a user reads them: bundles imported and verbs run by the CLI."""
+"""Recorded runs (reports/examples/, tests/data/recorded/), read as a user reads them: bundles imported and verbs
+run by the CLI."""
 
 from __future__ import annotations
 
@@ -8,16 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from testkit.e2e import harness
-from testkit.paths import ROOT
-
-EXAMPLES = ROOT / "reports" / "examples"
+from testkit.paths import recorded
 
 
 def import_examples(folder: Path, bundles: Iterable[str], name: str = "recorded.db") -> str:
-    """A fresh SQLite database in ``folder`` holding the named bundles of reports/examples; its URL."""
+    """A fresh SQLite database in ``folder`` holding the named recorded bundles; its URL."""
     db = f"sqlite:///{folder / name}"
     for bundle in bundles:
-        done = harness("import", "--db", db, str(EXAMPLES / bundle), cwd=folder)
+        done = harness("import", "--db", db, str(recorded(bundle)), cwd=folder)
         assert done.returncode == 0, done.stderr[-2000:]
     return db
 
@@ -40,7 +39,7 @@ def scaled_bundle(source: str, target: Path, variant: str, factor: float) -> Pat
     import gzip
     import hashlib
 
-    with gzip.open(EXAMPLES / source, "rb") as raw:
+    with gzip.open(recorded(source), "rb") as raw:
         header_line, *lines = raw.read().split(b"\n")
     payload = []
     for line in lines:

@@ -107,7 +107,7 @@ two bounds it ends with are the most extreme of the probes made: they are re-cla
 needed (within ``max_runs``).  The asymmetry follows the interference argument: only a slow verdict can be
 manufactured by a loaded run, and a wrong culprit from loads needs every kept run of the culprit loaded alike.
 
-What it buys (``scripts/bench_bisect.py --noisy-positions 200``: 1,024 commits, 3 trials of 10 samples per run,
+What it buys (``bench/bench_bisect.py --noisy-positions 200``: 1,024 commits, 3 trials of 10 samples per run,
 the defaults).  Quiet machine (2 % noise within a process, a +10 % step): every culprit exact, 10 rounds serial
 (5 with 4 probes per round), 20 runs per bisection where the old rule took 12 (the endpoints' and the bounds'
 extra runs).  Shared runner (between-run sd 4-10 %, 10 % of the runs loaded x1.5-3), 200 bisections each, serial

@@ -9,7 +9,7 @@ time on the device's clock (plus the stamp's own launch, which the caller cancel
 ``k``). The host's issue time is returned too: if it was not well inside the hold, some calls were queued after the
 hold had ended, and the span is not the device's alone.
 
-Measured on an NVIDIA H200 (MLX 0.32.4, ``scripts/device_clock_probe.py``, five fresh processes each, 15 samples of
+Measured on an NVIDIA H200 (MLX 0.32.4, ``bench/device_clock_probe.py``, five fresh processes each, 15 samples of
 the slope between 4 and 12 calls): causal SDPA S=1024 H=16 D=128 fp16 22.53-22.74 us a call (within a process
 0.2-0.6 %), pipelined 28.0-37.2 us in the same processes (host-paced); with 5 % more keys 24.60-24.70 us (+8.5 %,
 pipelined 33.2-38.6); S=2048 H=32 87.16-87.73 us (pipelined 92.2-92.8, device-paced), with 5 % more keys

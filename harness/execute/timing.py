@@ -22,7 +22,7 @@ launches queued at once are the suspect). Hence the default mode ``auto``: after
 calibrates both modes and times :data:`PILOT_SAMPLES` short interleaved samples in each; pipelined is used unless
 its relative spread is more than :data:`SPREAD_RATIO` times the per-call one *and* above :data:`SPREAD_FLOOR`
 (:func:`choose_mode`). The pilot sees only the spread within one process; the spread between processes shows only
-across trials (``scripts/timing_spread.py`` reports both). When a call is long (fewer than :data:`PILOT_MIN_INNER`
+across trials (``bench/timing_spread.py`` reports both). When a call is long (fewer than :data:`PILOT_MIN_INNER`
 pipelined calls fill a sample: over 2.5 ms at the default ``min_sample_s``) a round trip is small against it and
 the pilot is skipped (pipelined); otherwise it costs the two calibrations (about 1.2 ``min_sample_s`` each) plus
 2 x :data:`PILOT_SAMPLES` samples of a quarter ``min_sample_s``: about 0.1-0.15 s at the default 0.02 s. The mode

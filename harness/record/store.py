@@ -142,7 +142,7 @@ def _check_sqlite_results(url: str) -> None:
 SQLITE_MMAP_BYTES = 1 << 31
 """How much of a SQLite file is read through a memory map (SQLite caps it at its build's limit, 2 GB by default):
 without one, every page read is a ``pread`` call -- a report on a long history reads ~190,000 pages, ~1 s of system
-time (measured by ``scripts/bench_report.py``). Nothing here shrinks a file while it is open (no VACUUM)."""
+time (measured by ``tools/bench_report.py``). Nothing here shrinks a file while it is open (no VACUUM)."""
 
 
 def _sqlite_pragmas(engine: Engine) -> None:

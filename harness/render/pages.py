@@ -1,8 +1,7 @@
 """The report site written page by page: a page whose inputs did not change since the last build into the same
 folder is not drawn or written again.
 
-``write_site`` makes the same files as ``reports.render.render_site`` from the same inputs, byte for byte (a test
-holds the two to that), but decides per page whether it must be rendered:
+``write_site`` is the one site writer: it decides per page whether it must be rendered:
 
 - always rendered: ``index.html``, the chip pages, ``variants.html`` and ``regressions.html`` (a handful of pages,
   each reading most of the site's data);
@@ -36,10 +35,9 @@ fingerprint is the one recorded and its file is still the file written then (a p
 or rewritten by a build that did not finish or by ``--no-cache``, is rendered again). The manifest is stored at the
 end of a build; a page the previous build wrote that this build does not make (the compare and samples pages of a
 chip's previous run, a history page of a kernel no longer measured) is deleted, so nothing stale lingers; files no
-manifest listed (a build from before manifests, anything else in the folder) are left alone, as
-``render_site`` leaves them. ``incremental=False`` (``harness report --no-cache``) renders every page, deletes the
-pages the manifest listed and not made again, and removes the manifest: nothing is stored, and the next build
-renders everything.
+manifest listed (a build from before manifests, anything else in the folder) are left alone. ``incremental=False``
+(``harness report --no-cache``) renders every page, deletes the pages the manifest listed and not made again, and
+removes the manifest: nothing is stored, and the next build renders everything.
 """
 
 from __future__ import annotations
@@ -694,7 +692,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                manifests: SiteManifests | None = None, incremental: bool = True,
                stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None,
                early: EvidencePages | None = None, acks: Mapping[str, Any] | None = None) -> Path:
-    """``reports.render.render_site`` (same arguments, same files); returns the index path. With ``manifests``, the
+    """Write every page into ``out_dir``; returns the index path. With ``manifests``, the
     folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
     and this one does not make are deleted. Without, every page is rendered and nothing read or stored. ``stats``

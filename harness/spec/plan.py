@@ -118,7 +118,7 @@ def compile_group(job: Job) -> tuple[str, ...]:
     """The jobs that can share compiled kernels in one process: one (kernel, variant, dtype).
 
     A source variant (``mx.fast.cuda_kernel``) is compiled by NVRTC once per process and template, and MLX 0.32.4
-    caches nothing across processes (reports/examples/README.md: 1.4-2.7 s per kernel, in every process), so a
+    caches nothing across processes (bench/results/README.md: 1.4-2.7 s per kernel, in every process), so a
     round runs each group's jobs next to each other, in one process where they fit (``execute.local.batches``)."""
     return tuple(str(getattr(job, field, "")) for field in ("kernel", "variant", "dtype"))
 

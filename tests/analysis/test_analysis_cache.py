@@ -228,14 +228,14 @@ def test_the_chips_of_a_full_analysis_are_computed_in_processes_of_their_own(db,
 
     build(db)
     pids = tmp_path / "pids"
-    compute = cache._analyse_chip
+    compute = cache.chips._analyse_chip
 
     def recorded(store, chip, read, options):  # noqa: ANN001, ANN202 - the function's own
         with pids.open("a") as out:
             out.write(f"{chip} {os.getpid()}\n")
         return compute(store, chip, read, options)
 
-    monkeypatch.setattr(cache, "_analyse_chip", recorded)
+    monkeypatch.setattr(cache.chips, "_analyse_chip", recorded)
     monkeypatch.setattr(fork, "can_fork", lambda: True)
     found = assert_same_as_uncached(db)  # cold: both chips computed, each in its own process
     assert found.cells == {"chip-a": (0, 12), "chip-b": (0, 12)} and found.write_errors == 0
@@ -249,7 +249,7 @@ def test_the_chips_of_a_full_analysis_are_computed_in_processes_of_their_own(db,
         return compute(store, chip, read, options)
 
     parent = os.getpid()
-    monkeypatch.setattr(cache, "_analyse_chip", fails_in_a_child)
+    monkeypatch.setattr(cache.chips, "_analyse_chip", fails_in_a_child)
     analysis_cache.clear(db)
     assert_same_as_uncached(db)
     assert "analysis of chip-b: its process failed (RuntimeError: no analysis there); analysed here" in caplog.text
@@ -301,8 +301,8 @@ def test_a_chip_none_of_whose_runs_changed_is_reused_whole(db, monkeypatch):
     finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9)), minutes=200))
     plain = analysed(db, use_cache=False)[:2]
     loads = []
-    real = cache._load_cells
-    monkeypatch.setattr(cache, "_load_cells", lambda store, chip, *a, **k: loads.append(chip) or real(
+    real = cache.cells.load_cells
+    monkeypatch.setattr(cache.chips, "load_cells", lambda store, chip, *a, **k: loads.append(chip) or real(
         store, chip, *a, **k))
     histories, regressions, found = analysed(db)
     assert (histories, regressions) == plain
@@ -523,7 +523,7 @@ def test_the_code_version_covers_the_compiled_search_and_the_distributions():
     from harness.analysis import segment_search
     from harness.core import distributions
 
-    assert segment_search in cache._SOURCES and distributions in cache._SOURCES
+    assert segment_search in cache.common._SOURCES and distributions in cache.common._SOURCES
 
 
 def _job_ids_summed(db: store.Store) -> dict[str, tuple[int, int, int, int]]:
@@ -621,9 +621,9 @@ def test_the_compiled_search_loads_while_the_stored_chips_are_read(db, monkeypat
     finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9)), minutes=200))
     plain = analysed(db, use_cache=False)[:2]
     order: list[str] = []
-    warm_up, stored = segment_search.warm_up_in_background, cache._stored_chip
+    warm_up, stored = segment_search.warm_up_in_background, cache.chips._stored_chip
     monkeypatch.setattr(segment_search, "warm_up_in_background", lambda: order.append("warm-up") or warm_up())
-    monkeypatch.setattr(cache, "_stored_chip", lambda store, chip, *a: order.append(f"read {chip}") or stored(
+    monkeypatch.setattr(cache.chips, "_stored_chip", lambda store, chip, *a: order.append(f"read {chip}") or stored(
         store, chip, *a))
     threads = threading.active_count()
     assert analysed(db)[:2] == plain
@@ -687,13 +687,13 @@ def test_the_reports_analysis_stores_its_cache_rows_after_its_history_pages(db, 
     site.build_report(db, tmp_path / "site")
     finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
     events = tmp_path / "events"
-    flush, render = cache._flush, render_pages.HistoryPages.render
+    flush, render = cache.common.flush, render_pages.HistoryPages.render
 
     def noted(what: str):  # noqa: ANN202
         with events.open("a") as out:
             out.write(f"{what} {os.getpid()}\n")
 
-    monkeypatch.setattr(cache, "_flush", lambda store, chip, *a: noted(f"rows {chip}") or flush(store, chip, *a))
+    monkeypatch.setattr(cache.chips, "flush", lambda store, chip, *a: noted(f"rows {chip}") or flush(store, chip, *a))
     monkeypatch.setattr(render_pages.HistoryPages, "render", lambda self: (render(self), noted("pages"))[0])
     site.build_report(db, tmp_path / "site")
     lines = [line.split() for line in events.read_text().splitlines()]

@@ -94,7 +94,7 @@ def test_a_stored_row_holds_every_measured_value_exactly(db):
         variants._presence(db, None, variants.default_variants()), variants.default_variants(), pooled=False).items()
         if cell[4] == "chip-a"}
     keys, measured = variants.measure_cells(db, "chip-a", cells, variants.default_variants())
-    found = cache._measured_in(cache._measured_out(keys, measured))
+    found = cache.pages._measured_in(cache.pages._measured_out(keys, measured))
     assert found is not None and found[0] == keys and keys
     for name in ("trials_base", "trials_head", "samples_base", "samples_head", "df", "effect", "variance"):
         assert np.array_equal(getattr(found[1], name), getattr(measured, name), equal_nan=True), name

@@ -1,4 +1,4 @@
-"""scripts/bench_report.py times `harness report --timings` as a user runs it, before and after a new run (a tiny
+"""tools/bench_report.py times `harness report --timings` as a user runs it, before and after a new run (a tiny
 history: the figures themselves are the script's to print, not a test's to assert), and the command says where
 the time went and what its caches reused."""
 
@@ -12,7 +12,7 @@ from testkit.paths import ROOT
 
 def test_bench_report_times_the_cli_and_the_cli_reports_its_phases_and_cache(tmp_path):
     db = tmp_path / "b.db"
-    done = subprocess.run([sys.executable, "scripts/bench_report.py", "--commits", "12", "--chips", "2", "--series",
+    done = subprocess.run([sys.executable, "tools/bench_report.py", "--commits", "12", "--chips", "2", "--series",
                            "6", "--samples", "4", "--asv", "", "--db", str(db), "--keep-db", "--out",
                            str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

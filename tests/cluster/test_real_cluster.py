@@ -28,7 +28,7 @@ from testkit.ray import (
 )
 
 # Whole clusters of real processes on fixed loopback ports: they run alone, after the parallel suite
-# (scripts/test.sh), so no other test's Ray cluster can take a port or a Jobs API they use.
+# (tools/test.sh), so no other test's Ray cluster can take a port or a Jobs API they use.
 pytestmark = pytest.mark.exclusive
 
 

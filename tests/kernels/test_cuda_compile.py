@@ -1,7 +1,7 @@
 """CUDA source kernels through MLX's own compile, and the report compile for probes (kernels/cuda_compile.py), with a
 stand-in for NVRTC and for MLX's launch.
 
-The real compile and launch need a CUDA GPU: on the H200, scripts/cuda_jit_cost.py measured that MLX 0.32.4 compiles
+The real compile and launch need a CUDA GPU: on the H200, bench/cuda_jit_cost.py measured that MLX 0.32.4 compiles
 a custom kernel in every process and does not load one prefilled on disk. Here: the source the report compile builds,
 MLX's module names, the names MLX sees, the files written, and what happens without NVRTC.
 """
@@ -115,7 +115,7 @@ def test_the_folder_of_mlxs_disk_cache(monkeypatch, tmp_path):
 
 
 def test_prefill_writes_the_module_and_the_index_mlxs_disk_cache_reads_once(fake_nvrtc, tmp_path):
-    """What scripts/cuda_jit_cost.py's proof puts where MLX's disk cache looks."""
+    """What bench/cuda_jit_cost.py's proof puts where MLX's disk cache looks."""
     source = kernel_source("", "    out[0] = 1;", [], [("out", "float32")], [])
     cuda_compile.prefill(tmp_path, "custom_kernel_k_0123_64", source)
     cuda_compile.prefill(tmp_path, "custom_kernel_k_0123_64", source)  # as another process: the file is there

@@ -2,7 +2,7 @@
 
 They only run where MLX has a CUDA device. Here (CPU backend) they must register, fit the static shared
 memory, be skipped with the reason, and refuse bad shapes before any kernel launch. What they compute on a
-real H200 is checked on the recorded outputs of that machine (reports/examples/).
+real H200 is checked on the recorded outputs of that machine (tests/data/recorded/).
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import mlx.core as mx
 import pytest
 
 from kernels import REGISTRY, flash_cuda, flash_cuda_mma
-from testkit.paths import ROOT
+from testkit.paths import BENCH, RECORDED
 
 KERNEL = REGISTRY["flash_prefill"]
-EXAMPLES = ROOT / "reports" / "examples"
 FAMILIES = {
     "wmma": (flash_cuda.cuda_variants, flash_cuda.smem_bytes, flash_cuda.flash_attention_cuda, "cuda_bq"),
     "mma": (flash_cuda_mma.mma_variants, flash_cuda_mma.smem_bytes, flash_cuda_mma.flash_attention_mma,
@@ -113,12 +112,12 @@ def test_bad_shapes_are_refused_before_launch(family, q_shape, kv_shape, BQ, BK,
 
 # ----------------------------------------------------------------------------- recorded on the H200
 
-H200_FLASH_BUNDLE = EXAMPLES / "h200-88a6d6f-flash.bundle"
+H200_FLASH_BUNDLE = RECORDED / "h200-88a6d6f-flash.bundle"
 
 
 @pytest.fixture(scope="module")
 def h200_flash(tmp_path_factory):
-    """The flash slice of the built-in suite as run on the lent H200 at 88a6d6f (reports/examples/README.md)."""
+    """The flash slice of the built-in suite as run on the lent H200 at 88a6d6f (bench/results/README.md)."""
     from harness.record.bundle import import_bundle
     from harness.record.outbox import open_store
 
@@ -168,12 +167,12 @@ def test_on_the_h200_the_mma_kernels_beat_the_wmma_kernels_at_every_benchmarked_
 
 
 def test_the_recorded_runs_suite_is_the_flash_slice_of_the_builtin_suite(tmp_path):
-    """scripts/flash_suite.py (how the bundle above was produced) still yields a valid suite of the flash jobs."""
+    """bench/flash_suite.py (how the bundle above was produced) still yields a valid suite of the flash jobs."""
     import runpy
 
     from harness.spec.suite import load_suite
 
-    script = runpy.run_path(str(EXAMPLES.parent.parent / "scripts" / "flash_suite.py"))
+    script = runpy.run_path(str(BENCH / "flash_suite.py"))
     path = tmp_path / "flash.toml"
     path.write_text(script["flash_suite"](script["BUILTIN"].read_text()))
     suite = load_suite(path)

@@ -11,8 +11,8 @@ The last part uses an emulator of how ``wgmma`` reads a shared-memory operand, w
 "Canonical Layouts" table (section 9.7.15.5.1.2, in units of T = 8 16-bit elements) and its "Matrix Descriptor
 Format", independently of the kernel's own layout functions: it decodes a descriptor, walks the canonical layout,
 applies Swizzle<B,4,3> to the address, and must read back exactly the logical matrix the kernel stored. It is only
-as right as our reading of that table; the device probe (scripts/cuda_wgmma_gemm_probe.py) settled it on the H200
-(every case passes; reports/examples/h200-wgmma-gemm.json).
+as right as our reading of that table; the device probe (bench/cuda_wgmma_gemm_probe.py) settled it on the H200
+(every case passes; tests/data/recorded/h200-wgmma-gemm.json).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import pytest
 from kernels import REGISTRY, flash_cuda
 from kernels import flash_cuda_wgmma as wg
 from testkit.cuda import nvcc
-from testkit.paths import ROOT
+from testkit.paths import BENCH, ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(BENCH))
 import cuda_wgmma_gemm_probe as probe  # noqa: E402
 
 KERNEL = REGISTRY["flash_prefill"]
@@ -48,9 +48,9 @@ def test_variants_are_named_by_their_tiles_and_the_measured_best_are_registered(
         assert variant.name == f"cuda_wgmma_bq{variant.params['BQ']}_bk{variant.params['BK']}"
         assert variant.backend == "cuda" and variant.dtypes == ("float16", "bfloat16")
         assert variant.params["BQ"] % 64 == 0 and variant.params["BK"] in wg.WGMMA_N
-    # the registered ones are the kernel's own; scripts/gpu_flash_bench.py --candidates adds the rest
+    # the registered ones are the kernel's own; bench/gpu_flash_bench.py --candidates adds the rest
     assert set(names) & set(KERNEL.variants) == set(wg.REGISTERED) == {"cuda_wgmma_bq128_bk128", "cuda_wgmma_bq64_bk64"}
-    assert "flash_cuda_wgmma.wgmma_variants()" in (ROOT / "scripts" / "gpu_flash_bench.py").read_text()
+    assert "flash_cuda_wgmma.wgmma_variants()" in (BENCH / "gpu_flash_bench.py").read_text()
     builtin = (ROOT / "jobs" / "builtin.toml").read_text()
     assert all(f'"{name}"' in builtin for name in wg.REGISTERED)  # timed in the built-in GPU grid
 

@@ -18,7 +18,7 @@ from kernels import quant_decode as qd
 from kernels import quant_decode_cuda as qdc
 from kernels.flash_cuda import STATIC_SMEM_LIMIT
 from testkit import cuda_emulator
-from testkit.paths import ROOT
+from testkit.paths import recorded
 
 SINGLE = REGISTRY["quant_decode"]
 LAYERS = REGISTRY["quant_decode_layers"]
@@ -151,7 +151,7 @@ def h200_jobs(request, tmp_path_factory):
 
     db = open_store(f"sqlite:///{tmp_path_factory.mktemp('h200') / 'h200.db'}")
     try:
-        import_bundle(db, ROOT / "reports" / "examples" / request.param)
+        import_bundle(db, recorded(request.param))
         with db.session() as session:
             jobs = session.scalars(select(JobRecord).where(JobRecord.kernel.in_(("quant_decode",
                                                                                  "quant_decode_layers")))).all()

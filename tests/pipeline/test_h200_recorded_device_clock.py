@@ -1,5 +1,5 @@
 """The planted slowdown recorded on the H200 in timing mode ``device`` (harness/execute/device_clock.py): two runs
-of scripts/h200_trials/planted_device.toml at commit d95cacf (reports/examples/h200-planted-device-{base,head}.bundle,
+of bench/h200_trials/planted_device.toml at commit d95cacf (tests/data/recorded/h200-planted-device-{base,head}.bundle,
 identical code, 3 trials each), 123.6 / 124.6 s pipelined before, 113.4 / 110.3 s here.
 
 The same 24 cells as planted_gpu.toml: sdpa_keys5 (5 % more keys in one launch) and sdpa_twin against sdpa, at

@@ -1,6 +1,6 @@
 """Fresh null pairs recorded on the H200: `harness compare` of two runs of identical kernels, as a user runs it.
 
-- reports/examples/h200-2d82df7.bundle (the whole built-in suite, 3 trials) and h200-trial-cost-r3-e5bd9ab.bundle
+- tests/data/recorded/h200-2d82df7.bundle (the whole built-in suite, 3 trials) and h200-trial-cost-r3-e5bd9ab.bundle
   (its benchmark sections, 3 trials, 9 minutes later), at two commits whose kernels are identical (e5bd9ab only adds
   scripts);
 - h200-3c1c045.bundle (the whole built-in suite, 3 trials) and h200-trial-cost-r3-3c1c045.bundle (its benchmark
@@ -25,9 +25,8 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from testkit.e2e import harness
-from testkit.paths import ROOT
+from testkit.paths import recorded
 
-EXAMPLES = ROOT / "reports" / "examples"
 # (base bundle, head bundle, base ref, head ref, series, series with fewer than 3 trials on a side)
 PAIRS = [
     ("h200-2d82df7.bundle", "h200-trial-cost-r3-e5bd9ab.bundle", "2d82df7", "e5bd9ab", 233, 0),
@@ -46,7 +45,7 @@ def test_two_h200_runs_of_identical_kernels_flag_nothing_and_leave_few_inconclus
         tmp_path, base_bundle, head_bundle, base, head, series, short):
     db = f"sqlite:///{tmp_path / 'null.db'}"
     for bundle in (base_bundle, head_bundle):
-        assert harness("import", "--db", db, str(EXAMPLES / bundle), cwd=tmp_path).returncode == 0
+        assert harness("import", "--db", db, str(recorded(bundle)), cwd=tmp_path).returncode == 0
     done = harness("compare", base, head, "--db", db, "--format", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)

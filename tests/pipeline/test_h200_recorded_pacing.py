@@ -1,5 +1,5 @@
 """The planted slowdown recorded again on the H200 with each job's backlog (harness.core.pacing): two runs of
-scripts/h200_trials/planted_gpu.toml at commit 719f91e (reports/examples/h200-planted-paced-{base,head}.bundle,
+bench/h200_trials/planted_gpu.toml at commit 719f91e (tests/data/recorded/h200-planted-paced-{base,head}.bundle,
 identical code, 3 trials each).
 
 sdpa_keys5 is SDPA over 5 % more keys in the same single launch, sdpa_twin SDPA under another name. The recorded

@@ -1,7 +1,7 @@
-"""A planted slowdown recorded on the H200: `harness variants` over two runs of scripts/h200_trials/planted_gpu.toml.
+"""A planted slowdown recorded on the H200: `harness variants` over two runs of bench/h200_trials/planted_gpu.toml.
 
 sdpa_keys5 is SDPA over 5 % more keys in the same single launch (a real ~5 % slowdown of the same kernel),
-sdpa_twin is SDPA under another name (a null). Each run (reports/examples/h200-planted-gpu-{base,head}.bundle, two
+sdpa_twin is SDPA under another name (a null). Each run (tests/data/recorded/h200-planted-gpu-{base,head}.bundle, two
 commits of identical code, 3 trials each) times them interleaved with sdpa at 16 GPU-bound shapes (S 4096/8192,
 0.1-2 ms a call) and 8 short ones (S 1024/2048, 25-160 us). The goal: the planted loss found in at least 90 % of the
 GPU-bound cells, and the twin never called a winner or a loser.

@@ -1,4 +1,4 @@
-"""The wgmma flash tiles on the H200 (reports/examples/h200-flash-wgmma-02c5f44.bundle: scripts/h200_trials/
+"""The wgmma flash tiles on the H200 (tests/data/recorded/h200-flash-wgmma-02c5f44.bundle: bench/h200_trials/
 flash_wgmma.toml, one run): their boundary and masking checks in float16 and bfloat16, and the harness's own verdict
 of their speed against SDPA, read as a user reads them (`harness import`, `harness variants`)."""
 
@@ -8,9 +8,9 @@ import json
 import sqlite3
 
 from testkit.e2e import harness
-from testkit.paths import ROOT
+from testkit.paths import EXAMPLES, RECORDED
 
-BUNDLE = ROOT / "reports" / "examples" / "h200-flash-wgmma-02c5f44.bundle"
+BUNDLE = RECORDED / "h200-flash-wgmma-02c5f44.bundle"
 WGMMA = ("cuda_wgmma_bq64_bk64", "cuda_wgmma_bq128_bk128")
 
 
@@ -37,7 +37,7 @@ def test_the_wgmma_tiles_pass_their_checks_and_reach_half_of_sdpa_at_s8192_d128(
 def test_in_the_full_built_in_run_the_wgmma_tiles_pass_and_the_best_stays_above_half_of_sdpa(tmp_path):
     """h200-3c1c045.bundle: the whole built-in suite at the commit that closed the kernel work (one run, 3 trials)."""
     db = f"sqlite:///{tmp_path / 'full.db'}"
-    assert harness("import", "--db", db, str(ROOT / "reports" / "examples" / "h200-3c1c045.bundle"),
+    assert harness("import", "--db", db, str(EXAMPLES / "h200-3c1c045.bundle"),
                    cwd=tmp_path).returncode == 0
     with sqlite3.connect(tmp_path / "full.db") as con:
         checks = con.execute("SELECT variant, dtype, status FROM job WHERE kind = 'correctness' AND variant IN (?, ?)",

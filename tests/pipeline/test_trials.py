@@ -251,7 +251,7 @@ def test_a_trial_appended_to_a_stored_job_shows_in_the_chip_history_read_before_
 
 
 def test_a_round_keeps_each_kernel_variants_jobs_together_and_one_process_compiles_it_once():
-    """MLX compiles a source kernel in every process (reports/examples/README.md): a round plans a (kernel, variant,
+    """MLX compiles a source kernel in every process (bench/results/README.md): a round plans a (kernel, variant,
     dtype)'s shapes next to each other, and a batch never splits them when they fit in one process."""
     jobs = [bench(variant, n) for variant in ("ok", "slow", "other") for n in range(1, 5)]
     planned = plan_trials(jobs, seed=3)

@@ -18,7 +18,7 @@ from harness.record.models import JobRecord, Sample, TrialSummary
 from testkit.analysis import add_run, bench_job, grid_results
 from testkit.migrations import downgraded
 
-SAMPLES_BELOW = MIN_TRIALS_FOR_CI  # as the analysis cache asks (harness.analysis.cache._load_cells)
+SAMPLES_BELOW = MIN_TRIALS_FOR_CI  # as the analysis cache asks (harness.analysis.cache.cells.load_cells)
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def assert_same_cells(db, chip: str = "chip-a") -> None:
     for name in ("counts", "trial_counts", "trial_offsets", "trial_sizes", "trial_runs"):
         np.testing.assert_array_equal(getattr(plain, name), getattr(summed, name), err_msg=name)
     assert plain.trial_medians().tobytes() == summed.trial_medians().tobytes()
-    expected, got = cache._commit_cells(plain, plain_jobs), cache._commit_cells(summed, summed_jobs)
+    expected, got = cache.cells.commit_cells(plain, plain_jobs), cache.cells.commit_cells(summed, summed_jobs)
     assert expected.keys() == got.keys()
     for commit_id, cells in expected.items():
         assert got[commit_id].series == cells.series and got[commit_id].digest == cells.digest

@@ -10,13 +10,13 @@ from datetime import datetime, timedelta
 
 from harness.analysis.records import ChangeFlag, HistoryPoint, RegressionEvidence, SeriesHistory
 from harness.record.query import SeriesKey
+from harness.render.pages import write_site
 from reports.render import (
     COMMIT_AXIS_TITLE,
     commit_anchor,
     history_page_name,
     history_pages,
     kernel_history_page_name,
-    render_site,
 )
 from reports.svg import PALETTE, Series, log_ticks, overlay_plot, pick_unit
 
@@ -152,7 +152,7 @@ def test_a_single_point_series_is_an_error_bar_not_a_band_and_says_1_commit(tmp_
     assert len(set(xs)) == 3 and 300 < min(xs) < max(xs) < 420
     chip = {"key": CHIPS[0], "backend": "cuda", "device_name": "H200", "architecture": "sm_90", "gpu_cores": None,
             "memory_bytes": None, "record": {"os": "Linux", "mlx_version": "0.32"}}
-    render_site(tmp_path, [chip], {CHIPS[0]: None}, {}, "sqlite:///x.db", histories=single)
+    write_site(tmp_path, [chip], {CHIPS[0]: None}, {}, "sqlite:///x.db", histories=single)
     html = (tmp_path / history_page_name("flash_prefill", CHIPS[0])).read_text()
     assert "1 commit" in html and "1 commits" not in html
 

@@ -25,7 +25,7 @@ from harness.record.outbox import open_store
 from harness.render import pages, site
 from harness.render.site import build_report
 from reports.evidence import compare_page_name
-from reports.render import chip_page_name, history_page_name, kernel_history_page_name, render_site
+from reports.render import chip_page_name, history_page_name, kernel_history_page_name
 from tests.render.test_compare_page import APPLE, NVIDIA, SHAS, add_run, build_store
 
 URL_TEMPLATE = "https://git.example.com/kernels/commit/{sha}"
@@ -201,20 +201,6 @@ def test_a_page_the_manifest_never_listed_is_left_alone(store, tmp_path):
     add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
     build(store, out)
     assert (out / "notes.html").read_text(encoding="utf-8") == "mine"
-
-
-def test_write_site_equals_render_site(store, tmp_path):
-    """The incremental writer makes ``reports.render.render_site``'s files from the same inputs, byte for byte."""
-    data = site.load_site(store, change_points=False)
-    data.evidence = site.load_evidence(store, data.latest, data.regressions, commit_url=URL_TEMPLATE)
-    arguments = (data.chips, data.latest, data.baselines, data.db_label)
-    options = {"matrix": data.matrix, "checks": site.check_descriptions(), "failing_before": data.failing_before,
-               "histories": data.histories, "regressions": data.regressions, "last": data.last, "noise": data.noise,
-               "generated_at": "2026-01-02 03:04 UTC", "evidence": data.evidence}
-    render_site(tmp_path / "reference", *arguments, **options)
-    pages.write_site(tmp_path / "ours", *arguments, **options)
-    assert files(tmp_path / "ours") == files(tmp_path / "reference")
-    assert any(name.startswith("samples-") for name in files(tmp_path / "ours"))
 
 
 # --- fingerprints ------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from harness.record.query import RunView
-from reports.render import chip_page_name, fmt_rate, fmt_time, render_site, variant_rows
+from harness.render.pages import write_site
+from reports.render import chip_page_name, fmt_rate, fmt_time, variant_rows
 
 
 def bench(variant: str, median: float, shape: str = "S=64") -> dict:
@@ -42,7 +43,7 @@ def test_user_text_is_escaped(tmp_path):
            "tolerance": 0.1}
     run = RunView("r1", "cpu-x", "abc", evil, evil, True, "s", "complete", datetime.now(UTC), None, None, None, 1,
                   "host", [job])
-    index = render_site(tmp_path, [chip], {"cpu-x": run}, {}, "sqlite:///x.db")
+    index = write_site(tmp_path, [chip], {"cpu-x": run}, {}, "sqlite:///x.db")
     for page in (index, tmp_path / chip_page_name("cpu-x")):
         html = page.read_text()
         assert "<script>alert(1)</script>" not in html

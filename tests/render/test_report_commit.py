@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 from reports.render import chip_page_name
-from testkit.paths import ROOT
+from testkit.paths import ROOT, recorded
 
-EXAMPLES = ROOT / "reports" / "examples"
 H200 = "nvidia-h200-sm90"
 
 
@@ -32,7 +31,7 @@ def test_report_commit_shows_that_commits_runs_and_the_latest_report_hides_nothi
     (named as such); --commit 62ac157 shows that commit's run; --commit 88a6d6f its flash run only."""
     db = f"sqlite:///{tmp_path / 'r.db'}"
     for bundle in ("h200-62ac157.bundle", "h200-88a6d6f-flash.bundle"):  # the flash-only run is the later one
-        done = harness(tmp_path, "import", "--db", db, str(EXAMPLES / bundle))
+        done = harness(tmp_path, "import", "--db", db, str(recorded(bundle)))
         assert done.returncode == 0, done.stderr
     latest = harness(tmp_path, "report", "--db", db, "--out", "latest", "--no-change-points")
     assert latest.returncode == 0, latest.stderr
@@ -52,7 +51,7 @@ def test_report_commit_shows_that_commits_runs_and_the_latest_report_hides_nothi
 
 def test_skipped_benchmarks_collapse_into_one_line_per_reason(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    assert harness(tmp_path, "import", "--db", db, str(EXAMPLES / "h200-62ac157.bundle")).returncode == 0
+    assert harness(tmp_path, "import", "--db", db, str(recorded("h200-62ac157.bundle"))).returncode == 0
     done = harness(tmp_path, "report", "--db", db, "--out", "site", "--no-change-points")
     assert done.returncode == 0, done.stderr
     table = benchmarks(tmp_path / "site" / chip_page_name(H200))

@@ -218,7 +218,7 @@ def test_the_builtin_suite_plans_one_cross_chip_shape_per_kernel_identical_on_cp
         assert len({(dtype, shape) for k, _, dtype, shape in cpu if k == kernel}) == 1
 
 
-# --- the recorded examples: the H200 run and a CPU run of the cross-chip sections (reports/examples/README.md) ------
+# --- the recorded examples: the H200 run and a CPU run of the cross-chip sections (bench/results/README.md) ------
 
 
 def test_on_the_recorded_runs_the_matrix_names_variants_that_win_on_the_cpu_and_lose_on_the_h200(tmp_path):
@@ -226,9 +226,9 @@ def test_on_the_recorded_runs_the_matrix_names_variants_that_win_on_the_cpu_and_
     backend and are launch-bound, many times slower, on the H200 -- at the same (kernel, dtype, shape)."""
     from harness.analysis.variants import variant_matrix
     from harness.record.bundle import import_bundle
-    from testkit.paths import ROOT
+    from testkit.paths import EXAMPLES
 
-    examples = ROOT / "reports" / "examples"
+    examples = EXAMPLES
     db = outbox.open_store(f"sqlite:///{tmp_path / 'examples.db'}")
     try:
         for bundle in ("h200-202d829.bundle", "cpu-cross-chip-ee285b2.bundle"):

@@ -1,0 +1,283 @@
+"""A chip's whole analysis in one row, and ``analyse``: the report's history and regression analysis, per chip."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from harness.analysis import history as history_module
+from harness.analysis import regressions as regressions_module
+from harness.analysis import segment_search
+from harness.analysis.cache.cells import assemble, load_cells
+from harness.analysis.cache.common import (
+    CacheStats,
+    Writes,
+    code_version,
+    digest,
+    dirty_suffix,
+    flush,
+    frame,
+    log,
+    unframe,
+)
+from harness.analysis.cache.families import change_finder, evidence_in, evidence_out, regression_list
+from harness.analysis.history import (
+    series_histories,
+    with_flags,
+)
+from harness.analysis.records import (
+    HistoryPoints,
+    RegressionEvidence,
+    SeriesHistory,
+)
+from harness.core import fork, stats
+from harness.record import analysis_cache, query
+from harness.record.store import Store
+
+# ---------------------------------------------------------------------------------------------------------------
+# A chip's whole analysis, when none of its runs changed
+# ---------------------------------------------------------------------------------------------------------------
+
+_CHIP_MAGIC = b"HARNESS-CHIP\n"
+_CHIP_ARRAYS = (("rows", "<i8"), ("median", "<f8"), ("ci_low", "<f8"), ("ci_high", "<f8"), ("n", "<i8"))
+
+
+def _chip_key(chip: str, arranged: tuple[list[tuple], list[int], list[bool], list[int]],
+              state: analysis_cache.ChipState, *, include_dirty: bool, last: int | None, change_points: bool,
+              min_effect: float, alpha: float) -> str:
+    """A digest of everything a chip's histories and regressions read: the code, the parameters, the history
+    order with each commit's id, sha, message, branch and first start (``arrangement``) and the fingerprints of
+    every included run (``chip_state``); samples added to its runs since are caught by the watermark."""
+    return digest(code_version(), chip, include_dirty, last, change_points, min_effect, alpha,
+                   json.dumps(arranged, default=repr, separators=(",", ":")), sorted(state.runs.items()))[:40]
+
+
+def _chip_out(histories: list[SeriesHistory], events: list[RegressionEvidence]) -> bytes:
+    columns = {name: [getattr(h.points, name) for h in histories] for name, _ in _CHIP_ARRAYS}
+    body = b"".join(np.ascontiguousarray(np.concatenate(columns[name]) if histories else np.zeros(0), dtype=dtype
+                                         ).tobytes() for name, dtype in _CHIP_ARRAYS)
+    return frame(_CHIP_MAGIC, {
+        "keys": [list(h.key) for h in histories], "sizes": [len(h.points) for h in histories],
+        "flags": [[[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in h.change_points]
+                  for h in histories],
+        "events": [evidence_out(e) for e in events]}, body)
+
+
+def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
+    """A stored chip analysis on the chip's freshly arranged ``commits`` (the key holds them: the same), as
+    ``series_histories`` builds it; None when unreadable."""
+    try:
+        if (framed := unframe(payload, _CHIP_MAGIC)) is None:
+            return None
+        header, body = framed
+        total, offset, columns = int(sum(header["sizes"])), 0, {}
+        for name, dtype in _CHIP_ARRAYS:
+            columns[name] = np.frombuffer(body, dtype=dtype, count=total, offset=offset)
+            offset += total * np.dtype(dtype).itemsize
+        if offset != len(body):
+            return None
+        points_of_commit = [(sha, message, branch, started) for _, sha, message, branch, started in commits]
+        histories, start = [], 0
+        for key, size, flags in zip(header["keys"], header["sizes"], header["flags"], strict=True):
+            span = slice(start, start + size)
+            start += size
+            if size and int(columns["rows"][span].max()) >= len(commits):
+                return None
+            points = HistoryPoints(points_of_commit, *(columns[name][span] for name, _ in _CHIP_ARRAYS))
+            histories.append(with_flags(query.SeriesKey(*key), points, [
+                (str(kind), int(i), int(e), float(b), float(a), float(r)) for kind, i, e, b, a, r in flags]))
+        return histories, [evidence_in(values) for values in header["events"]]
+    except (ValueError, KeyError, TypeError, IndexError, struct.error):
+        return None
+
+
+def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysis_cache.ChipState) -> bool:
+    """Whether the chip's analysis is stored under ``key`` and none of its runs gained samples since it was stored (a
+    later trial of a stored job); its payload is not read."""
+    if state.unfinished:
+        return False
+    found = analysis_cache.entry_keys(store, chip, "chip", [name]).get(name)
+    return (found is not None and found[0] == key
+            and not analysis_cache.touched_since(store, state.run_commit, found[1] or 0))
+
+
+def _stored_chip(store: Store, chip: str, name: str, commits: list[tuple]
+                 ) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
+    """The chip's stored analysis (``_chip_is_stored``) on its freshly arranged ``commits``; None when it is gone or
+    unreadable."""
+    entry = analysis_cache.read_entries(store, chip, "chip", [name]).get(name)
+    return _chip_in(entry.payload, commits) if entry is not None else None
+
+
+def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, last: int | None = None,
+            include_dirty: bool = False, min_effect: float = stats.DEFAULT_MIN_EFFECT,
+            alpha: float = stats.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
+            states: Mapping[str, analysis_cache.ChipState] | None = None,
+            deferred_writes: list[Callable[[], None]] | None = None,
+            ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence], CacheStats]:
+    """Every chip's histories (``history.history``) and the regression list (``regressions.regressions``),
+    reusing the stored analysis of what did not change and storing what was computed (``use_cache=False``:
+    computed from the samples, nothing read or written). ``timings`` gets the seconds spent on the cells (loading),
+    the histories and the regressions. ``states``: per chip ``analysis_cache.chip_state(include_dirty=True)`` when
+    the caller read it (before anything else: its watermark), else read here. Chips to compute, when there are
+    several and a fork is safe (``harness.core.fork``), are computed in forked processes, a core each: a full
+    analysis is mostly per-chip Python work. ``deferred_writes``: the rows of the chips computed in this process
+    are not stored here but appended to it, as calls for the caller to make once it has handed on the results (a
+    report's forked analysis makes them after its history pages: a 1,000-commit chip's row is 16 MB); a forked
+    process stores its chip's rows itself."""
+    timings = timings if timings is not None else {}
+    stats_out = CacheStats()
+    histories: dict[str, list[SeriesHistory]] = {}
+    per_chip: dict[str, list[RegressionEvidence]] = {}
+    for key in ("cells", "histories", "regressions"):
+        timings.setdefault(key, 0.0)
+    options = {"change_points": change_points, "last": last, "include_dirty": include_dirty,
+               "min_effect": min_effect, "alpha": alpha, "deferred": deferred_writes}
+    todo: list[tuple[str, Any]] = []
+    if change_points and not use_cache:
+        segment_search.warm_up_in_background()
+    reads = []
+    for chip in sorted(chips):
+        start = time.perf_counter()
+        if not use_cache:
+            histories[chip] = history_module.history(store, chip, include_dirty=include_dirty, last=last,
+                                                     change_points=change_points, min_effect=min_effect, alpha=alpha)
+            timings["histories"] += time.perf_counter() - start
+            start = time.perf_counter()
+            per_chip[chip] = regressions_module._chip_regressions(store, chip, include_dirty=include_dirty, last=last,
+                                                                  min_effect=min_effect, alpha=alpha)
+            timings["regressions"] += time.perf_counter() - start
+            continue
+        arranged = analysis_cache.arrangement(store, chip, include_dirty=include_dirty, last=last)
+        state = (states or {}).get(chip)
+        if state is not None and not include_dirty:
+            state = analysis_cache.clean_state(state)
+        if state is None:  # the watermark: before all else
+            state = analysis_cache.chip_state(store, chip, include_dirty=include_dirty)
+        chip_name = f"{dirty_suffix(include_dirty)}:{last}:{change_points}"
+        chip_key = _chip_key(chip, arranged, state, include_dirty=include_dirty, last=last,
+                             change_points=change_points, min_effect=min_effect, alpha=alpha)
+        reads.append((chip, (arranged, state, chip_name, chip_key),
+                      _chip_is_stored(store, chip, chip_name, chip_key, state)))
+        timings["cells"] += time.perf_counter() - start
+    if change_points and not all(stored for *_, stored in reads):  # a search to come: loaded while the rest reads
+        segment_search.warm_up_in_background()
+    for chip, read, stored in reads:
+        start = time.perf_counter()
+        arranged = read[0]
+        stored_chip = _stored_chip(store, chip, read[2], arranged[0]) if stored else None
+        histories[chip] = []  # the chips keep their order
+        if stored_chip is not None:  # none of its runs changed: its histories and regressions as stored
+            histories[chip], per_chip[chip] = stored_chip
+            stats_out.cells[chip] = (len(arranged[0]), 0)
+            stats_out.changes[chip] = (len(histories[chip]) if change_points else 0, 0)
+            stats_out.families[chip] = (int(sum(arranged[2])), 0)
+            stats_out.chips_reused += 1
+        else:
+            todo.append((chip, read))
+        timings["cells"] += time.perf_counter() - start
+    for chip, (found, events, chip_stats, chip_timings) in _each_chip(store, todo, options):
+        histories[chip], per_chip[chip] = found, events
+        for name in ("cells", "changes", "families", "unfinished"):
+            getattr(stats_out, name).update(getattr(chip_stats, name))
+        stats_out.write_errors += chip_stats.write_errors
+        for key, seconds in chip_timings.items():
+            timings[key] += seconds
+    segment_search.finish_warm_up()  # no thread of it outlives the analysis (a fork may come)
+    if use_cache:
+        log.info("analysis cache: %s", stats_out.summary())
+    events = [e for chip in sorted(per_chip) for e in per_chip[chip]]
+    correctness = [e for e in events if e.kind == "correctness"]
+    performance = [e for e in events if e.kind == "performance"]
+    return histories, correctness + performance, stats_out
+
+
+_ChipResult = tuple[list[SeriesHistory], list[RegressionEvidence], CacheStats, dict[str, float]]
+
+
+def _each_chip(store: Store, todo: list[tuple[str, Any]], options: dict[str, Any]
+               ) -> Iterator[tuple[str, _ChipResult]]:
+    """``_analyse_chip`` of each chip of ``todo`` (chip, what was read of it), in order: in forked processes, at
+    most one a core at a time, where there are several and a fork is safe (a process that fails leaves its chip to
+    this one), else here."""
+    if len(todo) >= 2:  # the search loaded before the fork: the processes inherit it, and no other thread runs
+        segment_search.finish_warm_up()
+    if len(todo) < 2 or not fork.can_fork() or not store.shared_by_processes:
+        for chip, read in todo:
+            yield chip, _analyse_chip(store, chip, read, options)
+        return
+    width = min(os.cpu_count() or 1, len(todo))
+    running: list[tuple[str, Any, fork.ForkedWork]] = []
+    queue = list(todo)
+
+    def started(chip: str, read: Any) -> fork.ForkedWork:
+        def work(send: Callable[[Any], None]) -> None:
+            store.forked()
+            send(_analyse_chip(store, chip, read, {**options, "deferred": None}))  # it stores its own rows
+        return fork.ForkedWork(work)
+
+    try:
+        while queue and len(running) < width:
+            chip, read = queue.pop(0)
+            running.append((chip, read, started(chip, read)))
+        while running:
+            chip, read, work = running.pop(0)
+            ok, value = work.receive()
+            work.close()
+            if queue:  # the next chip takes the core this one had
+                following, next_read = queue.pop(0)
+                running.append((following, next_read, started(following, next_read)))
+            if not ok:
+                log.warning("analysis of %s: its process failed (%s); analysed here instead", chip, value)
+                value = _analyse_chip(store, chip, read, options)
+            yield chip, value
+    finally:
+        for _, _, work in running:
+            work.abandon()
+
+
+def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -> _ChipResult:
+    """One chip's histories and regressions from its cells, its analysis stored (its stats and timings apart)."""
+    arranged, state, chip_name, chip_key = read
+    change_points, last, include_dirty = options["change_points"], options["last"], options["include_dirty"]
+    min_effect, alpha = options["min_effect"], options["alpha"]
+    stats_out = CacheStats()
+    timings = {"cells": 0.0, "histories": 0.0, "regressions": 0.0}
+    writes = Writes()
+    start = time.perf_counter()
+    per_commit, fingerprint, raw, run_fingerprints = load_cells(
+        store, chip, arranged[0], include_dirty=include_dirty, windowed=last is not None, writes=writes,
+        stats_out=stats_out, state=state)
+    summary = assemble(chip, arranged, per_commit, fingerprint, raw, run_fingerprints)
+    timings["cells"] += time.perf_counter() - start
+    start = time.perf_counter()
+    histories = series_histories(
+        summary.data, summary.level, summary.low, summary.high, change_points=change_points,
+        min_effect=min_effect, alpha=alpha,
+        find=change_finder(store, summary.data, last=last, min_effect=min_effect, alpha=alpha, writes=writes,
+                            stats_out=stats_out))
+    timings["histories"] += time.perf_counter() - start
+    start = time.perf_counter()
+    events = regression_list(store, summary, include_dirty=include_dirty, last=last, min_effect=min_effect,
+                          alpha=alpha, writes=writes, stats_out=stats_out)
+    timings["regressions"] += time.perf_counter() - start
+
+    def store_rows() -> None:
+        if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
+            writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, _chip_out(histories, events),
+                                                                state.watermark)})
+        flush(store, chip, writes, stats_out)
+
+    if options.get("deferred") is not None:
+        options["deferred"].append(store_rows)
+    else:
+        start = time.perf_counter()
+        store_rows()
+        timings["cells"] += time.perf_counter() - start
+    return histories, events, stats_out, timings
