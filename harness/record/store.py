@@ -30,6 +30,7 @@ from harness.core.errors import HarnessError, first_line
 from harness.core.job import Job, JobResult, per_test_key, unit_key
 from harness.core.proc import holder_is_gone, process_identity
 from harness.core.summary import sorted_medians, summarize
+from harness.record.identity import canonical, unify
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, TrialSummary, utcnow
 from harness.spec import git
 
@@ -172,7 +173,7 @@ class NewerSchemaError(HarnessError):
     """The database was migrated by a newer harness: this one does not know its schema revision."""
 
 
-SCHEMA_HEAD = "0006"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
+SCHEMA_HEAD = "0007_issue37"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
 
 
 def _at_head(engine: Engine) -> bool:
@@ -312,6 +313,7 @@ def get_or_create_commit(session: Session, sha: str, repo: str = "", message: st
                          parents: list[str] | None = None) -> Commit:
     """The commit row, created if new; a row stored without these details (a commit between runs, or one from
     before parents were recorded) gets the ones it lacks. ``parents`` None: unknown."""
+    repo = canonical(repo)
     commit = session.scalar(select(Commit).where(Commit.repo == repo, Commit.sha == sha))
     if commit is None:
         commit = Commit(repo=repo, sha=sha, message=message, author=author, committed_at=committed_at,
@@ -357,11 +359,36 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
             if attempt == 2:
                 raise
     if git_dir:
-        try:
-            record_ancestry(store, commit.get("repo", ""), git_dir)
-        except (HarnessError, SQLAlchemyError) as exc:  # the run goes on; the next run links them
-            log.warning("cannot record the ancestry of %s's stored commits: %s", commit.get("repo", ""), exc)
+        link_repository(store, canonical(commit.get("repo", "")), git_dir)
     return run_id
+
+
+def link_repository(store: Store, repo: str, git_dir: str | Path) -> None:
+    """What a clone of ``repo`` at ``git_dir`` tells the store: the commits stored under a checkout path or folder
+    name that the clone has are ``repo``'s (:func:`adopt`), and its stored commits are linked by their ancestry
+    (:func:`record_ancestry`). A failure is logged, not raised: the run or import goes on, the next one links them."""
+    try:
+        adopt(store, repo, git_dir)
+        record_ancestry(store, repo, git_dir)
+    except (HarnessError, SQLAlchemyError) as exc:
+        log.warning("cannot record the ancestry of %s's stored commits: %s", repo, exc)
+
+
+def adopt(store: Store, repo: str, git_dir: str | Path) -> int:
+    """Commit rows keyed by a checkout path or folder name (written before repositories had an identity, or
+    imported from such a bundle) whose sha the clone at ``git_dir`` has are moved under ``repo``, merged with the
+    rows already there (``harness.record.identity.unify``); the number of rows merged away."""
+    with store.session() as session:
+        rows = session.execute(select(Commit.id, Commit.repo, Commit.sha).where(Commit.repo != repo)).all()
+    loose = {row.id: row.sha for row in rows if not git.is_identity(row.repo) and git.FULL_SHA.match(row.sha)}
+    if not loose:
+        return 0
+    present = git.present(git_dir, sorted(set(loose.values())))
+    assign = {row_id: repo for row_id, sha in loose.items() if sha in present}
+    if not assign:
+        return 0
+    with store.session() as session:
+        return unify(session.connection(), assign)
 
 
 def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = ANCESTRY_LIMIT) -> tuple[int, int]:
