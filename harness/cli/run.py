@@ -43,6 +43,10 @@ def run(
                                            "harness.toml at its root runs that suite from a clean checkout "
                                            "(docs/external-repos.md).")] = ".",
     chip_label: Annotated[str | None, typer.Option(help="Override the detected chip key.")] = None,
+    repo_name: Annotated[str | None, typer.Option(help="The repository's identity in the database, instead of its "
+                                                       "remote's host/owner/name (or root commit without a remote): "
+                                                       "runs of any checkout share one history by it "
+                                                       "(docs/many-machines.md).")] = None,
     parallel: Annotated[int, typer.Option(help="Correctness jobs run at once (benchmarks and calibration always "
                                                "run alone); 0: one per CPU core.", min=0,
                                           show_default="the number of CPU cores")] = 0,
@@ -75,12 +79,12 @@ def run(
         if resume:
             raise HarnessError("--resume is for local runs; a cluster run is submitted again instead")
         _run_on_cluster(ClusterRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
-                                          address=address, max_attempts=max_attempts,
+                                          address=address, max_attempts=max_attempts, repo_name=repo_name,
                                           chips=tuple(c for c in (chips or "").split(",") if c)),
                         None if no_report else report)
         return
     request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
-                              chip_label=chip_label, resume=resume, ahead=prepare_ahead)
+                              repo_name=repo_name, chip_label=chip_label, resume=resume, ahead=prepare_ahead)
     with progress_display() as (planned, progress, abandon):
         try:
             outcome = execute_run(request, progress=progress, on_planned=planned)

@@ -187,6 +187,9 @@ def _at_head(engine: Engine) -> bool:
         return False
 
 
+MIGRATION_LOCK = 0x6D6C7868  # the PostgreSQL advisory lock key migrations hold ("mlxh")
+
+
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest Alembic revision (idempotent); a database at a revision this harness does
     not know (written by a newer one) is refused, untouched."""
@@ -201,6 +204,10 @@ def migrate(engine: Engine) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     script = ScriptDirectory.from_config(config)
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Machines starting on one fresh database at once: one migrates, the others wait here and find it
+            # done (without the lock two CREATE TABLEs race: UniqueViolation on pg_type). Released at commit.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         current = MigrationContext.configure(connection).get_current_heads()
         known = {revision.revision for revision in script.walk_revisions()}
         if unknown := sorted(set(current) - known):

@@ -504,7 +504,9 @@ def commit_urls(briefs: list[query.RunBrief], *, template: str | None = None, re
     local = weburl.commit_url_template(weburl.remote_url("."))
     urls = {}
     for b in briefs:
-        found = weburl.commit_url_template(b.repo) if weburl.is_remote(b.repo) else local
+        remote = f"https://{b.repo}" if git.is_identity(b.repo) and not b.repo.startswith(git.ROOT_PREFIX) \
+            else b.repo  # a repository identity (host/owner/name) is its https remote
+        found = weburl.commit_url_template(remote) if weburl.is_remote(remote) else local
         if found:
             urls[b.sha] = found.format(sha=b.sha)
     return urls
