@@ -247,7 +247,7 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
 
     db_store = outbox.open_store(db_url)
     try:
-        previous = query.previous_run_id(db_store, run_id)
+        previous, proven = query.previous_run(db_store, run_id)
         chip = query.get_run(db_store, run_id).chip_key
         report = compare(db_store, previous, run_id) if previous else None
         best = [b for b in variant_matrix(db_store, sha).best if b.chip == chip and b.evidence is not None]
@@ -257,7 +257,8 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
         console.print("against the previous run: no run of an earlier commit on this chip to compare with")
     elif report.rows:
         counts = report.counts
-        console.print(f"against the previous run {previous} ({report.base.sha[:12]}): "
+        guess = "" if proven else f" ({query.NOT_PROVEN}: the commit before it by commit time)"
+        console.print(f"against the previous run {previous} ({report.base.sha[:12]}){guess}: "
                       + ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "inconclusive", "unchanged",
                                                                 "broken") if counts[v]), highlight=False)
         for row in [r for r in report.rows if r.verdict in ("regressed", "improved")][:SHOWN]:

@@ -79,27 +79,57 @@ def _run_view(session: Session, run: Run, with_jobs: bool) -> RunView:
 
 
 def previous_run_id(store: Store, run_id: str) -> str | None:
-    """The run ``run_id`` is compared with: the latest run, on the same chip, of the previous commit, the nearest
-    ancestor of the run's commit with runs on that chip (first parents, then the other parents:
-    ``harness.record.ancestry.nearest``); None if no ancestor has one. When the commit's parents are unknown (or
-    the walk meets unknown ones first): the chip's run started just before ``run_id``, as in time order."""
+    """The run ``run_id`` is compared with (:func:`previous_run`)."""
+    return previous_run(store, run_id)[0]
+
+
+def previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
+    """The run ``run_id`` is compared with, and whether ancestry proves it is of an earlier commit: the latest run,
+    on the same chip, of the previous commit, the nearest ancestor of the run's commit with runs on that chip (first
+    parents, then the other parents: ``harness.record.ancestry.nearest``); (None, True) if no ancestor has one.
+    When the commit's parents are unknown, or the walk meets unknown ones or a parent not stored (its ancestry did
+    not travel with a bundle) first: the chip's latest run of the same repository's commit with the latest commit
+    time before this one's (else the run started just before it), not proven."""
     with store.session() as session:
         run = session.get(Run, run_id)
         if run is None:
-            return None
+            return None, True
         repo, sha = run.commit.repo, run.commit.sha
         with_runs = {(repo, other) for other in session.scalars(
             select(Commit.sha).join(Run, Run.commit_id == Commit.id)
             .where(Run.chip_id == run.chip_id, Commit.repo == repo).distinct())}
         found = ancestry.nearest(ancestry.load_graph(session, [repo]), (repo, sha), with_runs)
         if found is None:
-            return None
+            return None, True
+        same = (select(Run.id).join(Commit, Run.commit_id == Commit.id)
+                .where(Run.chip_id == run.chip_id, Commit.repo == repo, Run.id != run.id))
+        newest = (Run.started_at.desc(), Run.id.desc())
         if isinstance(found, tuple):
-            return session.scalars(select(Run.id).join(Commit, Run.commit_id == Commit.id)
-                                   .where(Run.chip_id == run.chip_id, Commit.repo == repo, Commit.sha == found[1])
-                                   .order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
-        return session.scalars(select(Run.id).where(Run.chip_id == run.chip_id, Run.started_at < run.started_at)
-                               .order_by(Run.started_at.desc()).limit(1)).first()
+            return session.scalars(same.where(Commit.sha == found[1]).order_by(*newest).limit(1)).first(), True
+        when = run.commit.committed_at
+        if when is not None:
+            earlier = session.scalars(same.where(Commit.committed_at < when, Commit.sha != sha)
+                                      .order_by(Commit.committed_at.desc(), *newest).limit(1)).first()
+            if earlier is not None:
+                return earlier, False
+        return session.scalars(same.where(Run.started_at < run.started_at).order_by(*newest).limit(1)).first(), False
+
+
+NOT_PROVEN = "order not proven by ancestry"  # said wherever commits are ordered by commit time, not ancestry
+
+
+def ancestry_proves(store: Store, base_sha: str, head_sha: str) -> bool:
+    """Whether the stored ancestry shows commit ``base_sha`` before ``head_sha`` (an ancestor of it, or it)."""
+    with store.session() as session:
+        heads = session.scalars(select(Commit.repo).where(Commit.sha == head_sha)).all()
+        for repo in heads:
+            if base_sha == head_sha:
+                return True
+            graph = ancestry.load_graph(session, [repo])
+            if (repo, base_sha) in graph and isinstance(
+                    ancestry.nearest(graph, (repo, head_sha), {(repo, base_sha)}), tuple):
+                return True
+    return False
 
 
 def chips(store: Store) -> list[dict[str, Any]]:

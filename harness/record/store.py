@@ -37,6 +37,7 @@ from harness.spec import git
 DEFAULT_DIR = Path("harness-out")
 DEFAULT_DB_URL = f"sqlite:///{DEFAULT_DIR / 'results.db'}"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+FIRST_PARENT_LINKS = 100  # first-parent ancestors of a run's commit stored with it (and exported in its bundles)
 ANCESTRY_LIMIT = 20_000  # commits of a repository's history read (newest first) to link its stored commits
 log = logging.getLogger(__name__)
 
@@ -366,17 +367,18 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
             if attempt == 2:
                 raise
     if git_dir:
-        link_repository(store, canonical(commit.get("repo", "")), git_dir)
+        link_repository(store, canonical(commit.get("repo", "")), git_dir, commit.get("sha", ""))
     return run_id
 
 
-def link_repository(store: Store, repo: str, git_dir: str | Path) -> None:
+def link_repository(store: Store, repo: str, git_dir: str | Path, head: str = "") -> None:
     """What a clone of ``repo`` at ``git_dir`` tells the store: the commits stored under a checkout path or folder
     name that the clone has are ``repo``'s (:func:`adopt`), and its stored commits are linked by their ancestry
-    (:func:`record_ancestry`). A failure is logged, not raised: the run or import goes on, the next one links them."""
+    (:func:`record_ancestry`; ``head``: a commit whose first-parent chain is kept too). A failure is logged, not
+    raised: the run or import goes on, the next one links them."""
     try:
         adopt(store, repo, git_dir)
-        record_ancestry(store, repo, git_dir)
+        record_ancestry(store, repo, git_dir, head=head)
     except (HarnessError, SQLAlchemyError) as exc:
         log.warning("cannot record the ancestry of %s's stored commits: %s", repo, exc)
 
@@ -398,13 +400,16 @@ def adopt(store: Store, repo: str, git_dir: str | Path) -> int:
         return unify(session.connection(), assign)
 
 
-def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = ANCESTRY_LIMIT) -> tuple[int, int]:
+def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = ANCESTRY_LIMIT,
+                    head: str = "") -> tuple[int, int]:
     """Link the stored commits of ``repo`` with what the repository at ``git_dir`` knows (one ``git rev-list
     --parents`` over the stored shas, newest ``limit`` commits of their history at most):
 
     - stored commits whose parents are unknown (stored before revision 0002) get them: old databases heal;
     - the commits between stored commits that are not stored (never run) are added, sha and parents only, so that
-      the walk from any commit to its nearest ancestor with runs stays in the database.
+      the walk from any commit to its nearest ancestor with runs stays in the database;
+    - the first ``FIRST_PARENT_LINKS`` commits of ``head``'s first-parent line too: they travel in its bundle, so
+      that the database it is imported into links it to the runs of other machines (harness/record/bundle.py).
 
     Idempotent, and safe beside concurrent writers. Returns (commits given parents, commits added).
     """
@@ -414,8 +419,9 @@ def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = A
     graph = git.ancestry(git_dir, sorted(sha for sha in stored if git.FULL_SHA.match(sha)), limit)
     healed = [{"b_sha": sha, "b_parents": list(graph[sha])} for sha, known in sorted(stored.items())
               if not known and sha in graph]  # in sha order, as the inserts: concurrent healers lock alike
+    links = _between(graph, stored) | (_first_parent_line(graph, head, FIRST_PARENT_LINKS) - stored.keys())
     added = [{"repo": repo, "sha": sha, "message": "", "author": "", "committed_at": None, "branch": "",
-              "parents": list(graph[sha])} for sha in sorted(_between(graph, stored))]
+              "parents": list(graph[sha])} for sha in sorted(links)]
     if not healed and not added:
         return 0, 0
     with store.session() as session:
@@ -427,6 +433,18 @@ def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = A
         if added:
             session.execute(_insert_new(session, table), added)
     return len(healed), len(added)
+
+
+def _first_parent_line(graph: dict[str, tuple[str, ...]], head: str, count: int) -> set[str]:
+    """Up to ``count`` first-parent ancestors of ``head`` that ``graph`` has (with their parents)."""
+    line: set[str] = set()
+    sha = head
+    while sha in graph and graph[sha] and len(line) < count:
+        sha = graph[sha][0]
+        if sha not in graph:
+            break
+        line.add(sha)
+    return line
 
 
 def _between(graph: dict[str, tuple[str, ...]], stored: Collection[str]) -> set[str]:

@@ -42,7 +42,7 @@ class CommitInfo:
     committed_at: datetime | None
     branch: str
     repo: str
-    parents: tuple[str, ...] = ()
+    parents: tuple[str, ...] | None = ()  # None: unknown (the edge of a shallow clone)
     git_dir: str = ""
 
     def as_row(self) -> dict:
@@ -50,7 +50,7 @@ class CommitInfo:
         it tells the store where to look up the ancestry of the repository's stored commits."""
         return {"sha": self.sha, "message": self.message, "author": self.author,
                 "committed_at": self.committed_at, "branch": self.branch, "repo": self.repo,
-                "parents": list(self.parents), "git_dir": self.git_dir}
+                "parents": None if self.parents is None else list(self.parents), "git_dir": self.git_dir}
 
 
 def is_repo(path: str | Path) -> bool:
@@ -71,8 +71,19 @@ def resolve(repo: str | Path, rev: str = "HEAD") -> CommitInfo:
     fmt = _git(repo, "show", "-s", "--format=%an%x00%cI%x00%P%x00%B", sha)
     author, date, parents, message = (fmt.split("\x00", 3) + ["", "", ""])[:4]
     return CommitInfo(sha, message.strip(), author, datetime.fromisoformat(date) if date else None,
-                      branch_name(repo, rev), identity(repo), tuple(parents.split()),
+                      branch_name(repo, rev), identity(repo),
+                      None if sha in shallow_boundary(repo) else tuple(parents.split()),
                       str(Path(repo).expanduser().resolve()))
+
+
+def shallow_boundary(repo: str | Path) -> set[str]:
+    """The commits of a shallow clone whose parents were not fetched (``git clone --depth``, CI checkouts): git
+    shows them without parents, which is not the same as a root commit."""
+    path = _git(repo, "rev-parse", "--path-format=absolute", "--git-path", "shallow", check=False)
+    try:
+        return set(Path(path).read_text().split()) if path else set()
+    except OSError:
+        return set()
 
 
 def branch_name(repo: str | Path, rev: str = "HEAD") -> str:
@@ -98,9 +109,11 @@ def ancestry(repo: str | Path, shas: list[str], limit: int, timeout: float = 300
     out = _git(repo, "rev-list", "--parents", "--ignore-missing", f"--max-count={limit}", "--stdin",
                stdin="\n".join(shas) + "\n", timeout=timeout)
     graph: dict[str, tuple[str, ...]] = {}
+    boundary = shallow_boundary(repo)
     for line in out.splitlines():
         sha, *parents = line.split()
-        graph[sha] = tuple(parents)
+        if sha not in boundary:  # a shallow clone's last commits: parents unknown, not none
+            graph[sha] = tuple(parents)
     return graph
 
 

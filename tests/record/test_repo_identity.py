@@ -188,3 +188,12 @@ def test_rows_of_a_checkout_without_a_remote_join_its_identity_when_a_clone_is_s
         assert session.scalar(select(func.count()).select_from(Commit).where(Commit.repo == "up")) == 0
         assert {c.repo for c in session.scalars(select(Commit))} == {f"root:{shas[0]}"}
     assert query.previous_run_id(db, last) == first
+
+
+def test_the_edge_of_a_shallow_clone_has_unknown_parents_not_none(tmp_path):
+    upstream = new_repo(tmp_path / "up")
+    shas = [add_commit(upstream, f"c{i}") for i in range(4)]
+    subprocess.run(["git", "clone", "-q", "--depth", "2", f"file://{upstream}", str(tmp_path / "ci")], check=True)
+    assert spec_git.resolve(tmp_path / "ci", "HEAD").parents == (shas[2],)
+    assert spec_git.resolve(tmp_path / "ci", "HEAD~1").parents is None  # git shows it as a root: it is not
+    assert spec_git.ancestry(tmp_path / "ci", [shas[3]], 10) == {shas[3]: (shas[2],)}
