@@ -13,7 +13,7 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from typing import Any, Literal, NamedTuple
@@ -112,7 +112,8 @@ def previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
                                       .order_by(Commit.committed_at.desc(), *newest).limit(1)).first()
             if earlier is not None:
                 return earlier, False
-        return session.scalars(same.where(Run.started_at < run.started_at).order_by(*newest).limit(1)).first(), False
+        earlier = session.scalars(same.where(Run.started_at < run.started_at).order_by(*newest).limit(1)).first()
+        return earlier, earlier is None  # nothing before it: nothing guessed
 
 
 NOT_PROVEN = "order not proven by ancestry"  # said wherever commits are ordered by commit time, not ancestry
@@ -838,14 +839,15 @@ def chip_history(store: Store, chip: str, kernel: str | None = None, *, include_
     return data
 
 
-def _arranged(session: Session, chip: str, include_dirty: bool,
-              last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
-    """The chip's commits in history order, and per commit: previous commit index, shown, line."""
+def _arrangement_of(session: Session, chip: str, include_dirty: bool
+                    ) -> tuple[list[Any], dict[int, list[str]], ancestry.Arrangement]:
+    """The chip's commits (in time order of first runs), the branches of their runs, and their arrangement."""
     first_start = func.min(Run.started_at)
     rows = session.execute(_run_filter(
-        select(Commit.id, Commit.sha, Commit.message, Commit.branch, first_start, Commit.repo)
+        select(Commit.id, Commit.sha, Commit.message, Commit.branch, first_start, Commit.repo, Commit.committed_at)
         .select_from(Run).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id),
-        chip, include_dirty).group_by(Commit.id, Commit.sha, Commit.message, Commit.branch, Commit.repo)
+        chip, include_dirty).group_by(Commit.id, Commit.sha, Commit.message, Commit.branch, Commit.repo,
+                                      Commit.committed_at)
         .order_by(first_start, Commit.id)).all()
     run_branches: dict[int, list[str]] = {}
     for commit_id, branch in session.execute(_run_filter(
@@ -855,7 +857,15 @@ def _arranged(session: Session, chip: str, include_dirty: bool,
             run_branches.setdefault(commit_id, []).append(branch)
     graph = ancestry.load_graph(session, {row[5] for row in rows})
     arranged = ancestry.arrange([(row[5], row[1]) for row in rows], graph,
-                                [{*run_branches.get(row[0], ()), row[3]} for row in rows])
+                                [{*run_branches.get(row[0], ()), row[3]} for row in rows],
+                                [_utc(row[6]) for row in rows])
+    return rows, run_branches, arranged
+
+
+def _arranged(session: Session, chip: str, include_dirty: bool,
+              last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
+    """The chip's commits in history order, and per commit: previous commit index, shown, line."""
+    rows, run_branches, arranged = _arrangement_of(session, chip, include_dirty)
     shown = set(range(len(rows)))
     if last is not None:
         window = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
@@ -875,6 +885,18 @@ def _arranged(session: Session, chip: str, include_dirty: bool,
                for i in positions]
     previous = [position.get(arranged.previous[i], -1) for i in positions]
     return commits, previous, [i in shown for i in positions], [line_of[i] for i in positions]
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    """A stored time, comparable with the others (SQLite gives them without offset: UTC)."""
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
+
+
+def chip_order_proven(store: Store, chip: str, include_dirty: bool = False) -> bool:
+    """Whether ancestry proves the order of every commit of the chip's history (else some are placed by commit
+    time: pages say "order not proven by ancestry")."""
+    with store.session() as session:
+        return _arrangement_of(session, chip, include_dirty)[2].all_proven
 
 
 _SAMPLE_ROW = np.dtype([("job", np.int64), ("seconds", np.float64), ("trial", np.int64)])

@@ -295,9 +295,10 @@ class SiteAnalysis:
 
     def _pages(self, histories: dict[str, list[SeriesHistory]], regressions: list[RegressionEvidence]
                ) -> HistoryPages:
+        unproven = [chip for chip in histories if not query.chip_order_proven(self.store, chip)]
         return HistoryPages(self.out_dir, histories, regressions, default_variants(), mask_url(self.store.url),
                             last=self.last, generated_at=self.generated_at, commit_urls=self.commit_urls,
-                            manifests=SiteManifests(self.store), incremental=self.cache)
+                            manifests=SiteManifests(self.store), incremental=self.cache, unproven=unproven)
 
     def _in_child(self, send: Callable[[Any], None]) -> None:
         self.store.forked()
