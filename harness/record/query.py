@@ -156,6 +156,36 @@ def latest_run(store: Store, chip_key: str) -> RunView | None:
         return _run_view(session, run, True) if run else None
 
 
+def chip_tip(store: Store, chip_key: str) -> tuple[str | None, list[str]]:
+    """The run a chip's page shows, and the runs it may take missing jobs from (newest first): one suite of one
+    repository -- those of the chip's newest run made for a branch (a bisect probe, made for a sha, does not choose
+    them) -- at its tip: the newest commit of the branch's first-parent line by ancestry
+    (``harness.record.ancestry.arrange``), not the most recently started run, so bisect probes and re-measurements
+    of older commits never replace it; of the tip commit's runs, the newest made for a branch. (None, []) for a chip
+    without runs."""
+    with store.session() as session:
+        rows = session.execute(
+            select(Run.id, Run.suite, Run.branch, Commit.repo, Commit.sha, Commit.committed_at)
+            .join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
+            .where(Chip.key == chip_key).order_by(Run.started_at.desc(), Run.id.desc())).all()
+        if not rows:
+            return None, []
+        lead = next((row for row in rows if row.branch), rows[0])
+        mine = [row for row in rows if (row.repo, row.suite) == (lead.repo, lead.suite)]
+        first: dict[str, Any] = {}
+        branches: dict[str, set[str]] = {}
+        for row in reversed(mine):  # oldest first: the commits in time order of their first runs
+            first.setdefault(row.sha, row)
+            branches.setdefault(row.sha, set()).add(row.branch)
+        shas = list(first)
+        arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], ancestry.load_graph(session, [lead.repo]),
+                                    [branches[sha] for sha in shas], [_utc(first[sha].committed_at) for sha in shas])
+        main = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
+        tip = shas[main[-1]]
+        of_tip = [row for row in mine if row.sha == tip]
+        return next((row for row in of_tip if row.branch), of_tip[0]).id, [row.id for row in mine]
+
+
 def get_run(store: Store, run_id: str) -> RunView | None:
     with store.session() as session:
         run = session.get(Run, run_id)

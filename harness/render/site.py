@@ -62,7 +62,7 @@ class SiteData:
     """Everything the site shows, loaded and analysed; ``timings`` says where the time went (seconds)."""
 
     chips: list[dict[str, Any]]
-    latest: dict[str, query.RunView | None]  # per chip: its newest run, jobs it lacks taken from older runs
+    latest: dict[str, query.RunView | None]  # per chip: its tip run (query.chip_tip), filled from its suite's runs
     failing_before: dict[str, set[str]]  # per chip: shown job keys failing in the run before the one they come from
     baselines: dict[str, str]
     matrix: VariantMatrix
@@ -87,9 +87,10 @@ def _unit(job: Any) -> tuple[str, str]:
 
 def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None,
                 units: dict[str, set[tuple[str, str]]] | None = None) -> dict[str, query.RunView | None]:
-    """Per chip: its newest run (with ``commit``: that commit's newest run there; None where there is none) with its
-    jobs completed by each job it lacks, taken from the newest older run that has it (with ``commit``: of that
-    commit), so a partial run (one kernel re-run) hides nothing; a pytest selection comes whole, with its tests,
+    """Per chip: its tip run (``query.chip_tip``: one suite of one repository, the newest commit of its branch by
+    ancestry; with ``commit``: that commit's newest run there; None where there is none) with its jobs completed by
+    each job it lacks, taken from the newest other run of that suite and repository that has it (with ``commit``: of
+    that commit), so a partial run (one kernel re-run) hides nothing; a pytest selection comes whole, with its tests,
     from the newest run that ran it. Every job carries ``run_id``; one from an older run also ``from_run`` (its
     ``id``, ``sha``, ``message``, ``started_at``), None for the newest run's own. ``units``: ``query.job_units(store,
     SHOWN_KINDS)`` when the caller has it."""
@@ -105,9 +106,10 @@ def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None,
         units = query.job_units(store, SHOWN_KINDS)  # every chip's, in one read
     for chip in chips:
         key = chip["key"]
-        if resolved is None:
-            newest = query.latest_run(store, key)
-            presence = query.job_presence(store, chip=key, kinds=SHOWN_KINDS, newest_per="unit",
+        if resolved is None:  # the tip of the chip's suite and repository, filled from their runs only
+            tip, same = query.chip_tip(store, key)
+            newest = None if tip is None else query.get_run(store, tip)
+            presence = query.job_presence(store, run_ids=same, kinds=SHOWN_KINDS, newest_per="unit",
                                           among=units.get(key, set()))
         elif key in resolved.runs:
             newest = query.get_run(store, resolved.runs[key][-1])
