@@ -5,6 +5,7 @@ CLI, a numpy benchmark with a planted 8x slowdown at the last commit."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -91,12 +92,16 @@ def test_one_commit_row_per_sha_and_the_previous_run_is_the_parents_from_the_oth
 
 def test_compare_flags_the_planted_slowdown_with_a_floor_over_both_machines(machines):
     out = machines.cli("compare", machines.shas[3], machines.shas[4], "--db", machines.shared, "--format", "json")
-    import json
-
     report = json.loads(out[out.index("{"):])
     assert report["exit_code"] == 1 and report["order_proven"] is True
     rows = [row for row in report["rows"] if row["verdict"] == "regressed"]
     assert rows, report["rows"]
+    db = outbox.open_store(machines.shared)
+    try:  # the base's history floor: the runs of c3 and its first-parent ancestors, from both machines
+        floor = set(query.history_run_ids(db, [machines.runs["c3"]]))
+    finally:
+        db.close()
+    assert floor == {machines.runs[name] for name in ("c0", "c1", "c2", "c3")}  # A's c0 c2, B's c1 c3
     text = machines.cli("compare", machines.shas[3], machines.shas[4], "--db", machines.shared)
     assert "regressed" in text and query.NOT_PROVEN not in text
 
