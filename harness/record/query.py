@@ -158,19 +158,26 @@ def latest_run(store: Store, chip_key: str) -> RunView | None:
 
 def chip_tip(store: Store, chip_key: str) -> tuple[str | None, list[str]]:
     """The run a chip's page shows, and the runs it may take missing jobs from (newest first): one suite of one
-    repository -- those of the chip's newest run made for a branch (a bisect probe, made for a sha, does not choose
-    them) -- at its tip: the newest commit of the branch's first-parent line by ancestry
-    (``harness.record.ancestry.arrange``), not the most recently started run, so bisect probes and re-measurements
-    of older commits never replace it; of the tip commit's runs, the newest made for a branch. (None, []) for a chip
-    without runs."""
+    repository -- the repository of the chip's newest run made for a branch (a bisect probe, made for a sha, does
+    not choose it), and of its suites the one with the most planned jobs (a partial suite, one kernel re-run, does
+    not take the page over; ties: the newest) -- at its tip: the newest commit of the branch's first-parent line by
+    ancestry (``harness.record.ancestry.arrange``), not the most recently started run, so bisect probes and
+    re-measurements of older commits never replace it; of the tip commit's runs, the newest made for a branch.
+    (None, []) for a chip without runs."""
     with store.session() as session:
         rows = session.execute(
-            select(Run.id, Run.suite, Run.branch, Commit.repo, Commit.sha, Commit.committed_at)
+            select(Run.id, Run.suite, Run.branch, Run.planned_jobs, Commit.repo, Commit.sha, Commit.committed_at)
             .join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
             .where(Chip.key == chip_key).order_by(Run.started_at.desc(), Run.id.desc())).all()
         if not rows:
             return None, []
-        lead = next((row for row in rows if row.branch), rows[0])
+        repo = next((row for row in rows if row.branch), rows[0]).repo
+        size: dict[str, int] = {}
+        for row in rows:
+            if row.repo == repo:
+                size[row.suite] = max(size.get(row.suite, 0), row.planned_jobs or 0)
+        suite = max(size, key=lambda name: size[name])  # dicts keep the order met: newest first among ties
+        lead = next(row for row in rows if (row.repo, row.suite) == (repo, suite))
         mine = [row for row in rows if (row.repo, row.suite) == (lead.repo, lead.suite)]
         first: dict[str, Any] = {}
         branches: dict[str, set[str]] = {}
