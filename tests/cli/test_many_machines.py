@@ -131,3 +131,14 @@ def test_the_same_bundles_in_postgresql_give_the_same_history(machines, pg_url, 
         check_one_history(db, machines)
     finally:
         db.close()
+
+
+def test_repo_name_overrides_the_identity_of_a_run(machines, tmp_path):
+    db = f"sqlite:///{tmp_path / 'named.db'}"
+    machines.cli("run", "--repo", str(machines.b), "--commit", machines.shas[0], "--db", db, "--chip-label", CHIP,
+                 "--no-report", "--repo-name", "example.org/team/abkern")
+    named = outbox.open_store(db)
+    try:
+        assert stored(named) == [("example.org/team/abkern", machines.shas[0])]
+    finally:
+        named.close()
