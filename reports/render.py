@@ -27,7 +27,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -808,6 +808,8 @@ def fmt_iso(value: Any) -> str:
 
 TIME_AXIS_TITLE = "median time per call"
 COMMIT_AXIS_TITLE = "commits along the branch's first-parent line, oldest → newest (commits off it after)"
+ORDER_NOT_PROVEN = "order not proven by ancestry"
+COMMIT_AXIS_GUESSED = f"commits, {ORDER_NOT_PROVEN}: placed by commit time where parents are not stored"
 
 
 def kernel_history_page_name(kernel: str) -> str:
@@ -885,6 +887,7 @@ class HistoryPage:
     n_series: int = 0
     log_default: bool = False  # a plot spans more than LOG_SPAN: the page opens on the logarithmic axis
     spark: Markup = Markup("")  # a one-chip page: its sparkline (the index's cell)
+    proven: bool = True  # the commits' order is proven by ancestry (else: by commit time, ORDER_NOT_PROVEN)
 
     @property
     def plots(self) -> list[SeriesPlot]:
@@ -912,11 +915,12 @@ class HistoryPlan:
     links: list[tuple[str, str]]
     name: str
     chip: str
+    proven: bool = True  # ancestry proves the order of every chip's commits (else: commit time, and said so)
 
     def draw(self, drawn: DrawnPlots | None = None) -> HistoryPage:
         """The page; ``drawn`` gives the SVG of a plot already drawn (``plot_key``), else it is drawn here."""
         return _history_page(self.kernel, self.chips, self.regs, self.styles, self.default, self.links, self.name,
-                             self.chip, drawn)
+                             self.chip, drawn, self.proven)
 
 
 DrawnPlots = Callable[[str, str, str], "Markup | None"]
@@ -930,8 +934,9 @@ def plot_key(chip: str, dtype: str, shape_key: str) -> str:
 
 
 def history_plans(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
-                  baselines: Mapping[str, str] | None = None) -> list[HistoryPlan]:
-    """The pages :func:`history_pages` draws, in its order, not yet drawn."""
+                  baselines: Mapping[str, str] | None = None, unproven: Collection[str] = ()) -> list[HistoryPlan]:
+    """The pages :func:`history_pages` draws, in its order, not yet drawn. ``unproven``: the chips whose commits
+    are not all ordered by ancestry (their pages say so)."""
     reg_index: dict[tuple[str, str], list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):
         reg_index[(reg.chip, reg.kernel)].append((i, reg))
@@ -951,10 +956,10 @@ def history_plans(histories: Mapping[str, Sequence[Any]], regressions: Sequence[
             links.append(("every chip", every))
         for chip, series in chips.items():
             plans.append(HistoryPlan(kernel, {chip: series}, {chip: reg_index.get((chip, kernel), [])}, styles,
-                                     default, links, history_page_name(kernel, chip), chip))
+                                     default, links, history_page_name(kernel, chip), chip, chip not in unproven))
         if every:
             plans.append(HistoryPlan(kernel, chips, {chip: reg_index.get((chip, kernel), []) for chip in chips},
-                                     styles, default, links, every, ""))
+                                     styles, default, links, every, "", not set(chips) & set(unproven)))
     return plans
 
 
@@ -1055,7 +1060,7 @@ def _sub_axis(axis: _Axis, used: Set[str]) -> _Axis:
 
 def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[str, list[tuple[int, Any]]],
                   styles: Mapping[str, tuple[str, str]], default: str, links: list[tuple[str, str]], name: str,
-                  chip: str, drawn: DrawnPlots | None = None) -> HistoryPage:
+                  chip: str, drawn: DrawnPlots | None = None, proven: bool = True) -> HistoryPage:
     axis = _axis([s for series in chips.values() for s in series])
     every = not chip
     groups: dict[tuple[str, str], list[SeriesPlot]] = defaultdict(list)
@@ -1092,7 +1097,8 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
         for (dtype, shape_key), members in sorted(by_case.items(), key=lambda item: shape_order(*item[0])):
             plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, axis_of, axis, chip_shas,
                                 styles, default, regs_by_series, broken, every,
-                                drawn(chip_key, dtype, shape_key) if drawn is not None else None)
+                                drawn(chip_key, dtype, shape_key) if drawn is not None else None,
+                                COMMIT_AXIS_TITLE if proven else COMMIT_AXIS_GUESSED)
             if plot is not None:
                 n_changes += len(plot.changes)
                 groups[(dtype, shape_key)].append(plot)
@@ -1100,7 +1106,7 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
                for (dtype, shape_key), plots in sorted(groups.items(), key=lambda item: shape_order(*item[0]))]
     return HistoryPage(kernel, chip, name, axis.commits, ordered, list(chips), links, n_regressions, n_changes,
                        sum(len(series) for series in chips.values()),
-                       spark=sparkline(chips[chip], default) if chip in chips else Markup(""),
+                       spark=sparkline(chips[chip], default) if chip in chips else Markup(""), proven=proven,
                        log_default=any(_spans_tenfold(plot_series)
                                        for series_list in chips.values()
                                        for plot_series in _by_case(series_list).values()))
@@ -1186,7 +1192,7 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
                  styles: Mapping[str, tuple[str, str]], default: str,
                  regs_by_series: Mapping[tuple[str, str, str], list[tuple[int, Any]]],
                  broken: Mapping[tuple[str, str], list[tuple[int, Any]]], every: bool,
-                 image: Markup | None = None) -> SeriesPlot | None:
+                 image: Markup | None = None, x_title: str = COMMIT_AXIS_TITLE) -> SeriesPlot | None:
     """The variants of one (chip, dtype, shape) as one plot on the chip's commit axis (``axis()``: the commits of
     ``chip_shas`` in history order; None when none of them has a timing); its notes go to the page's commit table
     (``page_axis``). The SVG depends on the chip's histories alone, not on ``every`` or the page's other chips
@@ -1249,7 +1255,7 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
         label = f"{kernel} {dtype} {shape_key} on {chip}: {_plural(len(drawn), 'variant')}"
         x_labels = [sha[:8] for sha in x_axis.shas]
         image = svg.overlay_plot(plot_series, n_x=len(x_axis.shas), y_title=TIME_AXIS_TITLE, log=None,
-                                 markers=markers, x_labels=x_labels, x_title=COMMIT_AXIS_TITLE, label=label,
+                                 markers=markers, x_labels=x_labels, x_title=x_title, label=label,
                                  max_points=MAX_PLOT_POINTS, plot_id=f"svg-{plot_id}")
     return SeriesPlot(plot_id, chip, chip_index, dtype, shape_key, image, lines,
                       [s.key.variant for s in members if not s.points], len(commits_with_points), changes,

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import glob
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from harness.cli.common import DbOption, app, console
-from harness.record.bundle import export_bundle, import_bundle, read_header
+from harness.core.errors import HarnessError
+from harness.record.bundle import ImportSummary, export_bundle, import_bundle, read_header
 from harness.record.outbox import open_store
+from harness.record.store import link_repository
+from harness.spec import git
 
 
 def _size(n: float) -> str:
@@ -42,18 +47,52 @@ def export_cmd(
          f"({_size(summary.bytes)})")
 
 
+def _bundle_files(patterns: list[str]) -> list[Path]:
+    """The files named, each glob pattern (``*``, ``?``, ``[``, ``**``) expanded in name order; a pattern that
+    matches nothing is an error (a CI job whose artifacts did not arrive must not publish a partial report)."""
+    files: list[Path] = []
+    for pattern in patterns:
+        if any(c in pattern for c in "*?["):
+            found = sorted(Path(p) for p in glob.glob(os.path.expanduser(pattern), recursive=True))
+            found = [p for p in found if p.is_file()]
+            if not found:
+                raise HarnessError(f"no bundle matches {pattern}")
+            files.extend(found)
+        else:
+            files.append(Path(pattern))
+    return list(dict.fromkeys(files))
+
+
 @app.command("import")
 def import_cmd(
-    file: Annotated[Path, typer.Argument(help="Bundle file written by `harness export`.", metavar="FILE")],
+    files: Annotated[list[str], typer.Argument(help="Bundle files written by `harness export`, or glob patterns "
+                                                    "(quoted: 'bundles/**/*.bundle').", metavar="FILE...")],
     db: DbOption = None,
+    repo_name: Annotated[str | None, typer.Option(help="Store every commit of the bundles under this repository "
+                                                       "identity (instead of the one each bundle carries).")] = None,
+    repo: Annotated[Path | None, typer.Option(help="A clone of the bundles' repository: the ancestry between "
+                                                   "their commits is read from it.")] = None,
 ) -> None:
-    """Add a bundle's runs to a database; what is already there (same run id and job key) is skipped."""
-    read_header(file)  # a wrong file is refused before any database is opened or created
+    """Add bundles' runs to a database; what is already there (same run id and job key) is skipped. Each bundle
+    is imported whole or not at all; every file is checked before the database is opened."""
+    paths = _bundle_files(files)
+    for path in paths:
+        read_header(path)  # a wrong file is refused before any database is opened or created
+    if repo is not None and not git.is_repo(repo):
+        raise HarnessError(f"--repo {repo}: not a git repository")
     store = open_store(db)
     try:
-        s = import_bundle(store, file)
+        for path in paths:
+            _report_import(path, import_bundle(store, path, repo_name=repo_name))
+        if repo is not None:
+            name = repo_name or git.identity(repo)
+            link_repository(store, name, git.toplevel(repo))
+            _say(f"ancestry of {name} read from {repo}")
     finally:
         store.close()
+
+
+def _report_import(file: Path, s: ImportSummary) -> None:
     h = s.header
     _say(f"imported {file} (from {h.get('source_db')}, written {h.get('created_at')} by harness "
          f"{h.get('harness_version')})")

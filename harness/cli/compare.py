@@ -99,11 +99,16 @@ def compare(
     try:
         report = run_compare(store, base, head, chip=chip, min_effect=min_effect, alpha=alpha, same_session=ab)
         apart = hours_apart(report, {run.id: run.started_at for run in query.run_briefs(store)})
+        proven = ab or query.ancestry_proves(store, report.base.sha, report.head.sha)
     finally:
         store.close()
     if format == "json":
-        print_json({**report.to_dict(), "single_run_hours_apart": {c: gap / 3600 for c, gap in apart.items()}})
+        print_json({**report.to_dict(), "single_run_hours_apart": {c: gap / 3600 for c, gap in apart.items()},
+                    "order_proven": proven})
     else:
+        if not proven:
+            console.print(f"base {report.base.sha[:12]} → head {report.head.sha[:12]}: {query.NOT_PROVEN} (the "
+                          "stored ancestry does not show base before head)", markup=False, highlight=False)
         _render(report, format, all_series, apart)
     raise typer.Exit(report.exit_code)
 

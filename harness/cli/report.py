@@ -12,6 +12,8 @@ import typer
 
 from harness.cli.common import DbOption, app, check_out_folder, console
 from harness.record.outbox import open_store
+from harness.record.store import link_repository
+from harness.spec import git
 from harness.spec.weburl import check_template
 
 
@@ -36,7 +38,9 @@ def report(
              "Bitbucket), else from --repo's.")] = None,
     repo: Annotated[str | None, typer.Option(
         help="The git repository whose origin remote names the commits' web pages (default: each commit's recorded "
-             "remote, else the current folder's repository when it is one; no links without a known host).")] = None,
+             "remote, else the current folder's repository when it is one; no links without a known host); the "
+             "ancestry between its stored commits is read from it too (history order where bundles lacked it).")
+    ] = None,
     cache: Annotated[bool, typer.Option(
         "--cache/--no-cache",
         help="Reuse the analysis stored in the database for what no new run changed, and store what was computed "
@@ -65,6 +69,8 @@ def report(
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     phases: dict[str, float] = {}
     try:
+        if repo is not None and git.is_repo(repo):
+            link_repository(store, git.identity(repo), git.toplevel(repo))
         index = build_report(store, out, change_points=change_points, last=last, commit=commit,
                              commit_url=commit_url, repo=repo, cache=cache, timings=phases)
     finally:

@@ -44,6 +44,10 @@ def run(
                                            "harness.toml at its root runs that suite from a clean checkout "
                                            "(docs/external-repos.md).")] = ".",
     chip_label: Annotated[str | None, typer.Option(help="Override the detected chip key.")] = None,
+    repo_name: Annotated[str | None, typer.Option(help="The repository's identity in the database, instead of its "
+                                                       "remote's host/owner/name (or root commit without a remote): "
+                                                       "runs of any checkout share one history by it "
+                                                       "(docs/many-machines.md).")] = None,
     parallel: Annotated[int, typer.Option(help="Correctness jobs run at once (benchmarks and calibration always "
                                                "run alone); 0: one per CPU core.", min=0,
                                           show_default="the number of CPU cores")] = 0,
@@ -84,12 +88,12 @@ def run(
         if resume:
             raise HarnessError("--resume is for local runs; a cluster run is submitted again instead")
         _run_on_cluster(ClusterRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
-                                          address=address, max_attempts=max_attempts,
+                                          address=address, max_attempts=max_attempts, repo_name=repo_name,
                                           chips=tuple(c for c in (chips or "").split(",") if c)),
                         None if no_report else report)
         return
     request = LocalRunRequest(suite=suite, db_url=db, commit=commit, repo=repo, parallel=parallel,
-                              chip_label=chip_label, resume=resume, ahead=prepare_ahead)
+                              repo_name=repo_name, chip_label=chip_label, resume=resume, ahead=prepare_ahead)
     failures: list[Text] = []  # also listed with the results: `harness run > log` and --quiet keep them
     with progress_display(quiet) as (planned, progress, abandon):
         def on_result(job, result, done: int, total: int) -> None:
@@ -270,7 +274,7 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
 
     db_store = outbox.open_store(db_url)
     try:
-        previous = query.previous_run_id(db_store, run_id)
+        previous, proven = query.previous_run(db_store, run_id)
         chip = query.get_run(db_store, run_id).chip_key
         report = compare(db_store, previous, run_id) if previous else None
         best = [b for b in variant_matrix(db_store, sha).best if b.chip == chip and b.evidence is not None]
@@ -280,7 +284,8 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
         out.print("against the previous run: no run of an earlier commit on this chip to compare with")
     elif report.rows:
         counts = report.counts
-        out.print(f"against the previous run {previous} ({report.base.sha[:12]}): "
+        guess = "" if proven else f" ({query.NOT_PROVEN}: the commit before it by commit time)"
+        out.print(f"against the previous run {previous} ({report.base.sha[:12]}){guess}: "
                   + ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "inconclusive", "unchanged",
                                                             "broken") if counts[v]), highlight=False)
         for row in [r for r in report.rows if r.verdict in ("regressed", "improved")][:SHOWN]:

@@ -31,7 +31,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.core.errors import HarnessError
@@ -132,7 +132,7 @@ def prepare_source(repo: str | None, rev: str | None, checkout_timeout_s: float 
     """
     if not repo:
         raise HarnessError("a cluster run needs --repo: a git URL (or a path) every node can fetch the commit from")
-    name = repo
+    name = None  # the repository's identity (None: the clone's)
     branch: str | None = None  # the branch the run is for (None: the one ``rev`` names in the clone)
     if git.is_local_path(repo):
         path = Path(repo).expanduser().resolve()
@@ -143,14 +143,14 @@ def prepare_source(repo: str | None, rev: str | None, checkout_timeout_s: float 
                                "or pass --commit")
         local = git.resolve(path, rev or "HEAD")  # a local name (HEAD, a branch) means what it means here
         rev, branch = local.sha, local.branch
-        repo, name = str(path), git.origin(path)
+        repo, name = str(path), local.repo
     elif not rev:
         raise HarnessError("--commit is required with a repository URL")
     tree, sha = git.checkout(repo, rev, checkout_timeout_s)
     info = git.resolve(tree, sha)  # a detached worktree: its branch is the one asked for
     if branch is None:
         branch = git.mirror_branch(repo, rev)
-    return Source(repo, sha, {**info.as_row(), "repo": name, "branch": branch}, tree)
+    return Source(repo, sha, {**info.as_row(), "repo": name or info.repo, "branch": branch}, tree)
 
 
 def plan_in_tree(tree: Path, suite: str | None, chip_class: str) -> Plan:
@@ -194,6 +194,8 @@ def run_on_cluster(request: ClusterRunRequest, *, progress: ClusterProgress | No
         if missing:
             raise HarnessError(no_node_message(missing[0], present))
         source = prepare_source(request.repo, request.commit, checkout_timeout_s)
+        if request.repo_name:
+            source = replace(source, commit={**source.commit, "repo": request.repo_name})
         log(f"commit {source.sha} from {store.mask_url(source.url) if '://' in source.url else source.url}")
         log(f"chips: {', '.join(f'{c} ({len(present[c])} node(s))' for c in wanted)}")
         db = outbox.open_store(request.db_url)

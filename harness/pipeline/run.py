@@ -34,6 +34,7 @@ class RunRequest:
     repo: str = "."
     parallel: int = 1
     keep: Callable[[Job], bool] | None = None  # plan only the jobs this keeps (a bisect probe's); None: the suite
+    repo_name: str | None = None  # the repository's identity, instead of its remote's or root commit's (--repo-name)
 
 
 def kept(jobs: list[Job], keep: Callable[[Job], bool] | None) -> tuple[list[Job], dict]:
@@ -202,13 +203,19 @@ def execute_run(request: LocalRunRequest, progress: Progress | None = None,
                           request.keep)
         if on_planned:
             on_planned(sum(job.trials for job in jobs))  # each trial of a benchmark is a job process
-        context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
-                             suite=suite.suite.name, executor="local",
+        context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=named(target.commit, request),
+                             dirty=target.dirty, suite=suite.suite.name, executor="local",
                              options={"suite": suite.source, **_replay_options(request), **only})
         return run_planned(db, jobs, _local_executor(request, target.tree), context,
                            progress=progress)
     finally:
         db.close()
+
+
+def named(commit: dict, request: RunRequest, stored: str | None = None) -> dict:
+    """The commit row under the repository name ``--repo-name`` gives (that of the run resumed), if any."""
+    name = request.repo_name or stored
+    return {**commit, "repo": name} if name else commit
 
 
 def _replay_options(request: LocalRunRequest) -> dict:
@@ -217,7 +224,7 @@ def _replay_options(request: LocalRunRequest) -> dict:
         return str(Path(path).resolve()) if path and Path(path).exists() else path
 
     return {"suite_arg": absolute(request.suite), "repo": absolute(request.repo), "commit_arg": request.commit,
-            "chip_label": request.chip_label}
+            "chip_label": request.chip_label, **({"repo_name": request.repo_name} if request.repo_name else {})}
 
 
 def _resume(request: LocalRunRequest, progress: Progress | None,
@@ -245,7 +252,8 @@ def _resume(request: LocalRunRequest, progress: Progress | None,
         todo = [job for job in jobs if job.unit not in stored.units]
         if on_planned:
             on_planned(len(jobs))
-        context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
+        context = RunContext(ident=ident, facts=chip_id.machine_facts(),
+                             commit=named(target.commit, request, opts.get("repo_name")), dirty=target.dirty,
                              suite=suite.suite.name, executor="local")
         return run_planned(db, todo, _local_executor(request, target.tree), context,
                            progress=progress, resume=Resume(request.resume, stored.statuses))

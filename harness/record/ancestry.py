@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Final
 
 from sqlalchemy import select
@@ -52,9 +53,9 @@ def load_graph(session: Session, repos: Iterable[str]) -> dict[Key, tuple[str, .
 
 def nearest(graph: Graph, start: Key, targets: Collection[Key], limit: int = WALK_LIMIT) -> Key | _Unknown | None:
     """The nearest ancestor of ``start`` in ``targets``: along first parents, then along the other parents
-    (those of the nearest merges first); None when there is none (the walk reached root commits, or commits the
-    store does not keep: none of those has a stored ancestor), UNKNOWN when ``start``'s parents are unknown or
-    the walk met unknown parents (or ``limit`` commits) first."""
+    (those of the nearest merges first); None when there is none (the walk reached root commits), UNKNOWN when
+    ``start``'s parents are unknown or the walk met unknown parents, a parent the store does not keep (its
+    ancestry did not travel with a bundle), or ``limit`` commits, first."""
     if graph.get(start) is None:
         return UNKNOWN
     repo = start[0]
@@ -64,7 +65,8 @@ def nearest(graph: Graph, start: Key, targets: Collection[Key], limit: int = WAL
     current = start
     while True:
         while True:  # the first-parent chain from ``current``
-            if current not in graph:  # not stored: no commit with runs below it (the store keeps those between)
+            if current not in graph:  # not stored (a bundle's commit whose parents did not travel): cannot tell
+                unknown = True
                 break
             parents = graph[current]
             if parents is None:
@@ -89,6 +91,8 @@ def nearest(graph: Graph, start: Key, targets: Collection[Key], limit: int = WAL
         seen.add(current)
         if current in targets:
             return current
+        if current not in graph:
+            unknown = True
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,12 @@ class Arrangement:
     order: list[int]
     line: list[int]
     previous: list[int]
+    proven: list[bool] = field(default_factory=list)  # per input index: its previous commit and line place are
+    # proven by ancestry (False: placed by commit time, ``fallback_order``)
+
+    @property
+    def all_proven(self) -> bool:
+        return all(self.proven)
 
 
 class _FirstParents:
@@ -120,7 +130,7 @@ class _FirstParents:
             if current in self.memo:
                 found = self.memo[current]
                 break
-            parents = self.graph.get(current, ())  # not stored: nothing with runs below it
+            parents = self.graph.get(current)  # None: unknown, or not stored (its ancestry did not travel)
             if parents is None:
                 found = UNKNOWN
                 break
@@ -183,18 +193,36 @@ def _chain(previous: list[int], tip: int, stop: Collection[int]) -> list[int]:
     return chain[::-1]
 
 
-def arrange(keys: Sequence[Key], graph: Graph, branches: Sequence[Collection[str]] = ()) -> Arrangement:
+def fallback_order(keys: Sequence[Key], times: Sequence[datetime | None] = ()) -> list[int]:
+    """Per commit, the commit placed before it where ancestry cannot tell: of the same repository, the one with
+    the latest commit time before its own (by input order -- first runs -- among equal or unknown times); -1 for
+    none. Only ever a guess: pages and ``compare`` say "order not proven by ancestry" where it is used."""
+    out = [-1] * len(keys)
+    latest: dict[str, int] = {}
+    order = sorted(range(len(keys)), key=lambda i: (times[i] is None if i < len(times) else True,
+                                                     times[i] if i < len(times) and times[i] is not None else 0, i))
+    for i in order:
+        repo = keys[i][0]
+        out[i] = latest.get(repo, -1)
+        latest[repo] = i
+    return out
+
+
+def arrange(keys: Sequence[Key], graph: Graph, branches: Sequence[Collection[str]] = (),
+            times: Sequence[datetime | None] = ()) -> Arrangement:
     """History order and previous commits of ``keys`` (a chip's commits, in time order of their first runs).
 
     ``branches``: per commit, the branches its runs were made for. The main line is followed from its newest
     commit: among the commits whose parents are known, those of the branch most of them were run for (else all of
     them; all commits when no parents are known), the one with the most commits on its first-parent line (the
     newest by ancestry; ties: run last). Its line links each commit to its nearest ancestor in ``keys`` along first
-    parents only; ``previous`` also walks the other parents (:func:`nearest`). Both fall back to the time order for
-    commits whose parents are unknown, so a database without parents keeps its time order.
+    parents only; ``previous`` also walks the other parents (:func:`nearest`). Both fall back to commit time
+    (:func:`fallback_order`; ``times``: the commits' times, else the input order) for commits whose parents are
+    unknown or did not travel, marked not ``proven``; a database without parents keeps its time order.
     """
     n = len(keys)
     index = {key: i for i, key in enumerate(keys)}
+    guess = fallback_order(keys, times)
     first_parents = _FirstParents(graph, index)
     line_previous = [-1] * n
     previous = [-1] * n
@@ -202,22 +230,24 @@ def arrange(keys: Sequence[Key], graph: Graph, branches: Sequence[Collection[str
     fallback = [False] * n
     for i, key in enumerate(keys):
         if graph.get(key) is None:
-            line_previous[i] = previous[i] = i - 1
-            line_fallback[i] = fallback[i] = True
+            line_previous[i] = previous[i] = guess[i]
+            line_fallback[i] = fallback[i] = guess[i] >= 0
             continue
         found = first_parents(key)
         if isinstance(found, tuple):
             line_previous[i] = previous[i] = index[found]
             continue
         if found is UNKNOWN:
-            line_previous[i], line_fallback[i] = i - 1, True
+            line_previous[i], line_fallback[i] = guess[i], guess[i] >= 0
         found = nearest(graph, key, index)
         if isinstance(found, tuple):
             previous[i] = index[found]
         elif found is UNKNOWN:
-            previous[i], fallback[i] = i - 1, True
+            previous[i], fallback[i] = guess[i], guess[i] >= 0
     _break_cycles(line_previous, line_fallback)
     _break_cycles(previous, fallback)
+    proven = [not (line_fallback[i] and line_previous[i] >= 0) and not (fallback[i] and previous[i] >= 0)
+              for i in range(n)]
 
     known = [i for i, key in enumerate(keys) if graph.get(key) is not None]
     candidates = known or list(range(n))  # no parents known at all: the latest commit, and the time order
@@ -242,4 +272,4 @@ def arrange(keys: Sequence[Key], graph: Graph, branches: Sequence[Collection[str
     for number, line in enumerate(lines):
         order.extend(line)
         line_of.extend([number] * len(line))
-    return Arrangement(order, line_of, previous)
+    return Arrangement(order, line_of, previous, proven)

@@ -27,6 +27,7 @@ from sqlalchemy.pool import NullPool
 
 from harness.core.config import SOURCE_ROOT
 from harness.core.errors import HarnessError
+from harness.record.identity import canonical, unify
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample
 from harness.record.store import Store, mask_url, sample_writer
 
@@ -522,8 +523,10 @@ class ImportSummary:
 class _Importer:
     """Applies records in bundle order inside one transaction: natural keys find existing rows, jobs are batched."""
 
-    def __init__(self, session: Session, reader: BundleReader, summary: ImportSummary) -> None:
+    def __init__(self, session: Session, reader: BundleReader, summary: ImportSummary,
+                 repo_name: str | None = None) -> None:
         self.session = session
+        self.repo_name = repo_name
         self.reader = reader
         self.summary = summary
         self.chips: dict[str, int] = {}
@@ -584,6 +587,8 @@ class _Importer:
         self.machines[(record["chip"], values["hostname"])] = machine_id
 
     def _add_commit(self, record: dict[str, Any], values: dict[str, Any]) -> None:
+        ref = (values["repo"], values["sha"])  # as the bundle's runs refer to it
+        values["repo"] = self.repo_name or canonical(values["repo"])  # an older bundle: a remote as it was spelled
         existing = self.session.execute(select(Commit.id, Commit.parents, Commit.message, Commit.author,
                                                Commit.committed_at, Commit.branch)
                                         .where(Commit.repo == values["repo"], Commit.sha == values["sha"])).first()
@@ -598,7 +603,7 @@ class _Importer:
             if lacking:
                 self.session.execute(update(Commit.__table__).where(Commit.__table__.c.id == commit_id)
                                      .values(**lacking))
-        self.commits[(values["repo"], values["sha"])] = commit_id
+        self.commits[ref] = commit_id
 
     def _add_run(self, record: dict[str, Any], values: dict[str, Any]) -> None:
         self.flush()
@@ -665,13 +670,17 @@ class _Importer:
         self.jobs, self.samples, self.buffered = [], [], 0
 
 
-def import_bundle(store: Store, path: str | Path, attempts: int = 3) -> ImportSummary:
+def import_bundle(store: Store, path: str | Path, attempts: int = 3, repo_name: str | None = None) -> ImportSummary:
     """Add a bundle's runs to ``store`` in one transaction: nothing is written unless the whole file checks out.
 
     Runs keep their ids; chips, machines and commits are found by their natural keys; a job already stored for its
     (run, key) is skipped, so importing twice adds nothing and a partially present run gets its missing jobs. A
     unique-key clash with a concurrent writer (another import, a run creating the same chip) rolls back and retries:
     the next attempt finds those rows.
+
+    Commits go under their repository's identity (an older bundle's remote URL normalised; ``repo_name``: every
+    commit of the bundle under that name instead), and rows that the bundle's keys split from stored ones are
+    merged (``harness.record.identity.unify``): one row per (repository, sha). Known parents are never overwritten.
     """
     path = Path(path)
     dbapi_error = store.engine.dialect.loaded_dbapi.Error
@@ -684,10 +693,11 @@ def import_bundle(store: Store, path: str | Path, attempts: int = 3) -> ImportSu
             records = reader.records()
             try:
                 with store.session() as session:
-                    importer = _Importer(session, reader, summary)
+                    importer = _Importer(session, reader, summary, repo_name)
                     for record in records:
                         importer.add(record)
                     importer.flush()
+                    unify(session.connection())
                 return summary
             except (BundleInvalid, SQLAlchemyError, dbapi_error) as exc:
                 # Damage shows as a failed checksum further on: prefer that verdict over the symptom.

@@ -13,7 +13,7 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from typing import Any, Literal, NamedTuple
@@ -79,27 +79,58 @@ def _run_view(session: Session, run: Run, with_jobs: bool) -> RunView:
 
 
 def previous_run_id(store: Store, run_id: str) -> str | None:
-    """The run ``run_id`` is compared with: the latest run, on the same chip, of the previous commit, the nearest
-    ancestor of the run's commit with runs on that chip (first parents, then the other parents:
-    ``harness.record.ancestry.nearest``); None if no ancestor has one. When the commit's parents are unknown (or
-    the walk meets unknown ones first): the chip's run started just before ``run_id``, as in time order."""
+    """The run ``run_id`` is compared with (:func:`previous_run`)."""
+    return previous_run(store, run_id)[0]
+
+
+def previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
+    """The run ``run_id`` is compared with, and whether ancestry proves it is of an earlier commit: the latest run,
+    on the same chip, of the previous commit, the nearest ancestor of the run's commit with runs on that chip (first
+    parents, then the other parents: ``harness.record.ancestry.nearest``); (None, True) if no ancestor has one.
+    When the commit's parents are unknown, or the walk meets unknown ones or a parent not stored (its ancestry did
+    not travel with a bundle) first: the chip's latest run of the same repository's commit with the latest commit
+    time before this one's (else the run started just before it), not proven."""
     with store.session() as session:
         run = session.get(Run, run_id)
         if run is None:
-            return None
+            return None, True
         repo, sha = run.commit.repo, run.commit.sha
         with_runs = {(repo, other) for other in session.scalars(
             select(Commit.sha).join(Run, Run.commit_id == Commit.id)
             .where(Run.chip_id == run.chip_id, Commit.repo == repo).distinct())}
         found = ancestry.nearest(ancestry.load_graph(session, [repo]), (repo, sha), with_runs)
         if found is None:
-            return None
+            return None, True
+        same = (select(Run.id).join(Commit, Run.commit_id == Commit.id)
+                .where(Run.chip_id == run.chip_id, Commit.repo == repo, Run.id != run.id))
+        newest = (Run.started_at.desc(), Run.id.desc())
         if isinstance(found, tuple):
-            return session.scalars(select(Run.id).join(Commit, Run.commit_id == Commit.id)
-                                   .where(Run.chip_id == run.chip_id, Commit.repo == repo, Commit.sha == found[1])
-                                   .order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
-        return session.scalars(select(Run.id).where(Run.chip_id == run.chip_id, Run.started_at < run.started_at)
-                               .order_by(Run.started_at.desc()).limit(1)).first()
+            return session.scalars(same.where(Commit.sha == found[1]).order_by(*newest).limit(1)).first(), True
+        when = run.commit.committed_at
+        if when is not None:
+            earlier = session.scalars(same.where(Commit.committed_at < when, Commit.sha != sha)
+                                      .order_by(Commit.committed_at.desc(), *newest).limit(1)).first()
+            if earlier is not None:
+                return earlier, False
+        earlier = session.scalars(same.where(Run.started_at < run.started_at).order_by(*newest).limit(1)).first()
+        return earlier, earlier is None  # nothing before it: nothing guessed
+
+
+NOT_PROVEN = "order not proven by ancestry"  # said wherever commits are ordered by commit time, not ancestry
+
+
+def ancestry_proves(store: Store, base_sha: str, head_sha: str) -> bool:
+    """Whether the stored ancestry shows commit ``base_sha`` before ``head_sha`` (an ancestor of it, or it)."""
+    with store.session() as session:
+        heads = session.scalars(select(Commit.repo).where(Commit.sha == head_sha)).all()
+        for repo in heads:
+            if base_sha == head_sha:
+                return True
+            graph = ancestry.load_graph(session, [repo])
+            if (repo, base_sha) in graph and isinstance(
+                    ancestry.nearest(graph, (repo, head_sha), {(repo, base_sha)}), tuple):
+                return True
+    return False
 
 
 def chips(store: Store) -> list[dict[str, Any]]:
@@ -123,6 +154,43 @@ def latest_run(store: Store, chip_key: str) -> RunView | None:
         run = session.scalars(select(Run).join(Chip).where(Chip.key == chip_key)
                               .order_by(Run.started_at.desc()).limit(1)).first()
         return _run_view(session, run, True) if run else None
+
+
+def chip_tip(store: Store, chip_key: str) -> tuple[str | None, list[str]]:
+    """The run a chip's page shows, and the runs it may take missing jobs from (newest first): one suite of one
+    repository -- the repository of the chip's newest run made for a branch (a bisect probe, made for a sha, does
+    not choose it), and of its suites the one with the most planned jobs (a partial suite, one kernel re-run, does
+    not take the page over; ties: the newest) -- at its tip: the newest commit of the branch's first-parent line by
+    ancestry (``harness.record.ancestry.arrange``), not the most recently started run, so bisect probes and
+    re-measurements of older commits never replace it; of the tip commit's runs, the newest made for a branch.
+    (None, []) for a chip without runs."""
+    with store.session() as session:
+        rows = session.execute(
+            select(Run.id, Run.suite, Run.branch, Run.planned_jobs, Commit.repo, Commit.sha, Commit.committed_at)
+            .join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
+            .where(Chip.key == chip_key).order_by(Run.started_at.desc(), Run.id.desc())).all()
+        if not rows:
+            return None, []
+        repo = next((row for row in rows if row.branch), rows[0]).repo
+        size: dict[str, int] = {}
+        for row in rows:
+            if row.repo == repo:
+                size[row.suite] = max(size.get(row.suite, 0), row.planned_jobs or 0)
+        suite = max(size, key=lambda name: size[name])  # dicts keep the order met: newest first among ties
+        lead = next(row for row in rows if (row.repo, row.suite) == (repo, suite))
+        mine = [row for row in rows if (row.repo, row.suite) == (lead.repo, lead.suite)]
+        first: dict[str, Any] = {}
+        branches: dict[str, set[str]] = {}
+        for row in reversed(mine):  # oldest first: the commits in time order of their first runs
+            first.setdefault(row.sha, row)
+            branches.setdefault(row.sha, set()).add(row.branch)
+        shas = list(first)
+        arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], ancestry.load_graph(session, [lead.repo]),
+                                    [branches[sha] for sha in shas], [_utc(first[sha].committed_at) for sha in shas])
+        main = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
+        tip = shas[main[-1]]
+        of_tip = [row for row in mine if row.sha == tip]
+        return next((row for row in of_tip if row.branch), of_tip[0]).id, [row.id for row in mine]
 
 
 def get_run(store: Store, run_id: str) -> RunView | None:
@@ -808,14 +876,15 @@ def chip_history(store: Store, chip: str, kernel: str | None = None, *, include_
     return data
 
 
-def _arranged(session: Session, chip: str, include_dirty: bool,
-              last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
-    """The chip's commits in history order, and per commit: previous commit index, shown, line."""
+def _arrangement_of(session: Session, chip: str, include_dirty: bool
+                    ) -> tuple[list[Any], dict[int, list[str]], ancestry.Arrangement]:
+    """The chip's commits (in time order of first runs), the branches of their runs, and their arrangement."""
     first_start = func.min(Run.started_at)
     rows = session.execute(_run_filter(
-        select(Commit.id, Commit.sha, Commit.message, Commit.branch, first_start, Commit.repo)
+        select(Commit.id, Commit.sha, Commit.message, Commit.branch, first_start, Commit.repo, Commit.committed_at)
         .select_from(Run).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id),
-        chip, include_dirty).group_by(Commit.id, Commit.sha, Commit.message, Commit.branch, Commit.repo)
+        chip, include_dirty).group_by(Commit.id, Commit.sha, Commit.message, Commit.branch, Commit.repo,
+                                      Commit.committed_at)
         .order_by(first_start, Commit.id)).all()
     run_branches: dict[int, list[str]] = {}
     for commit_id, branch in session.execute(_run_filter(
@@ -825,7 +894,15 @@ def _arranged(session: Session, chip: str, include_dirty: bool,
             run_branches.setdefault(commit_id, []).append(branch)
     graph = ancestry.load_graph(session, {row[5] for row in rows})
     arranged = ancestry.arrange([(row[5], row[1]) for row in rows], graph,
-                                [{*run_branches.get(row[0], ()), row[3]} for row in rows])
+                                [{*run_branches.get(row[0], ()), row[3]} for row in rows],
+                                [_utc(row[6]) for row in rows])
+    return rows, run_branches, arranged
+
+
+def _arranged(session: Session, chip: str, include_dirty: bool,
+              last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
+    """The chip's commits in history order, and per commit: previous commit index, shown, line."""
+    rows, run_branches, arranged = _arrangement_of(session, chip, include_dirty)
     shown = set(range(len(rows)))
     if last is not None:
         window = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
@@ -845,6 +922,18 @@ def _arranged(session: Session, chip: str, include_dirty: bool,
                for i in positions]
     previous = [position.get(arranged.previous[i], -1) for i in positions]
     return commits, previous, [i in shown for i in positions], [line_of[i] for i in positions]
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    """A stored time, comparable with the others (SQLite gives them without offset: UTC)."""
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
+
+
+def chip_order_proven(store: Store, chip: str, include_dirty: bool = False) -> bool:
+    """Whether ancestry proves the order of every commit of the chip's history (else some are placed by commit
+    time: pages say "order not proven by ancestry")."""
+    with store.session() as session:
+        return _arrangement_of(session, chip, include_dirty)[2].all_proven
 
 
 _SAMPLE_ROW = np.dtype([("job", np.int64), ("seconds", np.float64), ("trial", np.int64)])

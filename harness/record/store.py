@@ -31,12 +31,14 @@ from harness.core.errors import HarnessError, first_line
 from harness.core.job import Job, JobResult, per_test_key, unit_key
 from harness.core.proc import holder_is_gone, process_identity
 from harness.core.summary import sorted_medians, summarize
+from harness.record.identity import canonical, unify
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, TrialSummary, utcnow
 from harness.spec import git
 
 DEFAULT_DIR = Path("harness-out")
 DEFAULT_DB_URL = f"sqlite:///{DEFAULT_DIR / 'results.db'}"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+FIRST_PARENT_LINKS = 100  # first-parent ancestors of a run's commit stored with it (and exported in its bundles)
 ANCESTRY_LIMIT = 20_000  # commits of a repository's history read (newest first) to link its stored commits
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,7 @@ class NewerSchemaError(HarnessError):
     """The database was migrated by a newer harness: this one does not know its schema revision."""
 
 
-SCHEMA_HEAD = "0007_ack"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
+SCHEMA_HEAD = "0008"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
 
 
 def _at_head(engine: Engine) -> bool:
@@ -204,6 +206,9 @@ def _at_head(engine: Engine) -> bool:
                 SCHEMA_HEAD]
     except SQLAlchemyError:  # no version table yet (a new database): Alembic creates it
         return False
+
+
+MIGRATION_LOCK = 0x6D6C7868  # the PostgreSQL advisory lock key migrations hold ("mlxh")
 
 
 def migrate(engine: Engine) -> None:
@@ -220,6 +225,10 @@ def migrate(engine: Engine) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     script = ScriptDirectory.from_config(config)
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Machines starting on one fresh database at once: one migrates, the others wait here and find it
+            # done (without the lock two CREATE TABLEs race: UniqueViolation on pg_type). Released at commit.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         current = MigrationContext.configure(connection).get_current_heads()
         known = {revision.revision for revision in script.walk_revisions()}
         if unknown := sorted(set(current) - known):
@@ -337,6 +346,7 @@ def get_or_create_commit(session: Session, sha: str, repo: str = "", message: st
                          parents: list[str] | None = None) -> Commit:
     """The commit row, created if new; a row stored without these details (a commit between runs, or one from
     before parents were recorded) gets the ones it lacks. ``parents`` None: unknown."""
+    repo = canonical(repo)
     commit = session.scalar(select(Commit).where(Commit.repo == repo, Commit.sha == sha))
     if commit is None:
         commit = Commit(repo=repo, sha=sha, message=message, author=author, committed_at=committed_at,
@@ -382,20 +392,49 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
             if attempt == 2:
                 raise
     if git_dir:
-        try:
-            record_ancestry(store, commit.get("repo", ""), git_dir)
-        except (HarnessError, SQLAlchemyError) as exc:  # the run goes on; the next run links them
-            log.warning("cannot record the ancestry of %s's stored commits: %s", commit.get("repo", ""), exc)
+        link_repository(store, canonical(commit.get("repo", "")), git_dir, commit.get("sha", ""))
     return run_id
 
 
-def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = ANCESTRY_LIMIT) -> tuple[int, int]:
+def link_repository(store: Store, repo: str, git_dir: str | Path, head: str = "") -> None:
+    """What a clone of ``repo`` at ``git_dir`` tells the store: the commits stored under a checkout path or folder
+    name that the clone has are ``repo``'s (:func:`adopt`), and its stored commits are linked by their ancestry
+    (:func:`record_ancestry`; ``head``: a commit whose first-parent chain is kept too). A failure is logged, not
+    raised: the run or import goes on, the next one links them."""
+    try:
+        adopt(store, repo, git_dir)
+        record_ancestry(store, repo, git_dir, head=head)
+    except (HarnessError, SQLAlchemyError) as exc:
+        log.warning("cannot record the ancestry of %s's stored commits: %s", repo, exc)
+
+
+def adopt(store: Store, repo: str, git_dir: str | Path) -> int:
+    """Commit rows keyed by a checkout path or folder name (written before repositories had an identity, or
+    imported from such a bundle) whose sha the clone at ``git_dir`` has are moved under ``repo``, merged with the
+    rows already there (``harness.record.identity.unify``); the number of rows merged away."""
+    with store.session() as session:
+        rows = session.execute(select(Commit.id, Commit.repo, Commit.sha).where(Commit.repo != repo)).all()
+    loose = {row.id: row.sha for row in rows if not git.is_identity(row.repo) and git.FULL_SHA.match(row.sha)}
+    if not loose:
+        return 0
+    present = git.present(git_dir, sorted(set(loose.values())))
+    assign = {row_id: repo for row_id, sha in loose.items() if sha in present}
+    if not assign:
+        return 0
+    with store.session() as session:
+        return unify(session.connection(), assign)
+
+
+def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = ANCESTRY_LIMIT,
+                    head: str = "") -> tuple[int, int]:
     """Link the stored commits of ``repo`` with what the repository at ``git_dir`` knows (one ``git rev-list
     --parents`` over the stored shas, newest ``limit`` commits of their history at most):
 
     - stored commits whose parents are unknown (stored before revision 0002) get them: old databases heal;
     - the commits between stored commits that are not stored (never run) are added, sha and parents only, so that
-      the walk from any commit to its nearest ancestor with runs stays in the database.
+      the walk from any commit to its nearest ancestor with runs stays in the database;
+    - the first ``FIRST_PARENT_LINKS`` commits of ``head``'s first-parent line too: they travel in its bundle, so
+      that the database it is imported into links it to the runs of other machines (harness/record/bundle.py).
 
     Idempotent, and safe beside concurrent writers. Returns (commits given parents, commits added).
     """
@@ -405,8 +444,9 @@ def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = A
     graph = git.ancestry(git_dir, sorted(sha for sha in stored if git.FULL_SHA.match(sha)), limit)
     healed = [{"b_sha": sha, "b_parents": list(graph[sha])} for sha, known in sorted(stored.items())
               if not known and sha in graph]  # in sha order, as the inserts: concurrent healers lock alike
+    links = _between(graph, stored) | (_first_parent_line(graph, head, FIRST_PARENT_LINKS) - stored.keys())
     added = [{"repo": repo, "sha": sha, "message": "", "author": "", "committed_at": None, "branch": "",
-              "parents": list(graph[sha])} for sha in sorted(_between(graph, stored))]
+              "parents": list(graph[sha])} for sha in sorted(links)]
     if not healed and not added:
         return 0, 0
     with store.session() as session:
@@ -418,6 +458,18 @@ def record_ancestry(store: Store, repo: str, git_dir: str | Path, limit: int = A
         if added:
             session.execute(_insert_new(session, table), added)
     return len(healed), len(added)
+
+
+def _first_parent_line(graph: dict[str, tuple[str, ...]], head: str, count: int) -> set[str]:
+    """Up to ``count`` first-parent ancestors of ``head`` that ``graph`` has (with their parents)."""
+    line: set[str] = set()
+    sha = head
+    while sha in graph and graph[sha] and len(line) < count:
+        sha = graph[sha][0]
+        if sha not in graph:
+            break
+        line.add(sha)
+    return line
 
 
 def _between(graph: dict[str, tuple[str, ...]], stored: Collection[str]) -> set[str]:

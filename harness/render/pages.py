@@ -50,7 +50,7 @@ import re
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from functools import cache
@@ -374,10 +374,10 @@ class _HistorySpec(site_render.HistoryPlan):
 
 
 def history_specs(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
-                  baselines: Mapping[str, str] | None = None) -> list[_HistorySpec]:
+                  baselines: Mapping[str, str] | None = None, unproven: Collection[str] = ()) -> list[_HistorySpec]:
     """``reports.render.history_pages``'s pages, in its order, as inputs not yet drawn."""
     return [_HistorySpec(**{f.name: getattr(plan, f.name) for f in fields(plan)})
-            for plan in site_render.history_plans(histories, regressions, baselines)]
+            for plan in site_render.history_plans(histories, regressions, baselines, unproven)]
 
 
 class _ChipPlots:
@@ -583,10 +583,11 @@ class HistoryPages:
 
     def __init__(self, out_dir: str | Path, histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
                  baselines: Mapping[str, str], db_label: str, *, last: int | None, generated_at: str,
-                 commit_urls: Mapping[str, str], manifests: SiteManifests | None, incremental: bool) -> None:
+                 commit_urls: Mapping[str, str], manifests: SiteManifests | None, incremental: bool,
+                 unproven: Collection[str] = ()) -> None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.specs = history_specs(histories, regressions, baselines)
+        self.specs = history_specs(histories, regressions, baselines, unproven)
         self.shas = [spec.shas() for spec in self.specs]
         common = {**_common_context(db_label, generated_at, last), "history_names": {spec.name for spec in self.specs}}
         self.frame = HistoryFrame(
@@ -617,7 +618,8 @@ class HistoryPages:
             pages.page("history" if spec.chip else "histories", spec.name,
                        lambda spec=spec, shas=shas: Fingerprint(
                            frame.shared, "history", spec.kernel, spec.chip, spec.name, spec.chips, spec.regs,
-                           spec.styles, spec.default, spec.links, commit_links(self.links, shas), memo=memo),
+                           spec.styles, spec.default, spec.links, spec.proven, commit_links(self.links, shas),
+                           memo=memo),
                        draw)
             if spec.chip:
                 plots.add(spec.chip, drawn[0] if drawn else None, spec.name)

@@ -62,7 +62,7 @@ class SiteData:
     """Everything the site shows, loaded and analysed; ``timings`` says where the time went (seconds)."""
 
     chips: list[dict[str, Any]]
-    latest: dict[str, query.RunView | None]  # per chip: its newest run, jobs it lacks taken from older runs
+    latest: dict[str, query.RunView | None]  # per chip: its tip run (query.chip_tip), filled from its suite's runs
     failing_before: dict[str, set[str]]  # per chip: shown job keys failing in the run before the one they come from
     baselines: dict[str, str]
     matrix: VariantMatrix
@@ -88,9 +88,10 @@ def _unit(job: Any) -> tuple[str, str]:
 
 def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None,
                 units: dict[str, set[tuple[str, str]]] | None = None) -> dict[str, query.RunView | None]:
-    """Per chip: its newest run (with ``commit``: that commit's newest run there; None where there is none) with its
-    jobs completed by each job it lacks, taken from the newest older run that has it (with ``commit``: of that
-    commit), so a partial run (one kernel re-run) hides nothing; a pytest selection comes whole, with its tests,
+    """Per chip: its tip run (``query.chip_tip``: one suite of one repository, the newest commit of its branch by
+    ancestry; with ``commit``: that commit's newest run there; None where there is none) with its jobs completed by
+    each job it lacks, taken from the newest other run of that suite and repository that has it (with ``commit``: of
+    that commit), so a partial run (one kernel re-run) hides nothing; a pytest selection comes whole, with its tests,
     from the newest run that ran it. Every job carries ``run_id``; one from an older run also ``from_run`` (its
     ``id``, ``sha``, ``message``, ``started_at``), None for the newest run's own. ``units``: ``query.job_units(store,
     SHOWN_KINDS)`` when the caller has it."""
@@ -106,9 +107,10 @@ def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None,
         units = query.job_units(store, SHOWN_KINDS)  # every chip's, in one read
     for chip in chips:
         key = chip["key"]
-        if resolved is None:
-            newest = query.latest_run(store, key)
-            presence = query.job_presence(store, chip=key, kinds=SHOWN_KINDS, newest_per="unit",
+        if resolved is None:  # the tip of the chip's suite and repository, filled from their runs only
+            tip, same = query.chip_tip(store, key)
+            newest = None if tip is None else query.get_run(store, tip)
+            presence = query.job_presence(store, run_ids=same, kinds=SHOWN_KINDS, newest_per="unit",
                                           among=units.get(key, set()))
         elif key in resolved.runs:
             newest = query.get_run(store, resolved.runs[key][-1])
@@ -296,9 +298,10 @@ class SiteAnalysis:
 
     def _pages(self, histories: dict[str, list[SeriesHistory]], regressions: list[RegressionEvidence]
                ) -> HistoryPages:
+        unproven = [chip for chip in histories if not query.chip_order_proven(self.store, chip)]
         return HistoryPages(self.out_dir, histories, regressions, default_variants(), mask_url(self.store.url),
                             last=self.last, generated_at=self.generated_at, commit_urls=self.commit_urls,
-                            manifests=SiteManifests(self.store), incremental=self.cache)
+                            manifests=SiteManifests(self.store), incremental=self.cache, unproven=unproven)
 
     def _in_child(self, send: Callable[[Any], None]) -> None:
         self.store.forked()
@@ -506,7 +509,9 @@ def commit_urls(briefs: list[query.RunBrief], *, template: str | None = None, re
     local = weburl.commit_url_template(weburl.remote_url("."))
     urls = {}
     for b in briefs:
-        found = weburl.commit_url_template(b.repo) if weburl.is_remote(b.repo) else local
+        remote = f"https://{b.repo}" if git.is_identity(b.repo) and not b.repo.startswith(git.ROOT_PREFIX) \
+            else b.repo  # a repository identity (host/owner/name) is its https remote
+        found = weburl.commit_url_template(remote) if weburl.is_remote(remote) else local
         if found:
             urls[b.sha] = found.format(sha=b.sha)
     return urls

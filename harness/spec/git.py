@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from harness.core.config import cache_dir
 from harness.core.errors import HarnessError
@@ -41,7 +42,7 @@ class CommitInfo:
     committed_at: datetime | None
     branch: str
     repo: str
-    parents: tuple[str, ...] = ()
+    parents: tuple[str, ...] | None = ()  # None: unknown (the edge of a shallow clone)
     git_dir: str = ""
 
     def as_row(self) -> dict:
@@ -49,7 +50,7 @@ class CommitInfo:
         it tells the store where to look up the ancestry of the repository's stored commits."""
         return {"sha": self.sha, "message": self.message, "author": self.author,
                 "committed_at": self.committed_at, "branch": self.branch, "repo": self.repo,
-                "parents": list(self.parents), "git_dir": self.git_dir}
+                "parents": None if self.parents is None else list(self.parents), "git_dir": self.git_dir}
 
 
 def is_repo(path: str | Path) -> bool:
@@ -70,8 +71,19 @@ def resolve(repo: str | Path, rev: str = "HEAD") -> CommitInfo:
     fmt = _git(repo, "show", "-s", "--format=%an%x00%cI%x00%P%x00%B", sha)
     author, date, parents, message = (fmt.split("\x00", 3) + ["", "", ""])[:4]
     return CommitInfo(sha, message.strip(), author, datetime.fromisoformat(date) if date else None,
-                      branch_name(repo, rev), origin(repo), tuple(parents.split()),
+                      branch_name(repo, rev), identity(repo),
+                      None if sha in shallow_boundary(repo) else tuple(parents.split()),
                       str(Path(repo).expanduser().resolve()))
+
+
+def shallow_boundary(repo: str | Path) -> set[str]:
+    """The commits of a shallow clone whose parents were not fetched (``git clone --depth``, CI checkouts): git
+    shows them without parents, which is not the same as a root commit."""
+    path = _git(repo, "rev-parse", "--path-format=absolute", "--git-path", "shallow", check=False)
+    try:
+        return set(Path(path).read_text().split()) if path else set()
+    except OSError:
+        return set()
 
 
 def branch_name(repo: str | Path, rev: str = "HEAD") -> str:
@@ -103,10 +115,21 @@ def ancestry(repo: str | Path, shas: list[str], limit: int, timeout: float = 300
     out = _git(repo, "rev-list", "--parents", "--ignore-missing", f"--max-count={limit}", "--stdin",
                stdin="\n".join(shas) + "\n", timeout=timeout)
     graph: dict[str, tuple[str, ...]] = {}
+    boundary = shallow_boundary(repo)
     for line in out.splitlines():
         sha, *parents = line.split()
-        graph[sha] = tuple(parents)
+        if sha not in boundary:  # a shallow clone's last commits: parents unknown, not none
+            graph[sha] = tuple(parents)
     return graph
+
+
+def present(repo: str | Path, shas: list[str], timeout: float = 300) -> set[str]:
+    """Which of ``shas`` (full shas) are commits of the repository (one ``git cat-file --batch-check``)."""
+    if not shas:
+        return set()
+    out = _git(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)", stdin="\n".join(shas) + "\n",
+               timeout=timeout, check=False)
+    return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
 
 
 def remote_url(repo: str | Path, name: str = "origin") -> str:
@@ -123,6 +146,66 @@ def origin(repo: str | Path) -> str:
     """A name for the repository: its origin URL if any, else its folder name."""
     url = _git(repo, "remote", "get-url", "origin", check=False)
     return url or Path(_git(repo, "rev-parse", "--show-toplevel")).name
+
+
+# --- repository identity (one history across machines) ------------------------------------------------------
+
+_SCP_REMOTE = re.compile(r"^(?:[^@/:]+@)?(?P<host>[^:/]{2,}):(?P<path>(?!//).+)$")  # git@host:owner/name
+ROOT_PREFIX = "root:"  # the identity of a repository without a remote: "root:" + its root commit's sha
+
+
+def remote_key(url: str) -> str | None:
+    """A remote URL as the repository's identity, ``host/owner/name``, however it is spelled: ``https://``,
+    ``ssh://``, ``git://``, scp-like ``git@host:owner/name``; the host lower-cased; credentials, port, a trailing
+    ``/`` and ``.git`` removed (owner and name keep their case: hosts differ on it). None for what names no host:
+    a local path, ``file://``, a bare folder name. An identity already in this form is returned unchanged."""
+    url = url.strip()
+    if not url or url.startswith(ROOT_PREFIX):
+        return None
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("https", "http", "ssh", "git", "git+ssh", "ssh+git") or not parts.hostname:
+            return None
+        host, path = parts.hostname, parts.path
+    elif (match := _SCP_REMOTE.match(url)) and "/" not in match["host"]:
+        host, path = match["host"], match["path"]
+    elif re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]*/[^/]", url) and not url.startswith(("./", "../")) \
+            and "." in url.split("/", 1)[0]:  # host/owner/name already (a host has a dot)
+        host, path = url.split("/", 1)
+    else:
+        return None
+    path = path.strip("/")
+    path = path.removesuffix(".git").rstrip("/")
+    if not path:
+        return None
+    return f"{host.lower()}/{path}"
+
+
+def is_identity(key: str) -> bool:
+    """Whether a stored repository key is an identity by the rule of :func:`identity` (a normalised remote or a
+    root commit), not a checkout path or folder name as rows written before it carry."""
+    return key.startswith(ROOT_PREFIX) or (remote_key(key) == key and "://" not in key)
+
+
+def root_commit(repo: str | Path) -> str:
+    """The root commit on HEAD's first-parent line ("" for a repository without commits)."""
+    roots = _git(repo, "rev-list", "--first-parent", "--max-parents=0", "HEAD", check=False).split()
+    return min(roots) if roots else ""
+
+
+def identity(repo: str | Path) -> str:
+    """The repository's identity, the same on every machine and checkout: its ``origin`` remote (else its only
+    remote) normalised by :func:`remote_key`; without a remote that names a host, ``root:<sha>`` of its root
+    commit; for a repository without commits, its folder name."""
+    url = _git(repo, "remote", "get-url", "origin", check=False)
+    if not url:
+        remotes = _git(repo, "remote", check=False).split()
+        url = remote_url(repo, remotes[0]) if len(remotes) == 1 else ""
+    key = remote_key(url) if url else None
+    if key:
+        return key
+    root = root_commit(repo)
+    return f"{ROOT_PREFIX}{root}" if root else Path(_git(repo, "rev-parse", "--show-toplevel")).name
 
 
 def is_dirty(repo: str | Path) -> bool:

@@ -60,7 +60,7 @@ SUITE_FILE = "harness.toml"
 
 
 def display_url(url: str) -> str:
-    """The URL without any password or token (stored as the commit's repo and shown in errors)."""
+    """The URL without any password or token (shown in errors)."""
     parts = urlsplit(url)
     if parts.password or (parts.username and parts.scheme in ("http", "https")):
         netloc = parts.hostname or ""
@@ -76,10 +76,12 @@ def _in_commit(top: Path, sha: str, path: str) -> bool:
     return done.returncode == 0
 
 
-def checkout_target(repo: str, rev: str, name: str, branch: str | None = None) -> Target:
+def checkout_target(repo: str, rev: str, name: str | None = None, branch: str | None = None) -> Target:
     """A clean, verified worktree of exactly ``rev`` of ``repo`` (path or URL) in the cache, as a run target.
 
-    ``branch``: the branch the run is for (None: the branch ``rev`` names in the clone, "" for a sha).
+    ``name``: the repository's identity (None: the clone's, ``harness.spec.git.identity``: the URL's
+    ``host/owner/name``, or the root commit for a local path). ``branch``: the branch the run is for (None: the
+    branch ``rev`` names in the clone, "" for a sha).
     """
     try:
         tree, sha = git.checkout(repo, rev)
@@ -90,7 +92,7 @@ def checkout_target(repo: str, rev: str, name: str, branch: str | None = None) -
     info = git.resolve(tree, sha)
     if branch is None:
         branch = git.mirror_branch(repo, rev)
-    return Target({**info.as_row(), "repo": name, "branch": branch}, False, str(tree))
+    return Target({**info.as_row(), "repo": name or info.repo, "branch": branch}, False, str(tree))
 
 
 def _suite_file(tree: Path, suite: str) -> Path:
@@ -132,7 +134,7 @@ def _load_tree_suite(target: Target, tree: Path, suite: str | None, repo: str) -
 def resolve_run(repo: str, rev: str | None, suite: str | None) -> tuple[Target, Suite]:
     """The run's target (commit row, dirty flag, tree) and its validated suite; one-line errors."""
     if not git.is_local_path(repo):
-        target = checkout_target(repo, rev or "HEAD", display_url(repo))
+        target = checkout_target(repo, rev or "HEAD")
         return target, _tree_suite(target, suite, repo)
     path = Path(repo).expanduser()
     if not path.exists():
@@ -144,7 +146,7 @@ def resolve_run(repo: str, rev: str | None, suite: str | None) -> tuple[Target, 
         wants_tree = (loaded.needs_tree if loaded is not None
                       else suite is None and _in_commit(top, info.sha, SUITE_FILE))
         if wants_tree:
-            target = checkout_target(str(top), info.sha, git.origin(top), info.branch)
+            target = checkout_target(str(top), info.sha, info.repo, info.branch)
             return target, _tree_suite(target, suite, str(top))
     target = resolve_target(repo, rev)
     if loaded is None:

@@ -9,14 +9,17 @@ the real one at m8 missed.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import update
 
 from harness.analysis.history import history
 from harness.analysis.regressions import regressions
+from harness.record import query
 from harness.record.models import Commit
 from harness.record.query import SeriesKey
+from testkit.analysis import T0
 from testkit.lineage import BROKEN, STEP_SERIES, bisect_history
 
 STEPPED = SeriesKey(STEP_SERIES[0], STEP_SERIES[1], "float32", "B=1,D=32,H=1,S=128", "chip-a")
@@ -62,12 +65,15 @@ def test_regressions_compare_each_commit_with_its_nearest_ancestor_run(db, linea
     assert verdicts(db, names, last=2) == []  # m9 and m11 (and f1): each like its previous commit
 
 
-def test_without_parents_the_same_runs_are_judged_in_time_order(db, lineage):
-    _, names = lineage
-    with db.session() as session:  # as a database from before parents were recorded
+def test_without_parents_the_same_runs_are_judged_in_commit_time_order(db, lineage):
+    h, names = lineage
+    made = [*h.main[:5], h.side, *h.main[5:]]  # the order the commits were made: f1 after m4, before m5
+    with db.session() as session:  # as a database from before parents were recorded; commit times a minute apart
         session.execute(update(Commit).values(parents=None))
+        for minute, sha in enumerate(made):
+            session.execute(update(Commit).where(Commit.sha == sha).values(committed_at=T0 + timedelta(minutes=minute)))
     stepped = by_key_of(history(db, "chip-a", change_points=False))[STEPPED]
-    assert [names[p.sha] for p in stepped.points] == ["m0", "m2", "m4", "m11", "f1", "m7", "m9", "m8"]
-    found = verdicts(db, names)
-    assert ("performance", "m11", "m4", *STEP_SERIES[:2]) in found and ("correctness", "m9", "m7", *BROKEN) in found
-    assert all(head != "m8" for _, head, *_ in found)
+    # not the run order (m0 m2 m4 m11 f1 m7 m9 m8): ancestry cannot tell, commit time can (issue 37)
+    assert [names[p.sha] for p in stepped.points] == ["m0", "m2", "m4", "f1", "m7", "m8", "m9", "m11"]
+    assert verdicts(db, names) == [("correctness", "m8", "m7", *BROKEN), ("performance", "m8", "m7", *STEP_SERIES[:2])]
+    assert not query.chip_order_proven(db, "chip-a")

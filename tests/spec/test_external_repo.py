@@ -365,7 +365,9 @@ def test_the_environment_is_reused_and_still_imports_the_commit(kern: Kern, good
     assert (before[add][0], before[wrong][0]) == ("passed", "failed")
     assert (after[add][0], after[wrong][0]) == ("failed", "passed")  # the buggy commit's own code ran
     assert {key.split("/")[1] for key in after} == {"unit"}  # and its own, leaner suite
-    assert kern.rows("select repo from `commit` where sha = ?", kern.buggy) == [(f"file://{kern.repo}",)]
+    # a file:// URL names no host: the repository is its root commit, as when run from its path
+    assert kern.rows("select repo from `commit` where sha = ?", kern.buggy) == [(f"root:{kern.good}",)]
+    assert kern.rows("select repo from `commit` where sha = ?", kern.good) == [(f"root:{kern.good}",)]
 
 
 def test_a_failed_install_fails_the_commits_jobs_with_the_log(kern: Kern, good_run: subprocess.CompletedProcess):

@@ -1,7 +1,7 @@
 """regression acknowledgements
 
-Revision ID: 0007_ack
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-04 23:30:00.000000
 
 ``regression_ack``: a regression of the report's list marked as seen (``harness ack ID --note TEXT``), by the id the
@@ -12,8 +12,8 @@ commits, so it is the same in every build). The report shows it acknowledged, wi
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0007_ack'
-down_revision = '0006'
+revision = '0008'
+down_revision = '0007'
 branch_labels = None
 depends_on = None
 
