@@ -693,7 +693,8 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                checks: Mapping[str, str] | None = None, evidence: Any = None,
                manifests: SiteManifests | None = None, incremental: bool = True,
                stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None,
-               early: EvidencePages | None = None, acks: Mapping[str, Any] | None = None) -> Path:
+               early: EvidencePages | None = None, acks: Mapping[str, Any] | None = None,
+               unproven: Collection[str] = ()) -> Path:
     """Write every page into ``out_dir``; returns the index path. With ``manifests``, the
     folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
     manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
@@ -706,7 +707,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
     if history is None:  # not started: rendered here, when the other pages are
         history = HistoryPages(out_dir, histories or {}, regressions, baselines, db_label, last=last,
                                generated_at=generated_at, commit_urls=found.commit_urls, manifests=manifests,
-                               incremental=incremental)
+                               incremental=incremental, unproven=unproven)
     return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix, regressions=regressions,
                        failing_before=failing_before, noise=noise, checks=checks, manifests=manifests, stats=stats,
                        early=early, acks=acks)

@@ -75,6 +75,7 @@ class SiteData:
     evidence: Evidence | None = None  # commit links, run ids, compare and samples pages (``load_evidence``)
     acks: dict[str, Any] = field(default_factory=dict)  # acknowledged regressions by id (``harness ack``)
     pages: WriteStats | None = None  # what ``render`` rendered, kept and deleted
+    unproven: list[str] = field(default_factory=list)  # chips whose commits ancestry does not all order
 
 
 SHOWN_KINDS = ("correctness", "benchmark", "pytest")  # what a chip page takes from an older run; a selection's tests
@@ -183,8 +184,9 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     else:
         histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
                                             last=last, use_cache=cache, timings=timings, states=states)
+    unproven = [chip["key"] for chip in chips if not query.chip_order_proven(store, chip["key"])]
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
-                    mask_url(store.url), noise, last, timings)
+                    mask_url(store.url), noise, last, timings, unproven=unproven)
 
 
 NoiseKey = tuple[str, str, str, str]  # (kernel, variant, dtype, shape_key)
@@ -259,7 +261,7 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: S
                        histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
                        generated_at=generated_at or _stamp(), evidence=data.evidence,
                        manifests=SiteManifests(store) if store is not None else None, incremental=incremental,
-                       stats=data.pages, history=history, early=early, acks=data.acks)
+                       stats=data.pages, history=history, early=early, acks=data.acks, unproven=data.unproven)
     data.timings["render"] = time.perf_counter() - start
     if history is not None and history.seconds is not None:
         data.timings["history pages"] = history.seconds
