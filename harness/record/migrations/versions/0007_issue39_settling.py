@@ -1,0 +1,29 @@
+"""settling runs
+
+Revision ID: 0007_issue39
+Revises: 0006
+Create Date: 2026-12-04 23:45:00.000000
+
+``run.settling``: the run was measured by ``harness compare --settle`` (the undecided series of a comparison only,
+interleaved with the other commit's). Such runs are read only by the comparison that made them (by run id): never
+a chip page's tip, a point of a history, a history floor's run or the previous run of a later one. Rows written
+before are ordinary runs (false).
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0007_issue39'
+down_revision = '0006'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('run', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('settling', sa.Boolean(), nullable=False, server_default=sa.false()))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('run', schema=None) as batch_op:
+        batch_op.drop_column('settling')
