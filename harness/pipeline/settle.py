@@ -32,6 +32,10 @@ __all__ = ["Budget", "SettleRequest", "SettleRound", "parse_budget", "settle", "
 FIRST_ROUND_TRIALS = 4  # a lone series must also separate by rank: 4 a side at alpha 0.05 (trials.min_trials_alone)
 MAX_ROUND_TRIALS = 16
 DEFAULT_BUDGET = "600s"
+# A settled "unchanged" must exclude a change of 25 %: rule 5 calls a series unchanged when its interval merely
+# contains 1, and under load (2 cores, load 15) 4 + 4 interleaved trials of a real 2x slowdown came out "unchanged"
+# x1.46 on an interval that contains 1; a settle round more tells them apart.
+SETTLED_WITHIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -83,10 +87,18 @@ class SettleRound:
     undecided_after: int
 
 
-def undecided(rows: tuple[CompareRow, ...]) -> list[CompareRow]:
+def _excludes_a_real_change(row: CompareRow) -> bool:
+    """An ``unchanged`` whose interval lies within [1 / (1 + w), 1 + w], w = ``SETTLED_WITHIN``."""
+    return 1.0 / (1.0 + SETTLED_WITHIN) <= row.ci_low and row.ci_high <= 1.0 + SETTLED_WITHIN
+
+
+def undecided(rows: tuple[CompareRow, ...], settling: set | frozenset = frozenset()) -> list[CompareRow]:
     """The rows that more trials of both commits, interleaved, can settle: inconclusive ones (held included) whose
-    sides were timed alike."""
-    return [row for row in rows if row.verdict == "inconclusive" and row.basis != "incomparable"]
+    sides were timed alike, and rows being settled (keys in ``settling``) that came out ``unchanged`` only for want
+    of evidence (an interval reaching ``SETTLED_WITHIN`` beyond 1)."""
+    return [row for row in rows if row.basis != "incomparable" and (
+        row.verdict == "inconclusive"
+        or (row.key in settling and row.verdict == "unchanged" and not _excludes_a_real_change(row)))]
 
 
 def _round_trials(rows: list[CompareRow], spent: int, budget: Budget, number: int) -> int:
@@ -132,8 +144,8 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
     rounds: list[SettleRound] = []
     settling: tuple[list[str], list[str]] = ([], [])
     spent_trials, started = 0, time.monotonic()
-    current = report
-    while todo := undecided(current.rows):
+    current, settled_keys = report, set()
+    while todo := undecided(current.rows, settled_keys):
         if request.budget.seconds is not None and time.monotonic() - started >= request.budget.seconds:
             say(f"settle: budget of {request.budget} spent with {len(todo)} series undecided")
             break
@@ -142,12 +154,15 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
             say(f"settle: budget of {request.budget} spent with {len(todo)} series undecided")
             break
         held = sum(bool(row.more_runs_needed) for row in todo)
+        wide = sum(row.verdict == "unchanged" for row in todo)
         say(f"settle round {len(rounds) + 1}: {len(todo)} series undecided ({held} held against their run's shift, "
-            f"{len(todo) - held} short of trials or straddling the band): measuring {base_sha[:12]} and "
+            f"{wide} unchanged on an interval reaching x{1 + SETTLED_WITHIN:g}, {len(todo) - held - wide} short of "
+            f"trials or straddling the band): measuring {base_sha[:12]} and "
             f"{head_sha[:12]} interleaved, {trials} trials a side: "
             + ", ".join(f"{r.key.kernel}/{r.key.variant} {r.key.dtype} {r.key.shape_key}" for r in todo[:5])
             + (f", ... ({len(todo)} in all)" if len(todo) > 5 else ""))
         keys = {row.key for row in todo}
+        settled_keys |= keys
         round_started = time.monotonic()
         base_run, head_run = execute_ab(ABRequest(
             base=base_sha, head=head_sha, repo=request.repo, suite=request.suite, db_url=request.db_url,
@@ -164,8 +179,8 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
                               alpha=request.alpha, same_session=True, sides=pooled)
         finally:
             store.close()
-        current = _merged(current, settled, keys)
-        left = undecided(current.rows)
+        current = _merged(current, settled, settled_keys)
+        left = undecided(current.rows, settled_keys)
         rounds.append(SettleRound(len(keys), trials, base_run.run_id, head_run.run_id,
                                   time.monotonic() - round_started, len(left)))
         decided = {row.key: row.verdict for row in current.rows if row.key in keys and row not in left}
