@@ -46,15 +46,15 @@ def test_settle_finds_a_doubling_and_not_an_empty_commit_under_load(tmp_path: Pa
         assert f"to settle the inconclusive: harness compare {c0} {c1} --settle --repo {repo} --db {db}" in offered
         plain = harness(tmp_path, "compare", c0, c1, "--db", db, "--format", "json")
         (row,) = json.loads(plain.stdout)["rows"]
-        assert plain.returncode == 0 and row["verdict"] == "inconclusive" and row["more_runs_needed"]
+        assert plain.returncode == 0 and row["verdict"] == "inconclusive"  # held, or short of trials
 
         outcomes = []
         for base, head in ((c0, c1), (c1, c2), (c0, c1), (c1, c2)):
             done = harness(tmp_path, "compare", base, head, "--settle", "--repo", str(repo), "--db", db,
-                           "--format", "json")
+                           "--budget", "90s", "--format", "json")
             assert done.returncode in (0, 1), done.stderr[-2000:]
             (row,) = json.loads(done.stdout)["rows"]
-            assert "settle round 1: 1 series undecided (1 held" in done.stderr
+            assert "settle round 1: 1 series undecided" in done.stderr
             outcomes.append((head == c1, done.returncode, row["verdict"], round(row["ratio"], 3)))
     slower = [o for o in outcomes if o[0]]
     same = [o for o in outcomes if not o[0]]
