@@ -20,10 +20,10 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('run', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('settling', sa.Boolean(), nullable=False, server_default=sa.false()))
+    # A plain ADD COLUMN (SQLite and PostgreSQL both): a batch copy of ``run`` on SQLite drops the old table, and its
+    # ON DELETE CASCADE would take every job and sample with it.
+    op.add_column('run', sa.Column('settling', sa.Boolean(), nullable=False, server_default=sa.text('false')))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('run', schema=None) as batch_op:
-        batch_op.drop_column('settling')
+    op.drop_column('run', 'settling')  # plain DROP COLUMN (SQLite >= 3.35): no batch copy, as above
