@@ -6,7 +6,8 @@ series, both commits interleaved in ABBA rounds on this machine (``harness.pipel
 stores what it measured as *settling runs* of the two commits (``Run.settling``: read by this comparison alone,
 never a chip page's tip, a history point, a floor's run or a later run's previous run), and decides those series
 again on the settling runs of both commits, pooled over the rounds, as one session (``same_session``: the
-interleaving cancels run-level effects, so no floor and no hold). It repeats, with more trials each round, until
+interleaving cancels run-level effects, so no floor and no hold), the k-th time at level alpha / 2^k (``look_alpha``:
+deciding after every round must not spend more than alpha in all). It repeats, with more trials each round, until
 every series is decided or the budget is spent. Series decided by the stored runs keep their verdicts; incomparable
 series (timed in different modes) and broken ones are not re-measured (no trials settle them).
 """
@@ -27,7 +28,7 @@ from harness.pipeline.ab import ABRequest, execute_ab
 from harness.pipeline.run import Progress
 from harness.record import outbox
 
-__all__ = ["Budget", "SettleRequest", "SettleRound", "parse_budget", "settle", "undecided"]
+__all__ = ["Budget", "SettleRequest", "SettleRound", "look_alpha", "parse_budget", "settle", "undecided"]
 
 FIRST_ROUND_TRIALS = 4  # a lone series must also separate by rank: 4 a side at alpha 0.05 (trials.min_trials_alone)
 MAX_ROUND_TRIALS = 16
@@ -112,6 +113,13 @@ def _round_trials(rows: list[CompareRow], spent: int, budget: Budget, number: in
     return trials
 
 
+def look_alpha(alpha: float, look: int) -> float:
+    """The level of the ``look``-th settling decision (1-based): alpha / 2^look, so that deciding again after every
+    round (optional stopping) spends at most alpha in all. Tested at alpha each time, identical code measured
+    round after round under load came out "improved" x0.686 at its second look (12 + 12 interleaved trials)."""
+    return alpha / 2.0 ** look
+
+
 def _merged(first: CompareReport, settled: CompareReport, keys: set) -> CompareReport:
     """``first`` with the rows of ``keys`` taken from ``settled``: verdicts, counts and exit status recomputed."""
     by_key = {row.key: row for row in settled.rows if row.key in keys}
@@ -176,7 +184,7 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
         try:
             pooled = (_settling_side(sides[0], chip, settling[0]), _settling_side(sides[1], chip, settling[1]))
             settled = compare(store, base_sha, head_sha, chip=chip, min_effect=request.min_effect,
-                              alpha=request.alpha, same_session=True, sides=pooled)
+                              alpha=look_alpha(request.alpha, len(rounds) + 1), same_session=True, sides=pooled)
         finally:
             store.close()
         current = _merged(current, settled, settled_keys)
