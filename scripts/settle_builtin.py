@@ -25,7 +25,7 @@ from testkit.suites import benchmark_sections  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", default="600s")
+    parser.add_argument("--budget", default="300s")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="settle-builtin-") as scratch:
         folder = Path(scratch)

@@ -158,6 +158,10 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
             say(f"settle: budget of {request.budget} spent with {len(todo)} series undecided")
             break
         trials = _round_trials(todo, spent_trials, request.budget, len(rounds))
+        if request.budget.seconds is not None and rounds:  # a round that would overrun the time left is cut
+            per_trial = rounds[-1].seconds / rounds[-1].trials
+            left_s = request.budget.seconds - (time.monotonic() - started)
+            trials = min(trials, int(left_s / per_trial) if per_trial > 0 else trials)
         if trials < 1:
             say(f"settle: budget of {request.budget} spent with {len(todo)} series undecided")
             break
