@@ -72,7 +72,9 @@ def compare(
                                      history_runs={key: len(medians) for key, medians in history.items()},
                                      run_groups={key: key.chip for key in common},
                                      runs={key: (base_trials[key].runs, head_trials[key].runs) for key in common},
-                                     min_effect=min_effect, alpha=alpha, broken=broken, separate_runs=True,
+                                     min_effect=min_effect, alpha=alpha, broken=broken,
+                                     # the same runs on both sides (a commit with itself) share every run effect
+                                     separate_runs=set(base_side.run_ids) != set(head_side.run_ids),
                                      incomparable={key for key in common
                                                    if not same_mode(base_modes.get(key), head_modes.get(key))
                                                    or not timing_fit(key.chip)})

@@ -53,8 +53,12 @@ HELP = "\n\n".join((
     "lists them).",
     "--ab measures BASE and HEAD afresh on this machine, interleaved in one session (ABBA rounds), and compares "
     "the two new runs: for when there is little history.",
-    "The comparison goes to stdout; with --ab, progress and the failures of the new runs to stderr (--quiet: "
-    "none).",
+    "The comparison goes to stdout; with --ab or --settle, progress and the failures of the new runs to stderr "
+    "(--quiet: none).",
+    "--settle compares the stored runs on this machine's chip, then re-measures only the series left inconclusive "
+    "(held against their run's shift, short of trials, or straddling the band): BASE and HEAD interleaved ABBA, "
+    "stored as settling runs of the two commits (never a tip or a history point), decided again on those, round "
+    "after round until every series is decided or --budget is spent (default 600s).",
     "Exit status (docs/exit-codes.md): 1 on any confirmed regression or correctness failure on HEAD, 0 otherwise "
     "(inconclusive changes alone: 0), 2 on bad input (such as an unknown commit, a file that is no harness "
     "database) or an unreachable database.",
@@ -83,6 +87,13 @@ def compare(
                                                     "lone series' change must also show by rank).", min=1)] = None,
     chip_label: Annotated[str | None, typer.Option(help="With --ab: override the detected chip key.")] = None,
     quiet: QuietOption = False,
+    settle: Annotated[bool, typer.Option("--settle", help="Compare the stored runs on this machine's chip, then "
+                                                          "re-measure only the inconclusive series, BASE and HEAD "
+                                                          "(commits of --repo) interleaved ABBA, stored as settling "
+                                                          "runs, until each is decided or --budget is spent.")
+                      ] = False,
+    budget: Annotated[str, typer.Option(help="With --settle: trials a side per series over all rounds (e.g. 24) "
+                                             "or time measuring (e.g. 300s, 10m).")] = "600s",
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""
     from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
@@ -90,11 +101,21 @@ def compare(
 
     check_format(format)
     check_thresholds(min_effect, alpha)
+    if settle:
+        _check_settle(ab, chip, trials)
+        report = _settle(base, head, repo=repo, suite=suite, db=db, chip_label=chip_label, budget=budget,
+                         min_effect=min_effect, alpha=alpha)
+        if format == "json":
+            print_json({**report.to_dict(), "single_run_hours_apart": {}})
+        else:
+            _render(report, format, all_series, {})
+        raise typer.Exit(report.exit_code)
     if ab:
         base, head = _measure_ab(base, head, repo=repo, suite=suite, db=db, trials=trials, chip_label=chip_label,
                                  quiet=quiet)
-    elif (repo, suite, trials, chip_label) != (".", None, None, None):
-        raise HarnessError("--repo, --suite, --trials and --chip-label are for --ab (measuring afresh)")
+    elif (repo, suite, trials, chip_label, budget) != (".", None, None, None, "600s"):
+        raise HarnessError("--repo, --suite, --trials and --chip-label are for --ab or --settle (measuring afresh), "
+                           "--budget for --settle")
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         report = run_compare(store, base, head, chip=chip, min_effect=min_effect, alpha=alpha, same_session=ab)
@@ -128,6 +149,34 @@ def _measure_ab(base: str, head: str, *, repo: str, suite: str | None, db: str |
         console.print(f"{name} run {outcome.run_id} at {outcome.sha[:12]}: {dict(outcome.counts)}",
                           highlight=False, soft_wrap=True)
     return base_run.run_id, head_run.run_id
+
+
+def _check_settle(ab: bool, chip: str | None, trials: int | None) -> None:
+    if ab:
+        raise HarnessError("--settle and --ab are two ways to measure afresh: use one")
+    if chip is not None or trials is not None:
+        raise HarnessError("--settle measures on this machine's chip, its trials by round: no --chip or --trials")
+
+
+def _settle(base: str, head: str, *, repo: str, suite: str | None, db: str | None, chip_label: str | None,
+            budget: str, min_effect: float, alpha: float):
+    """The stored comparison with its undecided series settled (harness/pipeline/settle.py); progress on stderr."""
+    from harness.pipeline.settle import SettleRequest, parse_budget, settle
+
+    request = SettleRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label,
+                            budget=parse_budget(budget), min_effect=min_effect, alpha=alpha)
+    open_store(db, must_exist=True).close()  # a missing database is an error, not created empty
+
+    def say(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True, markup=False)
+
+    with progress_display() as (on_planned, progress, abandon):
+        try:
+            report, _ = settle(request, say=say, progress=progress, on_planned=on_planned)
+        except BaseException:
+            abandon()
+            raise
+    return report
 
 
 def _held_notes(rows) -> list[str]:

@@ -128,7 +128,7 @@ def run(
                   f"{(bandwidth or 0) / 1e9:.1f} GB/s copy")
     out.print(f"database: {store.mask_url(db_url)}")
     if not outcome.spooled:
-        _print_verdicts(db_url, outcome.run_id, outcome.sha)
+        _print_verdicts(db_url, outcome.run_id, outcome.sha, repo)
     if not no_report and not outcome.spooled:
         _render_report(db_url, report)
     bad = run_failures(outcome.counts)
@@ -266,7 +266,7 @@ FAILURES_SHOWN = 30  # failure lines repeated with the results at the end of a r
 SHOWN = 10  # changed series and winning variants listed at the end of a run, at most
 
 
-def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
+def _print_verdicts(db_url: str, run_id: str, sha: str, repo: str = ".") -> None:
     """What the run changed: its benchmarks against the previous run on this chip (the nearest ancestor's,
     ``query.previous_run_id``), as `harness compare` judges them, and the variants that win outright."""
     from harness.analysis.compare import compare  # loads scipy: only once a run has finished
@@ -298,6 +298,11 @@ def _print_verdicts(db_url: str, run_id: str, sha: str) -> None:
             settle = to_settle(row)
             _print_row("inconclusive", row, f"noise {noise_used(row)}" + (f"; to settle: {settle}" if settle else ""))
         out.print(f"  (harness compare {previous} {run_id} for the evidence)", highlight=False)
+        if counts["inconclusive"]:  # what settles them here: both commits measured interleaved
+            out.print(f"  to settle the inconclusive: harness compare {report.base.sha} {sha} --settle"
+                      + (f" --repo {repo}" if repo != "." else "") + ("" if db_url == store.default_db_url()
+                                                                      else f" --db {store.mask_url(db_url)}"),
+                      highlight=False, soft_wrap=True)
     for b in best[:SHOWN]:
         out.print(f"winning variant {b.kernel} {b.dtype} {b.shape_key}: {b.variant} x{b.evidence.ratio:.3f} "
                   f"against {b.default_variant}", highlight=False, soft_wrap=True)

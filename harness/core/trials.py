@@ -106,17 +106,24 @@ default, interleaved in one run) ignores floors: both sides share every run-leve
 trials of one run share its conditions, so a shift of the whole run is not in their spread: in CI, two runs of one
 commit, 4 trials a side, under a load that lasted a whole run came out "regressed" x1.19, interval [1.04, 1.35],
 and in another run both of its series "improved" (x0.87, x0.80), rank check passed.  Such a shift moves every
-series of the run alike, a code change only the kernels it touches.  So a flag of a series without a floor whose
-side is a single run must also stand out from the median effect :math:`c` of the other series measured in the
-same runs (the chip's): :math:`d - c` tested as above with :math:`\mathrm{SE}^2 + \mathrm{Var}(c)`,
-:math:`\mathrm{Var}(c)` = mean SE^2 of the others / k (x pi/2 for k >= 3, a median's), and its interval beyond the
-band in the flag's direction.  Else it is ``inconclusive`` with ``run_shift`` = exp(c) (nan when it has no other
-series: one series cannot tell a change from a shifted run) and ``more_runs_needed`` = the base runs that would
-give it a floor (``FLOOR_MIN_RUNS`` less those its history has).  A change of every series alike (a compiler
-flag) is then inconclusive until a floor exists, which is the honest answer from one run a side.  It only takes
-flags away: the recorded H200 null pairs stay at 0 flagged.  ``scripts/validate_stats.py`` (b), H200-like noise
-with one shift of the head run shared by the whole grid (sd 8 %): 44.1 % of null series flagged on the trials alone,
-0.6 % so held (32 % inconclusive); planted 10 % steps on top are still found as often (16 %, against 11 %).
+series of the run alike, a code change only the kernels it touches.  One rule, whatever the runs behind each side
+(1, 2 or more): a series' between-run noise is either *measured* (a history floor, ``FLOOR_MIN_RUNS`` runs of the
+base branch) or its verdict is *held*: a flag must also stand out from the median effect :math:`c` of the other
+series measured in the same runs (the chip's).  Two runs of a side are no measure: their trials hold one draw of
+the run effect each (on a loaded 2-core machine a second base run of one commit let an untouched kernel through as
+"improved" x0.808 [0.678, 0.964]).  Each series also strays from :math:`c` by a run effect of its own (a load
+phase over its jobs); the others' scatter about :math:`c` measures that: :math:`\tau` = 1.4826 x MAD of their
+:math:`d_j - c`, small-n corrected.  The flag's :math:`d - c` is tested with variance
+:math:`\max(\mathrm{SE}^2, \tau^2) + \mathrm{Var}(c)`, :math:`\mathrm{Var}(c)` = the mean of
+:math:`\max(\mathrm{SE}_j^2, \tau^2)` / k (x pi/2 for k >= 3, a median's), on the degrees of freedom of the
+larger term (the scatter's: k - 1), BH across the flags so tested, and its interval must clear the band in the
+flag's direction.  Else it is ``inconclusive`` with ``run_shift`` = exp(c) (nan without other series) and
+``more_runs_needed`` = the base runs that would give it a floor (``FLOOR_MIN_RUNS`` less those its history has).
+With fewer than two other series nothing measures the scatter, so every verdict is held, ``unchanged`` too: one
+or two series cannot tell a change from a shifted run (under load on 2 cores a real 2x slowdown of a one-series
+suite came out "unchanged" x1.12 from one run a side); ``harness compare --settle`` measures both commits
+interleaved instead, where run effects cancel.  A change of every series alike (a compiler flag) is inconclusive
+until a floor exists, which is the honest answer from one run a side.
 
 4. Test, interval, multiplicity, decision
 -----------------------------------------
@@ -481,59 +488,103 @@ def _floor_terms(
     return term, df, sd
 
 
-def lacks_run_noise(floor_term: npt.NDArray[np.float64], runs_base: npt.NDArray[np.int64],
-                    runs_head: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-    """Per series of a comparison of separate runs: no history floor, and a side that is a single run. Its trials
-    share that run's conditions, so a shift of the whole run (a load lasting the run, clocks, another driver) is
-    not in their spread (module docstring, "No floor, separate runs")."""
-    return (floor_term <= 0) & (np.minimum(runs_base, runs_head) < 2)
+def lacks_run_noise(floor_term: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    """Per series of a comparison of separate runs: no history floor, whatever the runs behind each side. Trials of
+    a run share its conditions, and trials pooled from two runs of a side hold one draw of the between-run noise per
+    run, too few to measure it (a floor needs ``FLOOR_MIN_RUNS``); so a shift of a whole run, or of one series in it,
+    is measured (the floor) or held (module docstring, "No floor, separate runs"). In CI a second base run of one
+    commit turned the hold off: an untouched kernel came out "improved" x0.808 [0.678, 0.964]."""
+    return floor_term <= 0
 
 
-def _stands_out(i: int, others: Sequence[int], effect: npt.NDArray[np.float64], se: npt.NDArray[np.float64],
-                df: npt.NDArray[np.float64], flag: str, settings: _Settings) -> tuple[float, bool]:
-    """Series ``i``'s effect against the common shift of its run, the median effect of the ``others`` measured in
-    the same runs: (that shift as a ratio, whether the flag stands beyond it by the same rule). With no other
-    series nothing tells a change from a shift of the whole run."""
-    if not others:
-        return math.nan, False
-    centre = float(np.median(effect[list(others)]))
-    k = len(others)
+def _scatter(deviations: npt.NDArray[np.float64]) -> float:
+    """Robust sd (1.4826 x MAD about 0, small-n corrected) of the other series' effects about their common shift:
+    how far one series' run-level effect strays from its run's, on this machine now; nan below 2 series."""
+    if deviations.size < 2:
+        return math.nan
+    mad = float(np.median(np.abs(deviations)))
+    return _MAD_TO_SIGMA * mad * _mad_correction(int(deviations.size))
+
+
+@dataclass(frozen=True)
+class _Beyond:
+    """One series' effect beyond its run's common shift (``_beyond_shift``)."""
+
+    shift: float  # the common shift exp(c); nan without other series
+    p_value: float  # two-sided, of d - c; nan where nothing tells (fewer than two other series)
+    low: float  # interval of exp(d - c)
+    high: float
+
+
+def _beyond_shift(i: int, others: Sequence[int], effect: npt.NDArray[np.float64], se: npt.NDArray[np.float64],
+                  df: npt.NDArray[np.float64], alpha: float) -> _Beyond:
+    """Series ``i``'s effect against the common shift of its run, the median effect ``c`` of the ``others`` measured
+    in the same runs. Each series of a run also strays from ``c`` by a run-level effect of its own (a load phase over
+    its jobs), which no trial spread holds: the others' scatter about ``c`` measures it, so ``d - c`` is tested with
+    the larger of its own variance and that scatter's, on the degrees of freedom of the larger (``k - 1`` for the
+    scatter). With
+    fewer than two other series nothing tells a change from a shift of the whole run or of the series in it."""
+    if len(others) < 2:
+        return _Beyond(math.exp(float(effect[others[0]])) if others else math.nan, math.nan, math.nan, math.nan)
+    members = list(others)
+    centre = float(np.median(effect[members]))
+    k = len(members)
+    scatter = _scatter(effect[members] - centre) ** 2
+    null_variance = np.maximum(se[members] ** 2, scatter)
     # the variance of a median of k estimates: (pi / 2) x that of their mean for large k; a mean up to 2
-    centre_variance = (math.pi / 2 if k >= 3 else 1.0) * float(np.mean(se[list(others)] ** 2)) / k
-    se_beyond = math.sqrt(float(se[i]) ** 2 + centre_variance)
+    centre_variance = (math.pi / 2 if k >= 3 else 1.0) * float(np.mean(null_variance)) / k
+    se_beyond = math.sqrt(max(float(se[i]) ** 2, scatter) + centre_variance)
     beyond = float(effect[i]) - centre
-    df_i = np.array([df[i]])
+    by_scatter = scatter > float(se[i]) ** 2  # as the floor: the larger term gives the degrees of freedom
+    df_i = np.array([min(float(df[i]), k - 1.0) if by_scatter else float(df[i])])
     p_value = float(2.0 * distributions.t_sf(np.array([abs(beyond) / se_beyond]), df_i)[0])
-    half = float(distributions.t_ppf(1.0 - settings.alpha / 2.0, df_i)[0]) * se_beyond
-    if flag == "regressed":
-        clear = math.exp(beyond - half) > 1.0 + settings.min_effect
-    else:
-        clear = math.exp(beyond + half) < 1.0 - settings.min_effect
-    return math.exp(centre), p_value <= settings.alpha and clear
+    half = float(distributions.t_ppf(1.0 - alpha / 2.0, df_i)[0]) * se_beyond
+    return _Beyond(math.exp(centre), p_value, math.exp(beyond - half), math.exp(beyond + half))
 
 
 def _hold_run_shifts(keys: Sequence[K], result: dict[K, TrialComparison], measured: Measured, spread: _Spread,
-                     single_run: npt.NDArray[np.bool_], in_family: npt.NDArray[np.bool_],
+                     unmeasured: npt.NDArray[np.bool_], in_family: npt.NDArray[np.bool_],
                      groups: Mapping[K, Hashable] | None, history_runs: Mapping[K, int] | None,
                      runs_base: npt.NDArray[np.int64], settings: _Settings) -> None:
-    """A flag of a series without between-run noise (``single_run``) must also stand out from its run's common
-    shift (``_stands_out``; ``groups``: series of one value share their runs, default all); else ``inconclusive``,
-    asking for the base runs that would give it a floor (``FLOOR_MIN_RUNS`` less its history's runs)."""
+    """A flag of a series without between-run noise (``unmeasured``: no floor) must also stand out from its run's
+    common shift (``_beyond_shift``, BH across the flags so tested; ``groups``:
+    series of one value share their runs, default all) with its interval beyond the band in the flag's direction;
+    else ``inconclusive``, asking for the base runs that would give it a floor (``FLOOR_MIN_RUNS`` less its
+    history's runs). An ``unchanged`` series with fewer than two other series is held too: nothing measures its
+    run's noise, so it has no verdict either way."""
     members: dict[Hashable, list[int]] = {}
     for i, key in enumerate(keys):
         if in_family[i]:
             members.setdefault((groups or {}).get(key), []).append(i)
+    tested = [i for i, key in enumerate(keys)
+              if unmeasured[i] and in_family[i] and result[key].verdict in ("regressed", "improved")]
+    beyond = {i: _beyond_shift(i, [j for j in members.get((groups or {}).get(keys[i]), []) if j != i],
+                               measured.effect, spread.se, spread.df, settings.alpha) for i in tested}
+    p_values = np.array([beyond[i].p_value for i in tested])
+    adjusted = dict(zip(tested, _benjamini_hochberg(p_values, np.isfinite(p_values)), strict=True))
     for i, key in enumerate(keys):
         comparison = result[key]
-        if not single_run[i] or comparison.verdict not in ("regressed", "improved"):
+        if not unmeasured[i] or not in_family[i]:
             continue
         others = [j for j in members.get((groups or {}).get(key), []) if j != i]
-        shift, clear = _stands_out(i, others, measured.effect, spread.se, spread.df, comparison.verdict, settings)
+        if comparison.verdict == "unchanged":
+            # nothing measures its run's noise (no floor, fewer than two other series): no verdict either way
+            clear = len(others) >= 2
+            found = _Beyond(math.exp(float(measured.effect[others[0]])) if others else math.nan, math.nan,
+                            math.nan, math.nan)
+        elif comparison.verdict in ("regressed", "improved"):
+            found = beyond[i]
+            if comparison.verdict == "regressed":
+                clear = found.low > 1.0 + settings.min_effect and adjusted[i] <= settings.alpha
+            else:
+                clear = found.high < 1.0 - settings.min_effect and adjusted[i] <= settings.alpha
+        else:
+            continue
         if not clear:
             known = (history_runs or {}).get(key, int(runs_base[i]))
             result[key] = dataclasses.replace(comparison, verdict="inconclusive", more_samples_needed=0,
                                               more_trials_needed=0, more_runs_needed=max(1, FLOOR_MIN_RUNS - known),
-                                              run_shift=shift)
+                                              run_shift=found.shift)
 
 
 def _run_counts(keys: Sequence[K], runs: Mapping[K, tuple[int, int]] | None
@@ -851,9 +902,9 @@ def compare_measured(
             comparison = _incomparable(comparison)
         result[key] = comparison
     if separate_runs and not same_session:
-        runs_base, runs_head = _run_counts(keys, runs)
-        _hold_run_shifts(keys, result, measured, spread, lacks_run_noise(floor_term, runs_base, runs_head),
-                         in_family, run_groups, history_runs, runs_base, settings)
+        runs_base, _ = _run_counts(keys, runs)
+        _hold_run_shifts(keys, result, measured, spread, lacks_run_noise(floor_term), in_family, run_groups,
+                         history_runs, runs_base, settings)
     return result
 
 

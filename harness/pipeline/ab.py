@@ -41,6 +41,9 @@ class ABRequest:
     db_url: str | None = None
     chip_label: str | None = None
     trials: int | None = None  # None: the suite's [timing] trials
+    # Only these series, (kernel, variant, dtype, shape key) (None: all); ``harness compare --settle``'s undecided
+    series: frozenset[tuple[str, str, str, str]] | None = None
+    settle: bool = False  # the runs are settling runs (``Run.settling``): read by their comparison alone
 
 
 def abba(rounds: int) -> list[tuple[int, int]]:
@@ -98,12 +101,20 @@ class TurnExecutor:
                 self.turns.done(self.side, number)
 
 
-def _side_jobs(repo: str, rev: str, suite: str | None, chip_class: str, trials: int | None):
+def series_of(job: Job) -> tuple[str, str, str, str]:
+    """A benchmark job's series as compare keys it (chip aside): kernel, variant, dtype, shape key."""
+    labels = job.labels
+    return labels.kernel, labels.variant, labels.dtype, labels.shape_key
+
+
+def _side_jobs(repo: str, rev: str, suite: str | None, chip_class: str, trials: int | None,
+               series: frozenset[tuple[str, str, str, str]] | None = None):
     target, loaded = resolve_run(repo, rev, suite)
     jobs = [job for job in plan_suite(loaded, chip_class, plugin_dir=str(Path(loaded.source).resolve().parent))
-            if job.kind == "benchmark"]
+            if job.kind == "benchmark" and (series is None or series_of(job) in series)]
     if not jobs:
-        raise HarnessError(f"the suite has no benchmark jobs for a {chip_class} chip at {rev}: nothing to compare")
+        what = "the series to settle" if series is not None else "benchmark jobs"
+        raise HarnessError(f"the suite has no {what} for a {chip_class} chip at {rev}: nothing to compare")
     if trials is not None:
         jobs = [replace(job, timing={**job.timing, "trials": trials}) for job in jobs]  # type: ignore[call-arg]
     return target, loaded, jobs
@@ -113,7 +124,7 @@ def execute_ab(request: ABRequest, progress: Progress | None = None,
                on_planned: Callable[[int], None] | None = None) -> tuple[RunOutcome, RunOutcome]:
     """Both commits' benchmark runs, interleaved ABBA; returns (base outcome, head outcome)."""
     ident = chip_id.detect(request.chip_label)
-    sides = [_side_jobs(request.repo, rev, request.suite, ident.chip_class, request.trials)
+    sides = [_side_jobs(request.repo, rev, request.suite, ident.chip_class, request.trials, request.series)
              for rev in (request.base, request.head)]
     rounds = max(job.trials for _, _, jobs in sides for job in jobs)
     turns = Turns(abba(rounds))
@@ -128,7 +139,8 @@ def execute_ab(request: ABRequest, progress: Progress | None = None,
         target, suite, jobs = sides[index]
         context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
                              suite=suite.suite.name, executor="local",
-                             options={"trial_seed": seed, "ab_session": session, "ab_side": ("base", "head")[index]})
+                             options={"trial_seed": seed, "ab_session": session, "ab_side": ("base", "head")[index],
+                                      **({"settle": True} if request.settle else {})})
         try:
             outcomes[index] = run_planned(db, jobs, TurnExecutor(index, turns, LocalExecutor(tree=target.tree)),
                                           context, progress=progress)

@@ -72,7 +72,7 @@ def _fields(model, exclude: set[str]) -> _Fields:
 CHIP = _fields(Chip, {"id"})
 MACHINE = _fields(Machine, {"id", "chip_id"})
 COMMIT = _fields(Commit, {"id"})
-RUN = _fields(Run, {"chip_id", "commit_id", "machine_id"})
+RUN = _fields(Run, {"chip_id", "commit_id", "machine_id", "settling"})  # settling runs travel as plain runs
 JOB = _fields(JobRecord, {"id"})
 # Reference keys each record type adds to its columns (and "type" itself); "sample_idx" and "sample_trial" (each
 # sample's trial; absent: all trial 0) are optional on jobs.

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -97,6 +98,9 @@ class Run(Base):
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # The branch the run was made for: the branch named, or HEAD's branch; "" for a detached sha (a bisect probe).
     branch: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    # Measured by `harness compare --settle` (a comparison's undecided series only): read by that comparison alone,
+    # never a tip, a history point, a floor's run or a previous run (migration 0007_issue39)
+    settling: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     commit: Mapped[Commit] = relationship()
     chip: Mapped[Chip] = relationship()

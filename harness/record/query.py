@@ -97,12 +97,12 @@ def previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
         repo, sha = run.commit.repo, run.commit.sha
         with_runs = {(repo, other) for other in session.scalars(
             select(Commit.sha).join(Run, Run.commit_id == Commit.id)
-            .where(Run.chip_id == run.chip_id, Commit.repo == repo).distinct())}
+            .where(Run.chip_id == run.chip_id, Commit.repo == repo, Run.settling.is_(False)).distinct())}
         found = ancestry.nearest(ancestry.load_graph(session, [repo]), (repo, sha), with_runs)
         if found is None:
             return None, True
         same = (select(Run.id).join(Commit, Run.commit_id == Commit.id)
-                .where(Run.chip_id == run.chip_id, Commit.repo == repo, Run.id != run.id))
+                .where(Run.chip_id == run.chip_id, Commit.repo == repo, Run.id != run.id, Run.settling.is_(False)))
         newest = (Run.started_at.desc(), Run.id.desc())
         if isinstance(found, tuple):
             return session.scalars(same.where(Commit.sha == found[1]).order_by(*newest).limit(1)).first(), True
@@ -304,7 +304,7 @@ def _history_runs(session: Session, graph: ancestry.Graph, runs: Sequence[Run], 
     walks = [_first_parents(graph, (repo, run.commit.sha), 10 * limit) for run in runs]
     finished = (select(Run.id, Commit.sha, Run.started_at).join(Commit, Run.commit_id == Commit.id)
                 .where(Run.chip_id == chip_id, Commit.repo == repo, Run.finished_at.is_not(None),
-                       Run.dirty.is_(False)))
+                       Run.dirty.is_(False), Run.settling.is_(False)))
     if any(walk is None for walk in walks):
         newest = max(run.started_at for run in runs)
         rows = session.execute(finished.where(Run.started_at <= newest).order_by(Run.started_at.desc())
@@ -438,7 +438,8 @@ def latest_runs(store: Store) -> tuple[dict[str, tuple[str, ...]], dict[str, str
         for chip_key in list(session.scalars(select(Chip.key).order_by(Chip.key))):
             latest = session.execute(
                 select(Run.id, Commit.sha).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
-                .where(Chip.key == chip_key).order_by(Run.started_at.desc(), Run.id.desc()).limit(1)
+                .where(Chip.key == chip_key, Run.settling.is_(False))
+                .order_by(Run.started_at.desc(), Run.id.desc()).limit(1)
             ).first()
             if latest is not None:
                 runs[chip_key], shas[chip_key] = (latest[0],), latest[1]
@@ -665,7 +666,8 @@ def _resolved(kind: Literal["commit", "run"], commit: Commit, runs: Sequence[Run
 
 def _commit_runs(session: Session, commits: Sequence[Commit]) -> list[Run]:
     ids = [c.id for c in commits]
-    return list(session.scalars(select(Run).where(Run.commit_id.in_(ids))))
+    # a commit's settling runs (harness compare --settle) hold some series only: reached by run id alone
+    return list(session.scalars(select(Run).where(Run.commit_id.in_(ids), Run.settling.is_(False))))
 
 
 def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
@@ -809,7 +811,7 @@ class ChipHistory:
 
 
 def _run_filter(query, chip: str, include_dirty: bool):
-    query = query.where(Chip.key == chip)
+    query = query.where(Chip.key == chip, Run.settling.is_(False))  # settling runs: never history points
     return query if include_dirty else query.where(Run.dirty.is_(False))
 
 

@@ -194,7 +194,7 @@ class NewerSchemaError(HarnessError):
     """The database was migrated by a newer harness: this one does not know its schema revision."""
 
 
-SCHEMA_HEAD = "0008"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
+SCHEMA_HEAD = "0009"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
 
 
 def _at_head(engine: Engine) -> bool:
@@ -384,7 +384,7 @@ def create_run(store: Store, *, ident: ChipIdentity, facts: dict[str, Any], comm
                 session.add(Run(id=run_id, commit_id=commit_row.id, chip_id=chip.id, machine_id=machine.id,
                                 suite=suite, dirty=dirty, executor=executor, planned_jobs=planned_jobs,
                                 options={**(options or {}), "driver": process_identity()},
-                                branch=commit.get("branch") or ""))
+                                branch=commit.get("branch") or "", settling=bool((options or {}).get("settle"))))
             break
         except IntegrityError:
             # Another writer (a cluster driver's other chip, another run) created the same chip, machine or

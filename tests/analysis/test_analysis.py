@@ -404,8 +404,10 @@ def noisy_many_change_history(db, chip: str = "chip-b", commits: int = 10, seed:
 
 
 def test_regressions_screen_agrees_with_compare_trials_on_a_noisy_many_change_grid(db):
-    """Many commits with random changes of all sizes: the screen must not lose a confirmed regression."""
-    noisy_many_change_history(db)
+    """Many commits with random changes of all sizes: the screen must not lose a confirmed regression. (Seed 14:
+    without a floor every flag must stand out from the scatter of its run's other series, which change too; this
+    seed confirms 4, the default 1.)"""
+    noisy_many_change_history(db, seed=14)
     performance = [e for e in regressions(db, "chip-b") if e.kind == "performance"]
     expected = brute_force_regressions(db, "chip-b")
     assert len(expected) >= 3

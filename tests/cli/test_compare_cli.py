@@ -294,3 +294,40 @@ def test_the_end_of_a_run_lists_a_doubling_its_base_runs_spread_too_wide_to_tell
     assert "unchanged" not in text and "regressed" not in text and "held" not in text, text
     assert "inconclusive swiglu/" in text, text
     assert "(history); to settle: more base runs (the spread between runs decides" in text, text
+
+
+def loaded_run(rng: np.random.Generator) -> list:
+    """``grid_results`` of identical code as a loaded 2-core machine gives them (testkit.load's random busy loops):
+    the whole run shifted (sd 10 %) and each series in it once more (sd 5 %: a busy phase over its jobs)."""
+    results = scaled(grid_results(rng, trials=4), float(np.exp(rng.normal(0.0, 0.10))))
+    factors: dict = {}
+    for job, result in results:
+        factor = factors.setdefault(job.key, float(np.exp(rng.normal(0.0, 0.05))))
+        result.samples = [seconds * factor for seconds in result.samples]
+    return results
+
+
+def test_two_base_runs_and_one_head_run_of_identical_code_under_load_flag_nothing(db_url, capsys):
+    """A second base run of one commit is no measure of the between-run noise (a floor needs 3 runs): in CI it
+    turned the hold off, and `compare BASE HEAD` called an untouched kernel "improved" x0.808 [0.678, 0.964]. With
+    1, 2 or 3 base runs a series' run-level shift is measured (floor) or its flag held."""
+    handle = outbox.open_store(db_url)
+    rng = np.random.default_rng(39)
+    for pair in range(6):  # six comparisons: base commit 2p+1 run twice, head commit 2p+2 once
+        for minutes in (0, 10):
+            store.finish_run(handle, add_run(handle, "chip-a", 2 * pair + 1, loaded_run(rng),
+                                             minutes=100 * pair + minutes), "passed")
+        store.finish_run(handle, add_run(handle, "chip-a", 2 * pair + 2, loaded_run(rng), minutes=100 * pair + 20),
+                         "passed")
+    handle.close()
+    flagged, held, codes = [], 0, set()
+    for pair in range(6):
+        code, out, _ = cli(capsys, "compare", sha_of(2 * pair + 1), sha_of(2 * pair + 2), "--db", db_url,
+                           "--format", "json")
+        rows = json.loads(out)["rows"]
+        assert {(r["trials_base"], r["trials_head"]) for r in rows} == {(8, 4)}  # two base runs, one head run
+        flagged += [(r["key"]["variant"], r["verdict"], round(r["ratio"], 3)) for r in rows
+                    if r["verdict"] in ("regressed", "improved")]
+        held += sum(r["more_runs_needed"] == 1 for r in rows)
+        codes.add(code)
+    assert not flagged and held and codes == {0}, flagged

@@ -1,0 +1,65 @@
+"""`harness compare --settle` on the built-in benchmark sections, two runs of identical code (not a test).
+
+A copy of this checkout (base) and an empty commit on top of it (head): one `harness run` of the benchmark sections
+of jobs/builtin.toml each, then `harness compare BASE HEAD` (stored runs alone) and `harness compare BASE HEAD
+--settle`; prints the verdict counts of both and the time --settle spent against one full run.
+
+Run: ``python scripts/settle_builtin.py [--budget 600s]`` (two full runs of the sections: many minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from testkit.e2e import copy_checkout, git, harness  # noqa: E402
+from testkit.suites import benchmark_sections  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", default="300s")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="settle-builtin-") as scratch:
+        folder = Path(scratch)
+        repo = folder / "repo"
+        repo.mkdir()
+        base = copy_checkout(repo, "base")
+        git(repo, "commit", "-q", "--allow-empty", "-m", "head: nothing changed")
+        head = git(repo, "rev-parse", "HEAD")
+        suite = folder / "benchmarks.toml"
+        suite.write_text(benchmark_sections((ROOT / "jobs" / "builtin.toml").read_text()))
+        db = f"sqlite:///{folder / 'builtin.db'}"
+        run_s = []
+        for sha in (base, head):
+            started = time.perf_counter()
+            done = harness("run", "--repo", str(repo), "--commit", sha, "--suite", str(suite), "--db", db,
+                           "--no-report", cwd=folder)
+            run_s.append(time.perf_counter() - started)
+            print(f"harness run at {sha[:12]}: exit {done.returncode}, {run_s[-1]:.0f} s", flush=True)
+            if done.returncode not in (0, 1):
+                raise SystemExit(done.stderr[-1500:])
+        plain = json.loads(harness("compare", base, head, "--db", db, "--format", "json", cwd=folder).stdout)
+        print(f"stored runs alone: {plain['counts']}", flush=True)
+        started = time.perf_counter()
+        done = harness("compare", base, head, "--settle", "--repo", str(repo), "--suite", str(suite), "--db", db,
+                       "--budget", args.budget, "--format", "json", cwd=folder)
+        settle_s = time.perf_counter() - started
+        print("\n".join(line for line in done.stderr.splitlines() if line.startswith("settle")))
+        settled = json.loads(done.stdout)
+        counts, total = settled["counts"], len(settled["rows"])
+        flagged = counts["regressed"] + counts["improved"]
+        print(f"compare --settle: exit {done.returncode}, {counts}; {flagged / total:.1%} flagged, "
+              f"{counts['inconclusive'] / total:.1%} inconclusive of {total} series; --settle took {settle_s:.0f} s "
+              f"against {sum(run_s) / 2:.0f} s for one full run ({settle_s / (sum(run_s) / 2):.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
