@@ -9,6 +9,7 @@ import typer
 
 from harness.cli.common import DbOption, app, console
 from harness.core.errors import HarnessError
+from harness.record import acks
 from harness.record.outbox import open_store
 
 HELP = ("Acknowledge a regression: ID is the id the report's regressions page shows next to it (12 hex digits). "
@@ -25,8 +26,6 @@ def ack(
     ack_id = ack_id.strip().lower()
     if not re.fullmatch(r"[0-9a-f]{12}", ack_id):
         raise HarnessError(f"{ack_id!r} is not a regression id: 12 hex digits, as the regressions page shows them")
-    from harness.record import acks  # the database layer: only when the command runs
-
     store = open_store(db, must_exist=True)
     try:
         if undo:

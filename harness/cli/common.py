@@ -16,7 +16,7 @@ from harness.record import store
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Correctness and speed of MLX kernels, per commit and per chip.")
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")  # C0, DEL, C1 (\x85 breaks a line), line separators
 
 
 def plain(text: object) -> str:

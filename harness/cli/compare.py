@@ -161,7 +161,7 @@ def _check_settle(ab: bool, chip: str | None, trials: int | None) -> None:
 def _settle(base: str, head: str, *, repo: str, suite: str | None, db: str | None, chip_label: str | None,
             budget: str, min_effect: float, alpha: float):
     """The stored comparison with its undecided series settled (harness/pipeline/settle.py); progress on stderr."""
-    from harness.pipeline.settle import SettleRequest, parse_budget, settle
+    from harness.pipeline.settle import SettleRequest, parse_budget, settle  # loads scipy: only with --settle
 
     request = SettleRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label,
                             budget=parse_budget(budget), min_effect=min_effect, alpha=alpha)

@@ -1,4 +1,4 @@
-"""The committed example bundles (``testkit.recorded.EXAMPLES``) imported together, as a user would, without a
+"""The committed example bundles (``testkit.paths.EXAMPLES``) imported together, as a user would, without a
 clone: each carries only its own commit, so nothing links them by ancestry. Under one repository name
 (``--repo-name``) they give one history per chip in commit-time order, said to be "order not proven by ancestry"
 on the history pages, and each run is compared with the run before it (a compare page) instead of with nothing."""
@@ -12,7 +12,7 @@ from sqlalchemy import select
 from harness.record import outbox, query
 from harness.record.models import Commit
 from testkit.e2e import harness
-from testkit.recorded import EXAMPLES
+from testkit.paths import EXAMPLES
 
 # Imported out of order on purpose. (h200-202d829's commit is the root of a copied checkout: another history.)
 PROJECT = ["h200-3c1c045", "h200-62ac157", "h200-2d82df7"]

@@ -154,6 +154,7 @@ def test_the_regressions_page_lists_a_newly_failing_test_at_the_commit_that_brok
     done = calc.harness("report", "--db", calc.db, "--out", str(tmp_path / "site"))
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "site" / "regressions.html").read_text()
-    entries = [entry for entry in page.split('id="r-')[1:] if "test_add" in entry]
+    groups = [group.split("</section>")[0] for group in page.split('<section class="reg-group')[1:]]
+    entries = [group for group in groups if "test_add" in group]  # a block per commit, its failures inside
     assert entries, "test_add's failure is not on the regressions page"
-    assert all(calc.head[:12] in entry for entry in entries)  # at the commit that broke it, not before
+    assert all(calc.head[:12] in entry.split("</h3>")[0] for entry in entries)  # at the commit that broke it

@@ -58,7 +58,7 @@ def test_a_database_password_is_never_printed_rendered_bundled_or_spooled(tmp_pa
     site = tmp_path / "site"
     ran = harness(tmp_path, "run", "--suite", str(suite), "--db", url, "--report", str(site))
     assert ran.returncode == 1, ran.stderr  # the segfault is a bad status; the run itself completed
-    assert "***" in ran.stderr and secret not in ran.stdout + ran.stderr
+    assert "***" in ran.stdout + ran.stderr and secret not in ran.stdout + ran.stderr
     exported = harness(tmp_path, "export", "--out", str(tmp_path / "b.jsonl.gz"), "--db", url)
     assert exported.returncode == 0, exported.stderr
     assert secret not in exported.stdout + exported.stderr
