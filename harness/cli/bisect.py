@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from harness.bisect.selection import BisectRequest, check_against_suite, counted
-from harness.cli.common import DbOption, app, console
+from harness.cli.common import DbOption, QuietOption, app, console
 from harness.cli.tables import check_thresholds, interval, print_json, ratio, stdout_console
 from harness.core import defaults
 from harness.core.errors import HarnessError
@@ -84,6 +84,7 @@ def bisect(
     parallel: Annotated[int, typer.Option("--parallel", help="Correctness jobs at once within a probe run.")] = 1,
     reuse: Annotated[bool, typer.Option("--reuse/--no-reuse", help="Read commits already run on the chip from the "
                                                                    "database instead of running them.")] = True,
+    quiet: QuietOption = False,
 ) -> None:
     """Bisect (see HELP)."""
     if format not in ("text", "json"):
@@ -95,7 +96,10 @@ def bisect(
                             probes_per_round=probes_per_round, max_runs=max_runs, confirm_runs=confirm_runs,
                             min_effect=min_effect,
                             alpha=alpha, gates=tuple(gate or ()), reuse=reuse)
-    log = lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    def log(line: str) -> None:  # progress on stderr; --quiet: none (the result still goes to stdout)
+        if not quiet:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+
     check_against_suite(request, log)  # a mistyped name is refused before the statistics stack loads
 
     from harness.bisect.run import run_bisect  # loads the statistics stack (scipy), the store and the pipeline

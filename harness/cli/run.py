@@ -23,7 +23,7 @@ from rich.text import Text
 
 from harness.cli.common import DbOption, QuietOption, app, check_out_folder, console, out, styled
 from harness.cli.tables import noise_used, to_settle
-from harness.cluster.driver import print_progress, run_on_cluster
+from harness.cluster.driver import progress_line, run_on_cluster
 from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.status import count_label, is_run_failure, run_failures
@@ -330,12 +330,15 @@ def _render_report(db_url: str, folder: Path) -> None:
 
 def _run_on_cluster(request: ClusterRunRequest, report: Path | None) -> None:
     """`harness run --executor ray`: the cluster driver, in this process (CI uses `harness submit`)."""
-    outcome = run_on_cluster(request, progress=print_progress, log=lambda line: console.print(line, highlight=False))
+    def progress(chip: str, job, result, done: int, total: int) -> None:  # stderr, as a local run's progress
+        console.print(progress_line(chip, job, result, done, total), soft_wrap=True)
+
+    outcome = run_on_cluster(request, progress=progress, log=lambda line: console.print(line, highlight=False))
     for run in outcome.runs:
         counts = run.counts
         out.print(f"run {run.run_id} on {run.chip_key} at {run.sha[:12]}: {counts['passed']} passed, "
-                      f"{counts['failed']} failed, {counts['skipped']} skipped, {counts['crashed']} crashed, "
-                      f"{counts['timeout']} timed out, {counts['lost']} lost (of {run.planned})")
+                  f"{counts['failed']} failed, {counts['skipped']} skipped, {counts['crashed']} crashed, "
+                  f"{counts['timeout']} timed out, {counts['lost']} lost (of {run.planned})")
     for chip, why in outcome.errors.items():
         console.print(styled(f"{chip}: {why}", "red"))
     if outcome.errors and not outcome.runs:

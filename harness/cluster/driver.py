@@ -258,13 +258,19 @@ def run_on_cluster(request: ClusterRunRequest, *, progress: ClusterProgress | No
             ray.shutdown()
 
 
-def print_progress(chip: str, job: Job, result: JobResult, done: int, total: int) -> None:
+def progress_line(chip: str, job: Job, result: JobResult, done: int, total: int) -> str:
+    """One finished job of a cluster run: chip, done/total, status, key, node, attempt, a failure's detail."""
     node = f" on {result.node[:12]}" if result.node else ""
     again = f" (attempt {result.attempts})" if result.attempts > 1 else ""
     line = f"[{chip}] {done}/{total} {result.status:8s} {job.key}{node}{again}"
     if is_run_failure(result.status):
         line += f": {result.detail[:200]}"
-    print(line, flush=True)
+    return line
+
+
+def print_progress(chip: str, job: Job, result: JobResult, done: int, total: int) -> None:
+    """The driver's progress, on its stdout: the Ray job's log, which ``harness submit --wait`` follows."""
+    print(progress_line(chip, job, result, done, total), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

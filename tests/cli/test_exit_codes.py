@@ -241,6 +241,16 @@ def test_bisect(world: World, scenario: str):
     assert done.returncode == expected, done.stdout + done.stderr
 
 
+def test_bisect_results_go_to_stdout_and_quiet_leaves_only_them(world: World):
+    args = ("bisect", "--good", world.shas["pass"], "--bad", world.shas["fail_first"], "--kernel", "a_all",
+            "--mode", "correctness", "--repo", str(world.repo), "--db", world.url)
+    loud, quiet = world.harness(*args), world.harness(*args, "--quiet")
+    assert loud.returncode == quiet.returncode == 0, loud.stdout + loud.stderr
+    assert loud.stderr.strip() and "culprit: " not in loud.stderr  # progress on stderr, the answer is stdout's
+    assert quiet.stderr == "", quiet.stderr
+    assert "culprit: " in loud.stdout and "culprit: " in quiet.stdout
+
+
 @pytest.mark.parametrize("scenario, db", [("bad input", None), ("unreachable database", UNREACHABLE)])
 def test_bisect_refuses(world: World, scenario: str, db: str | None):
     good = "nosuchcommit" if scenario == "bad input" else world.shas["pass"]
