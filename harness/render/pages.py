@@ -877,7 +877,8 @@ def index_groups(chips: list[dict[str, Any]], repos: Mapping[str, str], others: 
                  ) -> list[tuple[str | None, list[tuple[dict[str, Any], Any]]]]:
     """The index's sections: one per repository, in the order met, each with its chips as (chip, None) where the
     chip's page shows that repository, else (chip, its tip ``OtherSuite`` there: the one with the most jobs); one
-    section without a name when there is a single repository (or none is known)."""
+    section without a name when there is a single repository (or none is known). A chip without a run of any
+    goes in the first."""
     names = list(dict.fromkeys([repos[chip["key"]] for chip in chips if chip["key"] in repos]
                                + [other.repo for chip in chips for other in others.get(chip["key"], ())]))
     if len(names) <= 1:
@@ -893,6 +894,8 @@ def index_groups(chips: list[dict[str, Any]], repos: Mapping[str, str], others: 
             if there:
                 rows.append((chip, max(there, key=lambda other: len(other.run.jobs))))
         groups.append((name, rows))
+    placed = {chip["key"] for _, rows in groups for chip, _ in rows}
+    groups[0][1].extend((chip, None) for chip in chips if chip["key"] not in placed)  # no run: "no run", first
     return groups
 
 
