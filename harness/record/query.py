@@ -156,6 +156,16 @@ def latest_run(store: Store, chip_key: str) -> RunView | None:
         return _run_view(session, run, True) if run else None
 
 
+class SuiteTip(NamedTuple):
+    """One (repository, suite) of a chip at its tip (``chip_tips``): the run shown, and that pair's runs (newest
+    first)."""
+
+    repo: str
+    suite: str
+    run_id: str
+    same: list[str]
+
+
 def chip_tip(store: Store, chip_key: str) -> tuple[str | None, list[str]]:
     """The run a chip's page shows, and the runs it may take missing jobs from (newest first): one suite of one
     repository -- the repository of the chip's newest run made for a branch (a bisect probe, made for a sha, does
@@ -164,33 +174,47 @@ def chip_tip(store: Store, chip_key: str) -> tuple[str | None, list[str]]:
     ancestry (``harness.record.ancestry.arrange``), not the most recently started run, so bisect probes and
     re-measurements of older commits never replace it; of the tip commit's runs, the newest made for a branch.
     (None, []) for a chip without runs."""
+    tips = chip_tips(store, chip_key)
+    return (tips[0].run_id, tips[0].same) if tips else (None, [])
+
+
+def chip_tips(store: Store, chip_key: str) -> list[SuiteTip]:
+    """Every (repository, suite) a chip has runs of, each at its tip (as ``chip_tip`` finds it): the one its page
+    shows first (``chip_tip``'s), then the others, newest run first. [] for a chip without runs."""
     with store.session() as session:
         rows = session.execute(
             select(Run.id, Run.suite, Run.branch, Run.planned_jobs, Commit.repo, Commit.sha, Commit.committed_at)
             .join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
             .where(Chip.key == chip_key).order_by(Run.started_at.desc(), Run.id.desc())).all()
         if not rows:
-            return None, []
+            return []
         repo = next((row for row in rows if row.branch), rows[0]).repo
         size: dict[str, int] = {}
         for row in rows:
             if row.repo == repo:
                 size[row.suite] = max(size.get(row.suite, 0), row.planned_jobs or 0)
         suite = max(size, key=lambda name: size[name])  # dicts keep the order met: newest first among ties
-        lead = next(row for row in rows if (row.repo, row.suite) == (repo, suite))
-        mine = [row for row in rows if (row.repo, row.suite) == (lead.repo, lead.suite)]
-        first: dict[str, Any] = {}
-        branches: dict[str, set[str]] = {}
-        for row in reversed(mine):  # oldest first: the commits in time order of their first runs
-            first.setdefault(row.sha, row)
-            branches.setdefault(row.sha, set()).add(row.branch)
-        shas = list(first)
-        arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], ancestry.load_graph(session, [lead.repo]),
-                                    [branches[sha] for sha in shas], [_utc(first[sha].committed_at) for sha in shas])
-        main = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
-        tip = shas[main[-1]]
-        of_tip = [row for row in mine if row.sha == tip]
-        return next((row for row in of_tip if row.branch), of_tip[0]).id, [row.id for row in mine]
+        pairs = [(repo, suite)] + list(dict.fromkeys((row.repo, row.suite) for row in rows
+                                                     if (row.repo, row.suite) != (repo, suite)))
+        return [_suite_tip(session, [row for row in rows if (row.repo, row.suite) == pair]) for pair in pairs]
+
+
+def _suite_tip(session: Session, mine: list[Any]) -> SuiteTip:
+    """The tip of one (repository, suite)'s runs ``mine`` (newest first), by ancestry (``chip_tip``)."""
+    lead = mine[0]
+    first: dict[str, Any] = {}
+    branches: dict[str, set[str]] = {}
+    for row in reversed(mine):  # oldest first: the commits in time order of their first runs
+        first.setdefault(row.sha, row)
+        branches.setdefault(row.sha, set()).add(row.branch)
+    shas = list(first)
+    arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], ancestry.load_graph(session, [lead.repo]),
+                                [branches[sha] for sha in shas], [_utc(first[sha].committed_at) for sha in shas])
+    main = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
+    tip = shas[main[-1]]
+    of_tip = [row for row in mine if row.sha == tip]
+    run_id = next((row for row in of_tip if row.branch), of_tip[0]).id
+    return SuiteTip(lead.repo, lead.suite, run_id, [row.id for row in mine])
 
 
 def get_run(store: Store, run_id: str) -> RunView | None:

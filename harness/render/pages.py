@@ -694,14 +694,18 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                manifests: SiteManifests | None = None, incremental: bool = True,
                stats: WriteStats | None = None, history: HistoryPages | DeliveredHistoryPages | None = None,
                early: EvidencePages | None = None, acks: Mapping[str, Any] | None = None,
-               unproven: Collection[str] = ()) -> Path:
-    """Write every page into ``out_dir``; returns the index path. With ``manifests``, the
-    folder's last build is known: ``incremental``, only the pages whose fingerprint changed are rendered and the new
-    manifest is stored; else every page is, and the manifest is removed; either way the pages the last build wrote
-    and this one does not make are deleted. Without, every page is rendered and nothing read or stored. ``stats``
-    counts the pages. ``history``: the history pages, made (and maybe started) by the caller from the same
-    arguments (who started them stops them if this fails: ``abandon``); else they are made and rendered here.
-    ``early``: compare and samples pages of ``evidence`` rendered already (``EvidencePages``), not rendered again."""
+               unproven: Collection[str] = (), repos: Mapping[str, str] | None = None,
+               others: Mapping[str, Sequence[Any]] | None = None) -> Path:
+    """Write every page into ``out_dir``; returns the index path. ``repos``: per chip, the repository its page shows
+    (the index groups by repository when there are several); ``others``: per chip, its other (repository, suite)s at
+    their tips (``site.OtherSuite``), listed on its page and in their repository's index section. With
+    ``manifests``, the folder's last build is known: ``incremental``, only the pages whose fingerprint changed are
+    rendered and the new manifest is stored; else every page is, and the manifest is removed; either way the pages
+    the last build wrote and this one does not make are deleted. Without, every page is rendered and nothing read or
+    stored. ``stats`` counts the pages. ``history``: the history pages, made (and maybe started) by the caller from
+    the same arguments (who started them stops them if this fails: ``abandon``); else they are made and rendered
+    here. ``early``: compare and samples pages of ``evidence`` rendered already (``EvidencePages``), not rendered
+    again."""
     regressions = list(regressions)
     found, samples = evidence_links(evidence)
     if history is None:  # not started: rendered here, when the other pages are
@@ -710,7 +714,7 @@ def write_site(out_dir: str | Path, chips: list[dict[str, Any]], latest: dict[st
                                incremental=incremental, unproven=unproven)
     return _write_site(history, found, samples, chips, latest, baselines, matrix=matrix, regressions=regressions,
                        failing_before=failing_before, noise=noise, checks=checks, manifests=manifests, stats=stats,
-                       early=early, acks=acks)
+                       early=early, acks=acks, repos=repos or {}, others=others or {})
 
 
 def _common_context(db_label: str, generated_at: str, last: int | None) -> dict[str, Any]:
@@ -792,7 +796,8 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                 regressions: list[Any], failing_before: Mapping[str, set[str]] | None,
                 noise: Mapping[str, Mapping[tuple[str, str, str, str], Any]] | None,
                 checks: Mapping[str, str] | None, manifests: SiteManifests | None, stats: WriteStats | None,
-                early: EvidencePages | None, acks: Mapping[str, Any] | None = None) -> Path:
+                early: EvidencePages | None, acks: Mapping[str, Any] | None = None,
+                repos: Mapping[str, str] | None = None, others: Mapping[str, Sequence[Any]] | None = None) -> Path:
     frame = history.frame
     out = frame.out
     site = _Pages(out, frame.previous, frame.incremental, _environment(found), {**frame.common, "evidence": found},
@@ -832,6 +837,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
         page("chip", name, None, lambda name=name, chip=chip, run=run, jobs=jobs, verdicts=verdicts,
              winners=winners: write(
                  name, "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
+                 others=(others or {}).get(chip["key"], []),
                  verdicts=verdicts, winners=winners, checks=checks or {},
                  correctness_tables=site_render.correctness_tables(jobs, baselines), cell_title=site_render.cell_title,
                  correctness=[j for j in jobs if j["kind"] == "correctness"],
@@ -857,6 +863,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     page_names = {(summary_of_page.kernel, summary_of_page.chip): summary_of_page for summary_of_page in pages}
     page("index", "index.html", None,
          lambda: write("index.html", "index.html.j2", chips=chips, latest=latest, summary=summary, kernels=kernels,
+                       groups=index_groups(chips, repos or {}, others or {}),
                        history=page_names, n_regressions=len(regressions),
                        n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
                        n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows)))
@@ -864,6 +871,32 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     _finish(out, site.previous, site.manifest, manifests, site.incremental, site.stats)
     log.info("pages: %s", site.stats.summary())
     return out / "index.html"
+
+
+def index_groups(chips: list[dict[str, Any]], repos: Mapping[str, str], others: Mapping[str, Sequence[Any]]
+                 ) -> list[tuple[str | None, list[tuple[dict[str, Any], Any]]]]:
+    """The index's sections: one per repository, in the order met, each with its chips as (chip, None) where the
+    chip's page shows that repository, else (chip, its tip ``OtherSuite`` there: the one with the most jobs); one
+    section without a name when there is a single repository (or none is known). A chip without a run of any
+    goes in the first."""
+    names = list(dict.fromkeys([repos[chip["key"]] for chip in chips if chip["key"] in repos]
+                               + [other.repo for chip in chips for other in others.get(chip["key"], ())]))
+    if len(names) <= 1:
+        return [(None, [(chip, None) for chip in chips])]
+    groups: list[tuple[str | None, list[tuple[dict[str, Any], Any]]]] = []
+    for name in names:
+        rows: list[tuple[dict[str, Any], Any]] = []
+        for chip in chips:
+            if repos.get(chip["key"]) == name:
+                rows.append((chip, None))
+                continue
+            there = [other for other in others.get(chip["key"], ()) if other.repo == name]
+            if there:
+                rows.append((chip, max(there, key=lambda other: len(other.run.jobs))))
+        groups.append((name, rows))
+    placed = {chip["key"] for _, rows in groups for chip, _ in rows}
+    groups[0][1].extend((chip, None) for chip in chips if chip["key"] not in placed)  # no run: "no run", first
+    return groups
 
 
 def _finish(out: Path, previous: Manifest, manifest: Manifest, manifests: SiteManifests | None, incremental: bool,

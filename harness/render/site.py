@@ -38,6 +38,7 @@ from harness.analysis.records import (
 )
 from harness.analysis.variants import default_variants, variant_matrix
 from harness.core.errors import HarnessError
+from harness.core.status import PASSES, run_failures
 from harness.record import acks, analysis_cache, query
 from harness.record.store import Store, mask_url
 from harness.render import pages as render_pages
@@ -76,6 +77,23 @@ class SiteData:
     acks: dict[str, Any] = field(default_factory=dict)  # acknowledged regressions by id (``harness ack``)
     pages: WriteStats | None = None  # what ``render`` rendered, kept and deleted
     unproven: list[str] = field(default_factory=list)  # chips whose commits ancestry does not all order
+    repos: dict[str, str] = field(default_factory=dict)  # per chip: the repository of the run its page shows
+    others: dict[str, list[OtherSuite]] = field(default_factory=dict)  # per chip: its other (repository, suite)s
+
+
+@dataclass
+class OtherSuite:
+    """A (repository, suite) a chip has runs of besides the one its page shows, at its tip (``query.chip_tips``)."""
+
+    repo: str
+    suite: str
+    run: query.RunView
+
+    def passed(self) -> int:
+        return sum(n for status, n in self.run.counts().items() if status in PASSES)
+
+    def failed(self) -> int:
+        return run_failures(self.run.counts())
 
 
 SHOWN_KINDS = ("correctness", "benchmark", "pytest")  # what a chip page takes from an older run; a selection's tests
@@ -88,14 +106,15 @@ def _unit(job: Any) -> tuple[str, str]:
 
 
 def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None,
-                units: dict[str, set[tuple[str, str]]] | None = None) -> dict[str, query.RunView | None]:
+                units: dict[str, set[tuple[str, str]]] | None = None,
+                tips: dict[str, list[query.SuiteTip]] | None = None) -> dict[str, query.RunView | None]:
     """Per chip: its tip run (``query.chip_tip``: one suite of one repository, the newest commit of its branch by
     ancestry; with ``commit``: that commit's newest run there; None where there is none) with its jobs completed by
     each job it lacks, taken from the newest other run of that suite and repository that has it (with ``commit``: of
     that commit), so a partial run (one kernel re-run) hides nothing; a pytest selection comes whole, with its tests,
     from the newest run that ran it. Every job carries ``run_id``; one from an older run also ``from_run`` (its
     ``id``, ``sha``, ``message``, ``started_at``), None for the newest run's own. ``units``: ``query.job_units(store,
-    SHOWN_KINDS)`` when the caller has it."""
+    SHOWN_KINDS)`` when the caller has it; ``tips``: ``query.chip_tips`` of each chip, when the caller has them."""
     resolved = None
     if commit is not None:
         resolved = query.resolve_ref(store, commit)
@@ -109,7 +128,8 @@ def _shown_runs(store: Store, chips: list[dict[str, Any]], commit: str | None,
     for chip in chips:
         key = chip["key"]
         if resolved is None:  # the tip of the chip's suite and repository, filled from their runs only
-            tip, same = query.chip_tip(store, key)
+            of_chip = tips[key] if tips is not None else query.chip_tips(store, key)
+            tip, same = (of_chip[0].run_id, of_chip[0].same) if of_chip else (None, [])
             newest = None if tip is None else query.get_run(store, tip)
             presence = query.job_presence(store, run_ids=same, kinds=SHOWN_KINDS, newest_per="unit",
                                           among=units.get(key, set()))
@@ -168,7 +188,9 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
                                   states=states)
     timings["jobs"] = time.perf_counter() - start
     start = time.perf_counter()
-    latest = _shown_runs(store, chips, commit, catalogue.units if catalogue is not None else None)
+    tips = {chip["key"]: query.chip_tips(store, chip["key"]) for chip in chips} if commit is None else None
+    latest = _shown_runs(store, chips, commit, catalogue.units if catalogue is not None else None, tips)
+    repos, others = _suites(store, tips or {})
     failing_before = {key: _failing_before(store, run) for key, run in latest.items()}
     timings["latest runs"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -186,7 +208,19 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
                                             last=last, use_cache=cache, timings=timings, states=states)
     unproven = [chip["key"] for chip in chips if not query.chip_order_proven(store, chip["key"])]
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
-                    mask_url(store.url), noise, last, timings, unproven=unproven)
+                    mask_url(store.url), noise, last, timings, unproven=unproven, repos=repos, others=others)
+
+
+def _suites(store: Store, tips: dict[str, list[query.SuiteTip]]) -> tuple[dict[str, str], dict[str, list[OtherSuite]]]:
+    """Per chip: the repository its page shows, and its other (repository, suite)s at their tips."""
+    repos = {key: of_chip[0].repo for key, of_chip in tips.items() if of_chip}
+    others: dict[str, list[OtherSuite]] = {}
+    for key, of_chip in tips.items():
+        for tip in of_chip[1:]:
+            run = query.get_run(store, tip.run_id)
+            if run is not None:
+                others.setdefault(key, []).append(OtherSuite(tip.repo, tip.suite, run))
+    return repos, others
 
 
 NoiseKey = tuple[str, str, str, str]  # (kernel, variant, dtype, shape_key)
@@ -261,7 +295,8 @@ def render(data: SiteData, out_dir: str | Path = DEFAULT_REPORT_DIR, *, store: S
                        histories=data.histories, regressions=data.regressions, last=data.last, noise=data.noise,
                        generated_at=generated_at or _stamp(), evidence=data.evidence,
                        manifests=SiteManifests(store) if store is not None else None, incremental=incremental,
-                       stats=data.pages, history=history, early=early, acks=data.acks, unproven=data.unproven)
+                       stats=data.pages, history=history, early=early, acks=data.acks, unproven=data.unproven,
+                       repos=data.repos, others=data.others)
     data.timings["render"] = time.perf_counter() - start
     if history is not None and history.seconds is not None:
         data.timings["history pages"] = history.seconds
