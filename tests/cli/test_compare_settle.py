@@ -42,7 +42,7 @@ def test_settle_finds_a_doubling_and_not_an_empty_commit_under_load(tmp_path: Pa
                 for sha in (c0, c1, c2)]
         assert all(done.returncode == 0 for done in ends), ends[-1].stderr[-2000:]
         # The end of a run offers the exact command that settles its inconclusive rows
-        offered = " ".join(ends[1].stderr.split())
+        offered = " ".join(ends[1].stdout.split())  # the end of a run: results, on stdout
         assert f"to settle the inconclusive: harness compare {c0} {c1} --settle --repo {repo} --db {db}" in offered
         plain = harness(tmp_path, "compare", c0, c1, "--db", db, "--format", "json")
         (row,) = json.loads(plain.stdout)["rows"]

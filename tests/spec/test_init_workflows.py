@@ -206,6 +206,9 @@ def test_generated_bundles_workflows_collect_every_bundle_publish_and_gate(tmp_p
     slow = pull_request(work, "slow", lambda w: (w / "kern" / "bench.py").write_text(BENCH.format(repeat=8)))
     measured, verdict = gate(work, tmp_path / "slow", gh, db_url, slow)
     assert measured.failed is None, measured.failed
-    assert verdict.step("Gate").code == 1, verdict.step("Gate").output
+    # No settling at the collector (it measures nothing): one run a side of a two-series suite is held against
+    # the run's shift, so the 8x slowdown is inconclusive and passes, said in the comment (docs/topology.md).
+    # The shared-db gate settles on the measuring machine and fails (the test above).
+    assert verdict.step("Gate").code == 0, verdict.step("Gate").output
     comment = (tmp_path / "slow" / "gh-log" / "comment.md").read_text()
-    assert "regressed" in comment and "bench_add" in comment
+    assert "inconclusive" in comment and "bench_add" in comment
