@@ -48,12 +48,12 @@ def add_commit(repo: Path, message: str) -> str:
 
 
 def record_run(db: store.Store, repo: Path, rev: str, chip: str, results: list[tuple[KernelJob, JobResult]], *,
-               minutes: float) -> str:
-    """One run of ``rev`` (a branch, a sha, HEAD) on ``chip``, recorded as ``harness run`` records it (the commit
-    row of ``harness.spec.git.resolve``), started ``minutes`` after T0."""
+               minutes: float, suite: str = "synthetic") -> str:
+    """One run of ``suite`` at ``rev`` (a branch, a sha, HEAD) on ``chip``, recorded as ``harness run`` records it
+    (the commit row of ``harness.spec.git.resolve``), started ``minutes`` after T0."""
     row = spec_git.resolve(repo, rev).as_row()
     run_id = store.create_run(db, ident=CHIPS[chip], facts={"hostname": f"host-{chip}"}, commit=row,
-                              suite="synthetic", dirty=False, executor="local", planned_jobs=len(results))
+                              suite=suite, dirty=False, executor="local", planned_jobs=len(results))
     with db.session() as session:
         session.get(Run, run_id).started_at = T0 + timedelta(minutes=minutes)
     for job, result in results:

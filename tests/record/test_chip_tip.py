@@ -4,27 +4,16 @@ from runs of that suite and repository only, never from another repository's run
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import numpy as np
 
-from harness.record import query, store
-from harness.record.models import Run
+from harness.record import query
 from harness.render.site import SHOWN_KINDS, _shown_runs
-from harness.spec import git as spec_git
-from testkit.analysis import CHIPS, T0, checks, grid_results
-from testkit.lineage import add_commit, git, new_repo
+from testkit.analysis import checks, grid_results
+from testkit.lineage import add_commit, git, new_repo, record_run
 
 
 def run(db, repo, rev: str, suite: str, results, minutes: float) -> str:
-    row = spec_git.resolve(repo, rev).as_row()
-    run_id = store.create_run(db, ident=CHIPS["chip-a"], facts={"hostname": "h"}, commit=row, suite=suite,
-                              dirty=False, executor="local", planned_jobs=len(results))
-    with db.session() as session:
-        session.get(Run, run_id).started_at = T0 + timedelta(minutes=minutes)
-    for job, result in results:
-        store.record_result(db, run_id, job, result)
-    return run_id
+    return record_run(db, repo, rev, "chip-a", results, minutes=minutes, suite=suite)
 
 
 def test_the_tip_by_ancestry_of_one_suite_and_repository_filled_from_its_own_runs(db, tmp_path):

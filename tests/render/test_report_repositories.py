@@ -6,29 +6,21 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from harness.record import outbox, store
-from harness.record.models import Run
+from harness.record import outbox
 from harness.spec import git as spec_git
 from reports.render import chip_page_name
-from testkit.analysis import CHIPS, T0, checks, grid_results
-from testkit.lineage import add_commit, new_repo
+from testkit.analysis import checks, grid_results
+from testkit.lineage import add_commit, new_repo, record_run
 
 
 def _run(db, repo: Path, suite: str, results, minutes: float) -> tuple[str, str]:
-    row = spec_git.resolve(repo, "main").as_row()
-    run_id = store.create_run(db, ident=CHIPS["chip-a"], facts={"hostname": "h"}, commit=row, suite=suite,
-                              dirty=False, executor="local", planned_jobs=len(results))
-    with db.session() as session:
-        session.get(Run, run_id).started_at = T0 + timedelta(minutes=minutes)
-    for job, result in results:
-        store.record_result(db, run_id, job, result)
-    return run_id, row["repo"]
+    run_id = record_run(db, repo, "main", "chip-a", results, minutes=minutes, suite=suite)
+    return run_id, spec_git.resolve(repo, "main").as_row()["repo"]
 
 
 @dataclass
