@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -24,24 +24,17 @@ from harness.record.trial_summary import apply_roofline, sample_writer, summariz
 
 
 def get_or_create_chip(session: Session, ident: ChipIdentity) -> Chip:
-    chip = session.scalar(select(Chip).where(Chip.key == ident.key))
-    if chip is None:
-        chip = Chip(key=ident.key, backend=ident.backend, device_name=ident.device_name,
-                    architecture=ident.architecture, memory_bytes=ident.memory_bytes, gpu_cores=ident.gpu_cores,
-                    record=ident.to_dict())
-        session.add(chip)
-        session.flush()
-    return chip
+    chip_id, _ = find_or_insert_chip(session, {
+        "key": ident.key, "backend": ident.backend, "device_name": ident.device_name,
+        "architecture": ident.architecture, "memory_bytes": ident.memory_bytes, "gpu_cores": ident.gpu_cores,
+        "record": ident.to_dict()})
+    return session.get(Chip, chip_id)
 
 
 def get_or_create_machine(session: Session, chip: Chip, facts: dict[str, Any]) -> Machine:
     hostname = str(facts.get("hostname", "unknown"))
-    machine = session.scalar(select(Machine).where(Machine.hostname == hostname, Machine.chip_id == chip.id))
-    if machine is None:
-        machine = Machine(hostname=hostname, chip_id=chip.id, facts=facts)
-        session.add(machine)
-        session.flush()
-    return machine
+    machine_id, _ = find_or_insert_machine(session, {"hostname": hostname, "chip_id": chip.id, "facts": facts})
+    return session.get(Machine, machine_id)
 
 
 def get_or_create_commit(session: Session, sha: str, repo: str = "", message: str = "", author: str = "",
@@ -50,20 +43,47 @@ def get_or_create_commit(session: Session, sha: str, repo: str = "", message: st
     """The commit row, created if new; a row stored without these details (a commit between runs, or one from
     before parents were recorded) gets the ones it lacks. ``parents`` None: unknown."""
     repo = canonical(repo)
-    commit = session.scalar(select(Commit).where(Commit.repo == repo, Commit.sha == sha))
-    if commit is None:
-        commit = Commit(repo=repo, sha=sha, message=message, author=author, committed_at=committed_at,
-                        branch=branch, parents=None if parents is None else list(parents))
-        session.add(commit)
-        session.flush()
-        return commit
-    for name, value in (("message", message), ("author", author), ("committed_at", committed_at),
-                        ("branch", branch)):
-        if value and not getattr(commit, name):
-            setattr(commit, name, value)
-    if commit.parents is None and parents is not None:
-        commit.parents = list(parents)
-    return commit
+    commit_id, _ = find_or_insert_commit(session, {
+        "repo": repo, "sha": sha, "message": message, "author": author, "committed_at": committed_at,
+        "branch": branch, "parents": None if parents is None else list(parents)})
+    return session.get(Commit, commit_id, populate_existing=True)
+
+
+# The one get-or-create of the rows found by their natural keys (a run's, and a bundle's on import): each takes the
+# row's column values and returns its id and whether it was inserted.
+
+
+def find_or_insert_chip(session: Session, values: dict[str, Any]) -> tuple[int, bool]:
+    """The chip keyed ``values["key"]``."""
+    found = session.scalar(select(Chip.id).where(Chip.key == values["key"]))
+    return (found, False) if found is not None else (_insert_one(session, Chip, values), True)
+
+
+def find_or_insert_machine(session: Session, values: dict[str, Any]) -> tuple[int, bool]:
+    """The machine keyed (``values["hostname"]``, ``values["chip_id"]``)."""
+    found = session.scalar(select(Machine.id).where(Machine.hostname == values["hostname"],
+                                                    Machine.chip_id == values["chip_id"]))
+    return (found, False) if found is not None else (_insert_one(session, Machine, values), True)
+
+
+def find_or_insert_commit(session: Session, values: dict[str, Any]) -> tuple[int, bool]:
+    """The commit keyed (``values["repo"]``, ``values["sha"]``), the repository key as given. A stored one is kept
+    as it is, but for what it lacks: unknown parents, or the details of a commit stored as a link (or before they
+    were recorded)."""
+    existing = session.execute(select(Commit.id, Commit.parents, Commit.message, Commit.author,
+                                      Commit.committed_at, Commit.branch)
+                               .where(Commit.repo == values["repo"], Commit.sha == values["sha"])).first()
+    if existing is None:
+        return _insert_one(session, Commit, values), True
+    lacking = {name: values[name] for name in ("parents", "message", "author", "committed_at", "branch")
+               if getattr(existing, name) in (None, "") and values.get(name) not in (None, "")}
+    if lacking:
+        session.execute(update(Commit.__table__).where(Commit.__table__.c.id == existing.id).values(**lacking))
+    return existing.id, False
+
+
+def _insert_one(session: Session, model: type[Chip | Machine | Commit], values: dict[str, Any]) -> int:
+    return session.execute(insert(model.__table__).values(**values).returning(model.__table__.c.id)).scalar_one()
 
 
 def create_run(store: Database, *, ident: ChipIdentity, facts: dict[str, Any], commit: dict[str, Any], suite: str,
