@@ -61,7 +61,7 @@ def record_ancestry(store: Database, repo: str, git_dir: str | Path, limit: int 
     - the commits between stored commits that are not stored (never run) are added, sha and parents only, so that
       the walk from any commit to its nearest ancestor with runs stays in the database;
     - the first ``FIRST_PARENT_LINKS`` commits of ``head``'s first-parent line too: they travel in its bundle, so
-      that the database it is imported into links it to the runs of other machines (harness/record/bundle.py).
+      that the database it is imported into links it to the runs of other machines (harness/record/bundle/).
 
     Idempotent, and safe beside concurrent writers. Returns (commits given parents, commits added).
     """
