@@ -1,6 +1,6 @@
-"""The store: ``open_database`` hands out a ``Store`` (a migrated database: harness/record/db.py), and here is
-the whole write API the stages use, whose homes are db.py (URLs, engine, migrations), writes.py (runs, jobs,
-results), links.py (commits linked to their repository's history) and trial_summary.py (what samples sum to)."""
+"""The store: ``open_database`` hands out a ``Store``, and the names the stages use to write it are gathered here
+from their homes: db.py (URLs, engine, migrations, sessions), writes.py (runs, jobs, results), links.py (commits
+linked to their repository's history) and trial_summary.py (what a job's samples sum to)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ __all__ = [
 @dataclass
 class Store(Database):
     """A migrated database and a session factory, as ``open_database`` opens it (engine, URL, sessions, memo and
-    snapshot: :class:`harness.record.db.Database`); the functions above write to it."""
+    snapshot: :class:`harness.record.db.Database`); the functions gathered here write to it."""
 
 
 def open_database(url: str | None = None, *, must_exist: bool = False) -> Store:
