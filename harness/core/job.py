@@ -28,6 +28,11 @@ PHASES: tuple[tuple[str, bool], ...] = (("install", True), ("calibration", True)
 
 INSTALL_KEY = "install"  # the install job's key (one per plan)
 DEFAULT_VARIANT = "default"  # the variant label of the jobs that have no variants (all but a kernel's)
+# The roofline calibration kernels (kernels/calibration.py): a suite's [calibration] plans them
+# (harness.spec.plan), and a run's peak FLOP/s is the best the first reaches, its peak B/s the best of the second
+# (harness.record.writes.finalize_roofline).
+CALIBRATION_MATMUL = "calib_matmul"
+CALIBRATION_COPY = "calib_copy"
 
 
 class JobLabels(NamedTuple):

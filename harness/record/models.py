@@ -174,7 +174,7 @@ class Sample(Base):
 
 class TrialSummary(Base):
     """What the analysis of a history reads of a benchmark job's trials, derived from its samples and written with
-    them (``harness.record.store.sample_writer``), so a chip's history is analysed without reading every sample:
+    them (``harness.record.trial_summary.sample_writer``), so a chip's history is analysed without reading every sample:
     ``n``, the samples summarised, and ``trials``, per trial in trial order a ``store.TRIAL_RECORD`` (trial number,
     valid -- finite, positive -- sample count, their median as ``np.median`` computes it).  A job whose ``n`` is not
     its ``n_samples`` is read from its samples (``harness.record.query.load_cell_trials``)."""

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from harness.core.job import FunctionJob, InstallJob, Job, KernelJob, PytestJob
+from harness.core.job import CALIBRATION_COPY, CALIBRATION_MATMUL, FunctionJob, InstallJob, Job, KernelJob, PytestJob
 from harness.spec.suite import BenchmarkSpec, CorrectnessSpec, Suite, TimingSpec
 
 
@@ -30,7 +30,7 @@ def plan_jobs(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]:
     calibration = suite.calibration.get(chip_class)
     if calibration is not None:
         timing = suite.timing.model_dump()
-        for kernel_name, sizes in (("calib_matmul", calibration.matmul_n), ("calib_copy", calibration.copy_n)):
+        for kernel_name, sizes in ((CALIBRATION_MATMUL, calibration.matmul_n), (CALIBRATION_COPY, calibration.copy_n)):
             kernel = REGISTRY[kernel_name]
             for n in sizes:
                 shape = kernel.normalize_shape({"N": n})

@@ -6,12 +6,13 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from harness.core.job import CALIBRATION_COPY, CALIBRATION_MATMUL
 from kernels import REGISTRY, Variant
 from kernels import calibration as cal
 from kernels.base import check_against_reference, run_variant, to_numpy
 
-MATMUL = REGISTRY["calib_matmul"]
-COPY = REGISTRY["calib_copy"]
+MATMUL = REGISTRY[CALIBRATION_MATMUL]  # the names the harness plans and reads peaks from are the registry's
+COPY = REGISTRY[CALIBRATION_COPY]
 DTYPES = ("float32", "float16", "bfloat16")
 
 

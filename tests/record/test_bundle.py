@@ -302,7 +302,7 @@ def test_a_damaged_bundle_writes_nothing(tmp_path: Path, source, target):
 
 def test_export_reads_a_sqlite_snapshot_without_blocking_writers(source):
     src, runs = source
-    with bundle._snapshot(src) as session:
+    with src.snapshot() as session:
         before = session.scalar(select(func.count()).select_from(JobRecord))
         extra = job("benchmark", "swiglu", "other", 8)
         assert store.record_result(src, runs["wip"], extra, JobResult(extra.key, "passed", samples=[1.0]))

@@ -6,7 +6,7 @@ Create Date: 2026-12-02 10:00:00.000000
 
 ``commit.parents`` (JSON list of full shas, first parent first; NULL: unknown) and ``run.branch`` (the branch the
 run was made for). Existing commits keep NULL parents: git is not at hand here. The store fills them in the next
-time a run is recorded for their repository (``harness.record.store.record_ancestry``); until then they are ordered
+time a run is recorded for their repository (``harness.record.links.record_ancestry``); until then they are ordered
 by time, as before.
 """
 

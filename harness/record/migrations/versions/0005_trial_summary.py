@@ -5,7 +5,7 @@ Revises: 0004
 Create Date: 2026-12-01 06:00:00.000000
 
 ``trial_summary``: per benchmark job the samples it summarises and, packed, per trial its valid sample count and
-median, written with the samples (``harness.record.store.sample_writer``) so that a history is analysed without
+median, written with the samples (``harness.record.trial_summary.sample_writer``) so that a history is analysed without
 reading every sample.  The upgrade fills it from the stored samples, a bounded number of jobs at a time; a job
 without a summary (or whose ``n`` is not its ``n_samples``) is still read from its samples.  Dropping it (downgrade)
 loses only time.
@@ -39,7 +39,7 @@ def upgrade() -> None:
 
 
 def _fill(connection: sa.Connection) -> None:
-    from harness.record.store import packed_summaries, trial_summaries  # the one rule for a trial's summary
+    from harness.record.trial_summary import packed_summaries, trial_summaries  # the one rule for a trial's summary
 
     total = connection.execute(sa.text('SELECT count(*) FROM sample')).scalar() or 0
     if total > _SAY_ABOVE:  # minutes on tens of millions of samples: say why the command waits
