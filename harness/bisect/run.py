@@ -14,7 +14,7 @@ commit (:mod:`harness.bisect.probes`); this module feeds them:
   Perf mode reads each run's samples per trial (:func:`harness.record.runs.job_trials`) and pools a commit's
   runs only while they agree within the run-to-run noise: a run slower than the commit's fastest runs beyond it
   (a stale run from a loaded machine, a loaded re-run) is set aside, listed in the report, and the commit then
-  needs two agreeing runs (:class:`harness.bisect.search.PerfProber`). A perf probe that stays undecided is run
+  needs two agreeing runs (:class:`harness.bisect.prober.PerfProber`). A perf probe that stays undecided is run
   again (a new run each time), up to ``max_runs`` new runs; still undecided, it is inconclusive and the bisect
   stops with the range instead of guessing. The culprit and the commit before it are re-checked (run again as
   needed) before the culprit is named.
@@ -35,6 +35,8 @@ from typing import Any
 
 from harness.analysis.records import json_safe
 from harness.bisect import search as bisect
+from harness.bisect.perf import Measured, RunTrials, describe
+from harness.bisect.prober import PerfProber
 from harness.bisect.probes import (
     Baseline,
     Series,
@@ -278,15 +280,15 @@ class Prober:
 
 
 def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], series: Series,
-                  gates: Sequence[str]) -> dict[str, bisect.Measured]:
-    """What :class:`harness.bisect.search.PerfProber` measures: the trials of each commit's (new or stored) runs,
-    one :class:`harness.bisect.search.RunTrials` per run that timed the series (the first ``reused`` run ids of a
+                  gates: Sequence[str]) -> dict[str, Measured]:
+    """What :class:`harness.bisect.prober.PerfProber` measures: the trials of each commit's (new or stored) runs,
+    one :class:`harness.bisect.perf.RunTrials` per run that timed the series (the first ``reused`` run ids of a
     commit are the stored ones)."""
     jobs = job_rows(prober.store, [run_id for ids, _, _ in got.values() for run_id in ids])
     out = {}
     for sha, (run_ids, reused, why) in got.items():
         if not run_ids:
-            out[sha] = bisect.Measured(skip=why)
+            out[sha] = Measured(skip=why)
             continue
         verdicts = [perf_outcome(jobs[run_id], series, gates) for run_id in run_ids]
         by_job = job_trials(prober.store, [job_id for job_id, _ in verdicts if job_id is not None])
@@ -294,10 +296,10 @@ def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], se
         for position, (run_id, (job_id, _)) in enumerate(zip(run_ids, verdicts, strict=True)):
             per_trial = by_job.get(job_id, {}) if job_id is not None else {}
             if per_trial:
-                timed.append(bisect.RunTrials(run_id, tuple(tuple(per_trial[t]) for t in sorted(per_trial)),
+                timed.append(RunTrials(run_id, tuple(tuple(per_trial[t]) for t in sorted(per_trial)),
                                               reused=position < reused))
         skip = "" if timed else next((why for _, why in reversed(verdicts) if why), "no samples")
-        out[sha] = bisect.Measured(tuple(timed), skip=skip, untimed=len(run_ids) - len(timed), reused=reused)
+        out[sha] = Measured(tuple(timed), skip=skip, untimed=len(run_ids) - len(timed), reused=reused)
     return out
 
 
@@ -445,7 +447,7 @@ def _lines(context: _Context, result: bisect.BisectResult) -> tuple[ProbeLine, .
 def _report(context: _Context, result: bisect.BisectResult | None, *, target: str, status: str, message: str,
             runs: int, reused: int, evidence: trials.TrialComparison | None = None,
             endpoints: trials.TrialComparison | None = None, detail: str = "",
-            baseline: Baseline | None = None, perf: bisect.PerfProber | None = None) -> BisectReport:
+            baseline: Baseline | None = None, perf: PerfProber | None = None) -> BisectReport:
     request = context.request
     baseline = baseline or Baseline()
     skipped = tuple(SkippedCommit(sha, context.subjects.get(sha, ""), why) for sha, why in result.skipped) \
@@ -506,7 +508,7 @@ def _perf(context: _Context) -> BisectReport:
     request = context.request
     chosen: list[Series] = []
 
-    def measure(shas: Sequence[str]) -> dict[str, bisect.Measured]:
+    def measure(shas: Sequence[str]) -> dict[str, Measured]:
         got = context.prober.runs(shas)
         if not chosen:  # the first measurement is the endpoints': their runs name the series
             for sha, (ids, _, why) in got.items():
@@ -517,7 +519,7 @@ def _perf(context: _Context) -> BisectReport:
             chosen.append(find_series([j for rows in jobs.values() for j in rows], request))
         return perf_measured(context.prober, got, chosen[0], request.gates)
 
-    prober = bisect.PerfProber(measure, context.good.sha, context.bad.sha, max_runs=request.max_runs,
+    prober = PerfProber(measure, context.good.sha, context.bad.sha, max_runs=request.max_runs,
                                confirm_runs=request.confirm_runs, min_effect=request.min_effect, alpha=request.alpha)
     endpoints = prober.confirm()
     target = str(chosen[0]) if chosen else request.kernel
@@ -548,7 +550,7 @@ def _perf(context: _Context) -> BisectReport:
         evidence = prober.evidence_between(result.last_good or context.good.sha, result.culprit)
     message = _summary(result, "slower")
     if evidence is not None:
-        message += f": {bisect.describe(evidence, 'its predecessor')}"
+        message += f": {describe(evidence, 'its predecessor')}"
     return _report(context, result, target=target, status=result.status, message=message, runs=prober.runs,
                    reused=prober.reused, evidence=evidence, endpoints=endpoints, perf=prober)
 
