@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from harness.bisect.probes import BisectRequest
-from harness.bisect.run import BisectReport, run_bisect
+from harness.bisect.report import BisectReport
+from harness.bisect.run import run_bisect
 from harness.cli.bisect import _render
 from harness.core import chip as chip_id
 from harness.core.job import JobResult, KernelJob
