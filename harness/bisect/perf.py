@@ -116,10 +116,12 @@ def _level(side: TrialSamples) -> float:
 
 
 def flat_trials(runs: Sequence[RunTrials]) -> list[tuple[float, ...]]:
+    """Every trial of the runs, in order: one sample tuple per process."""
     return [trial for run in runs for trial in run.trials]
 
 
 def count_trials(runs: Sequence[RunTrials]) -> int:
+    """The trials of the runs with at least one valid (finite, positive) sample."""
     return sum(1 for trial in flat_trials(runs) if _valid(trial).size)
 
 
@@ -155,7 +157,7 @@ class PerfCall:
 
 
 def compare_sides(base: TrialSamples, head: TrialSamples, *, runs: tuple[int, int] = (1, 1),
-             floor: trials.Floor | None = None, min_effect: float, alpha: float) -> trials.TrialComparison:
+                  floor: trials.Floor | None = None, min_effect: float, alpha: float) -> trials.TrialComparison:
     """``head`` against ``base`` at trial level (ratio = head / base), one series, optionally floored.
 
     Without the rank check of a lone series: a probe is classified only when it differs from one endpoint and not

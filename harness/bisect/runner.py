@@ -90,7 +90,7 @@ def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], se
             per_trial = by_job.get(job_id, {}) if job_id is not None else {}
             if per_trial:
                 timed.append(RunTrials(run_id, tuple(tuple(per_trial[t]) for t in sorted(per_trial)),
-                                              reused=position < reused))
+                                       reused=position < reused))
         skip = "" if timed else next((why for _, why in reversed(verdicts) if why), "no samples")
         out[sha] = Measured(tuple(timed), skip=skip, untimed=len(run_ids) - len(timed), reused=reused)
     return out
