@@ -33,15 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.bisect.search import (  # noqa: E402
-    DEFAULT_CONFIRM_RUNS,
-    DEFAULT_MAX_RUNS,
-    Measured,
-    PerfProber,
-    RunTrials,
-    max_rounds_needed,
-    search,
-)
+from harness.bisect.perf import Measured, RunTrials  # noqa: E402
+from harness.bisect.prober import DEFAULT_CONFIRM_RUNS, DEFAULT_MAX_RUNS, PerfProber  # noqa: E402
+from harness.bisect.search import max_rounds_needed, search  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ from harness.bisect import search as bisect
 from harness.bisect.selection import (  # the request and which jobs it names (light: the CLI checks it first)
     BisectRequest,
     Series,
-    _benchmark_matches,
-    _is_selection,
-    _matches,
-    _names,
+    benchmark_matches,
+    correctness_matches,
     describe_selection,
+    is_named,
+    is_selection,
     normalize_shape,
 )
 from harness.core.errors import HarnessError
@@ -47,7 +47,7 @@ def find_series(jobs: Sequence[StoredJob], request: BisectRequest) -> Series:
     """The one benchmark series the request names, among the given jobs; a clear error if none or several."""
     shape = normalize_shape(request.shape)
     found = sorted({Series(j.kernel, j.variant, j.dtype, j.shape_key) for j in jobs
-                    if _benchmark_matches(j, request, shape)}, key=str)
+                    if benchmark_matches(j, request, shape)}, key=str)
     if len(found) == 1:
         return found[0]
     if not found:
@@ -62,11 +62,11 @@ def find_series(jobs: Sequence[StoredJob], request: BisectRequest) -> Series:
 def answers(request: BisectRequest) -> Callable[[Sequence[StoredJob]], bool]:
     """Whether a stored run can be reused for this request: it failed to install, or it ran the job in question."""
     shape = normalize_shape(request.shape)
-    wanted = _benchmark_matches if request.mode == "perf" else _matches
+    wanted = benchmark_matches if request.mode == "perf" else correctness_matches
 
     def usable(jobs: Sequence[StoredJob]) -> bool:
         return _install_failure(jobs) is not None or any(wanted(job, request, shape) for job in jobs) or \
-            (request.mode == "correctness" and bool(request.check) and any(_is_selection(job, request) for job in jobs))
+            (request.mode == "correctness" and bool(request.check) and any(is_selection(job, request) for job in jobs))
 
     return usable
 
@@ -85,7 +85,7 @@ def perf_outcome(jobs: Sequence[StoredJob], series: Series, gates: Sequence[str]
         return None, failed
     for job in jobs:
         gated = (job.kind == "correctness" and job.kernel == series.kernel) or \
-                (job.kind in CORRECTNESS_KINDS and any(_names(job, gate) for gate in gates))
+                (job.kind in CORRECTNESS_KINDS and any(is_named(job, gate) for gate in gates))
         if gated and is_code_failure(job.status):
             return None, f"fails correctness: {job.key} {job.status}: {job.first_line}"
     for job in jobs:
@@ -129,11 +129,11 @@ def follow(jobs: Sequence[StoredJob], request: BisectRequest, where: str = "the 
     if request.mode != "correctness" or _install_failure(jobs):
         return Baseline()  # the install failure is correctness_outcome's to report
     shape = normalize_shape(request.shape)
-    tests = [job for job in jobs if job.kind == "test" and _matches(job, request, shape)]
+    tests = [job for job in jobs if job.kind == "test" and correctness_matches(job, request, shape)]
     if request.check:
         if not tests:
-            known = sorted(job.name for job in jobs if job.kind == "test" and _names(job, request.kernel))
-            if not known and not any(_is_selection(job, request) for job in jobs):
+            known = sorted(job.name for job in jobs if job.kind == "test" and is_named(job, request.kernel))
+            if not known and not any(is_selection(job, request) for job in jobs):
                 return Baseline()  # not a pytest selection here (a kernel's check, or nothing): the plain rule
             listed = ", ".join(known[:8]) + (f", ... ({len(known)} in all)" if len(known) > 8 else "")
             raise HarnessError(f"--check {request.check!r}: no test of {request.kernel} at {where} matches "
@@ -211,11 +211,11 @@ def correctness_outcome(jobs: Sequence[StoredJob], request: BisectRequest,
     shape = normalize_shape(request.shape)
     if baseline is not None and baseline.followed:
         followed = baseline.selections
-        others = [job for job in jobs if _matches(job, request, shape) and job.kind != "test"
+        others = [job for job in jobs if correctness_matches(job, request, shape) and job.kind != "test"
                   and not (job.kind == "pytest" and job.kernel in followed)]
         return _followed_outcome(jobs, others, baseline)
     order = {"test": 0, "correctness": 1, "pytest": 2}  # the most specific failure first
-    matched = sorted((job for job in jobs if _matches(job, request, shape)), key=lambda job: order[job.kind])
+    matched = sorted((job for job in jobs if correctness_matches(job, request, shape)), key=lambda job: order[job.kind])
     if not matched:
         return bisect.Classification("skip", f"no correctness job matching {describe_selection(request)} in this run",
                                      runs=1)

@@ -14,7 +14,7 @@ commit (:mod:`harness.bisect.probes`); this module feeds them:
   Perf mode reads each run's samples per trial (:func:`harness.record.runs.job_trials`) and pools a commit's
   runs only while they agree within the run-to-run noise: a run slower than the commit's fastest runs beyond it
   (a stale run from a loaded machine, a loaded re-run) is set aside, listed in the report, and the commit then
-  needs two agreeing runs (:class:`harness.bisect.search.PerfProber`). A perf probe that stays undecided is run
+  needs two agreeing runs (:class:`harness.bisect.prober.PerfProber`). A perf probe that stays undecided is run
   again (a new run each time), up to ``max_runs`` new runs; still undecided, it is inconclusive and the bisect
   stops with the range instead of guessing. The culprit and the commit before it are re-checked (run again as
   needed) before the culprit is named.
@@ -27,14 +27,13 @@ commit (:mod:`harness.bisect.probes`); this module feeds them:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from harness.analysis.records import json_safe
 from harness.bisect import search as bisect
+from harness.bisect.perf import Measured, describe
+from harness.bisect.prober import PerfProber
 from harness.bisect.probes import (
     Baseline,
     Series,
@@ -42,154 +41,24 @@ from harness.bisect.probes import (
     correctness_outcome,
     find_series,
     follow,
-    perf_outcome,
 )
+from harness.bisect.report import BisectReport, CommitRef, ProbeLine, SetAsideRun, SkippedCommit, TestAtGood
+from harness.bisect.runner import Log, Prober, RunOne, local_runner, perf_measured, ray_runner
 from harness.bisect.selection import (
     BisectRequest,
     check_against_suite,
     check_request,
     counted,
     describe_selection,
-    planned_row,
-    probe_jobs,
 )
-from harness.cluster.driver import connect, run_on_cluster
+from harness.cluster.driver import connect
 from harness.core import chip as chip_id
 from harness.core import trials
 from harness.core.errors import HarnessError
-from harness.core.job import Job
-from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run, sigterm_stops_runs
+from harness.pipeline.run import sigterm_stops_runs
 from harness.record.outbox import open_store
-from harness.record.runs import StoredJob, clean_runs, job_rows, job_trials
-from harness.record.store import Store
+from harness.record.runs import StoredJob, job_rows
 from harness.spec import git
-
-Log = Callable[[str], None]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The report
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class _Record:
-    """``to_dict()``: every field, JSON-serialisable (nan -> None)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: json_safe(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class CommitRef(_Record):
-    sha: str
-    subject: str
-
-
-@dataclass(frozen=True)
-class SkippedCommit(_Record):
-    sha: str
-    subject: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class TestAtGood(_Record):
-    """A test of the selection at the good commit that the bisect does not follow (failing or skipped there)."""
-
-    __test__ = False  # not a pytest test class
-
-    key: str
-    name: str
-    status: str
-    reason: str
-
-    @classmethod
-    def of(cls, job: StoredJob) -> TestAtGood:
-        return cls(job.key, job.name, job.status, job.first_line)
-
-
-@dataclass(frozen=True)
-class SetAsideRun(_Record):
-    """A run of a commit left out of its evidence: slower than the commit's fastest runs beyond the noise."""
-
-    run_id: str
-    vs_kept: trials.TrialComparison  # this run against the kept runs (ratio = this run / kept)
-
-
-@dataclass(frozen=True)
-class ProbeLine(_Record):
-    """One classified commit of one round (``step`` "probe"), or of the re-check of the culprit's bounds
-    ("confirm"), with its evidence: the runs and trials behind it and, in perf mode, its comparison with each
-    endpoint (ratio = probe / endpoint, interval, verdict)."""
-
-    round: int
-    step: str  # probe | confirm
-    sha: str
-    subject: str
-    state: str  # good | bad | skip | inconclusive
-    reason: str
-    ratio_vs_good: float | None
-    ratio_vs_bad: float | None
-    vs_good: trials.TrialComparison | None
-    vs_bad: trials.TrialComparison | None
-    n: int  # samples in the evidence
-    trials: int  # trials (processes) in the evidence
-    runs: int  # runs of the commit read, set-aside ones included
-    run_ids: tuple[str, ...]  # the runs whose trials are the evidence
-    set_aside: tuple[SetAsideRun, ...]
-    confirmed: bool
-    nearer: str  # inconclusive: the endpoint its level is nearer (a hint only)
-
-
-@dataclass(frozen=True)
-class BisectReport(_Record):
-    """What `harness bisect` prints: the culprit (or the range it hides in) with its evidence and the cost."""
-
-    mode: str
-    chip: str
-    target: str  # the series (perf) or job selection (correctness), in words
-    repo: str
-    good: CommitRef
-    bad: CommitRef
-    commits: int  # candidates after good, bad included
-    status: str  # found | hidden | stopped | inconclusive | no-regression
-    message: str
-    culprit: CommitRef | None
-    last_good: CommitRef | None
-    candidates: tuple[CommitRef, ...]  # the range the culprit is in (found: the culprit)
-    skipped: tuple[SkippedCommit, ...]
-    evidence: trials.TrialComparison | None  # perf: culprit vs last good (ratio = culprit / last good)
-    endpoints: trials.TrialComparison | None  # perf: bad vs good
-    detail: str  # correctness: what failed at the culprit
-    rounds: int  # k-ary rounds (confirmation steps not included)
-    round_bound: int  # ceil(log_{P+1} N): the most rounds needed without skips
-    probes: int
-    probes_per_round: int
-    runs: int  # runs used, endpoints and repeats included
-    reused_runs: int  # of which were already stored
-    new_runs: tuple[str, ...]  # run ids made by this bisect
-    history: tuple[ProbeLine, ...]
-    notes: tuple[str, ...] = ()
-    confirmations: int = 0  # perf: re-checks of the culprit's bounds
-    inconclusive: tuple[CommitRef, ...] = ()  # status inconclusive: the probes inside the range left undecided
-    # perf: the endpoints' runs kept as evidence (and those set aside), and the between-run floor (log sd, df)
-    endpoint_runs: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    endpoint_set_aside: tuple[SetAsideRun, ...] = ()
-    floor: dict[str, float] | None = None
-    # correctness of a pytest selection: the tests passing at good that the bisect follows (how many), the tests
-    # failing there (pre-existing failures: ignored) and those skipped there (ignored)
-    followed_tests: int = 0
-    pre_existing_failures: tuple[TestAtGood, ...] = ()
-    ignored_at_good: tuple[TestAtGood, ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        """0 when one culprit is named, 1 otherwise (hidden by skips, stopped, inconclusive, or no regression)."""
-        return 0 if self.status == "found" else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "exit_code": self.exit_code}
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Commits
@@ -213,121 +82,6 @@ def commit_range(repo: str, good: str, bad: str) -> tuple[CommitRef, CommitRef, 
         raise HarnessError(f"good {good_sha[:12]} is not an ancestor of bad {bad_sha[:12]}: nothing to bisect")
     commits = [CommitRef(sha, subject) for sha, subject in git.ancestry_path(where, good_sha, bad_sha)]
     return CommitRef(good_sha, git.subject(where, good_sha)), commits[-1], commits
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Reading stored runs
-# ---------------------------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Running probes
-# ---------------------------------------------------------------------------------------------------------------
-
-
-RunOne = Callable[[str], str]  # sha -> run id (HarnessError: the commit cannot be run)
-
-
-@dataclass
-class Prober:
-    """Runs (or finds) the runs of commits on the chip; the first request for a commit may reuse stored runs
-    (those ``usable`` accepts: they hold the job in question, or say the commit does not install)."""
-
-    store: Store
-    chip: str
-    run_one: RunOne
-    parallel_runs: bool = False
-    reuse: bool = True
-    log: Log = lambda line: None  # noqa: E731
-    subjects: dict[str, str] = field(default_factory=dict)
-    usable: Callable[[Sequence[StoredJob]], bool] = lambda jobs: True  # noqa: E731 - does a stored run answer?
-    seen: set[str] = field(default_factory=set)
-    new_runs: list[str] = field(default_factory=list)
-
-    def _run(self, sha: str) -> tuple[str | None, str]:
-        self.log(f"running {sha[:12]} {self.subjects.get(sha, '')}".rstrip())
-        try:
-            run_id = self.run_one(sha)
-        except HarnessError as exc:
-            return None, f"cannot run: {str(exc).splitlines()[0][:300]}"
-        self.new_runs.append(run_id)
-        return run_id, ""
-
-    def runs(self, shas: Sequence[str]) -> dict[str, tuple[list[str], int, str]]:
-        """Per commit: (run ids to read, how many of them were stored before, why none could be made)."""
-        out: dict[str, tuple[list[str], int, str]] = {}
-        to_run = []
-        for sha in shas:
-            stored = clean_runs(self.store, sha, self.chip) if self.reuse and sha not in self.seen else []
-            if stored:  # only runs that answer the question (another suite's run, or an unfinished one, does not)
-                jobs = job_rows(self.store, stored)
-                stored = [run_id for run_id in stored if self.usable(jobs[run_id])]
-            self.seen.add(sha)
-            if stored:
-                out[sha] = (stored, len(stored), "")
-            else:
-                to_run.append(sha)
-        if self.parallel_runs and len(to_run) > 1:
-            with ThreadPoolExecutor(max_workers=len(to_run), thread_name_prefix="probe") as pool:
-                made = dict(zip(to_run, pool.map(self._run, to_run), strict=True))
-        else:
-            made = {sha: self._run(sha) for sha in to_run}
-        for sha, (run_id, why) in made.items():
-            out[sha] = ([run_id] if run_id else [], 0, why)
-        return out
-
-
-def perf_measured(prober: Prober, got: dict[str, tuple[list[str], int, str]], series: Series,
-                  gates: Sequence[str]) -> dict[str, bisect.Measured]:
-    """What :class:`harness.bisect.search.PerfProber` measures: the trials of each commit's (new or stored) runs,
-    one :class:`harness.bisect.search.RunTrials` per run that timed the series (the first ``reused`` run ids of a
-    commit are the stored ones)."""
-    jobs = job_rows(prober.store, [run_id for ids, _, _ in got.values() for run_id in ids])
-    out = {}
-    for sha, (run_ids, reused, why) in got.items():
-        if not run_ids:
-            out[sha] = bisect.Measured(skip=why)
-            continue
-        verdicts = [perf_outcome(jobs[run_id], series, gates) for run_id in run_ids]
-        by_job = job_trials(prober.store, [job_id for job_id, _ in verdicts if job_id is not None])
-        timed = []
-        for position, (run_id, (job_id, _)) in enumerate(zip(run_ids, verdicts, strict=True)):
-            per_trial = by_job.get(job_id, {}) if job_id is not None else {}
-            if per_trial:
-                timed.append(bisect.RunTrials(run_id, tuple(tuple(per_trial[t]) for t in sorted(per_trial)),
-                                              reused=position < reused))
-        skip = "" if timed else next((why for _, why in reversed(verdicts) if why), "no samples")
-        out[sha] = bisect.Measured(tuple(timed), skip=skip, untimed=len(run_ids) - len(timed), reused=reused)
-    return out
-
-
-def probe_keep(request: BisectRequest) -> Callable[[Job], bool] | None:
-    """The planned jobs a probe run keeps (:func:`harness.bisect.probes.probe_jobs`), as a plan filter."""
-    needed = probe_jobs(request)
-    return None if needed is None else (lambda job: needed(planned_row(job)))
-
-
-def local_runner(request: BisectRequest) -> RunOne:
-    def run_one(sha: str) -> str:
-        outcome = execute_run(LocalRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
-                                              repo=request.repo, parallel=request.parallel,
-                                              keep=probe_keep(request)))
-        return outcome.run_id
-
-    return run_one
-
-
-def ray_runner(request: BisectRequest, chip: str) -> RunOne:
-    def run_one(sha: str) -> str:
-        outcome = run_on_cluster(ClusterRunRequest(suite=request.suite, db_url=request.db_url, commit=sha,
-                                                   repo=request.repo, parallel=request.parallel,
-                                                   address=request.address, chips=(chip,), keep=probe_keep(request)),
-                                 log=lambda line: None)
-        if not outcome.runs:
-            raise HarnessError("; ".join(outcome.errors.values()) or "the cluster made no run")
-        return outcome.runs[0].run_id
-
-    return run_one
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -442,12 +196,26 @@ def _lines(context: _Context, result: bisect.BisectResult) -> tuple[ProbeLine, .
     return tuple(lines)
 
 
-def _report(context: _Context, result: bisect.BisectResult | None, *, target: str, status: str, message: str,
-            runs: int, reused: int, evidence: trials.TrialComparison | None = None,
-            endpoints: trials.TrialComparison | None = None, detail: str = "",
-            baseline: Baseline | None = None, perf: bisect.PerfProber | None = None) -> BisectReport:
-    request = context.request
-    baseline = baseline or Baseline()
+@dataclass(frozen=True)
+class _Ending:
+    """How a bisection ended, for its report: the answer in words, the runs it took (``reused`` of them stored before),
+    and the evidence (perf: the comparisons and the prober; correctness: what failed, the tests followed)."""
+
+    target: str
+    status: str
+    message: str
+    runs: int
+    reused: int
+    evidence: trials.TrialComparison | None = None
+    endpoints: trials.TrialComparison | None = None
+    detail: str = ""
+    baseline: Baseline | None = None
+    perf: PerfProber | None = None
+
+
+def _report(context: _Context, result: bisect.BisectResult | None, ending: _Ending) -> BisectReport:
+    request, perf = context.request, ending.perf
+    baseline = ending.baseline or Baseline()
     skipped = tuple(SkippedCommit(sha, context.subjects.get(sha, ""), why) for sha, why in result.skipped) \
         if result else ()
     endpoint_runs: dict[str, tuple[str, ...]] = {}
@@ -461,15 +229,16 @@ def _report(context: _Context, result: bisect.BisectResult | None, *, target: st
         found = perf.floor()
         floor = {"sd": found.sd, "df": found.runs - 1} if found is not None else None
     return BisectReport(
-        mode=request.mode, chip=context.chip, target=target, repo=request.repo, good=context.good, bad=context.bad,
-        commits=len(context.commits), status=status, message=message,
+        mode=request.mode, chip=context.chip, target=ending.target, repo=request.repo, good=context.good,
+        bad=context.bad, commits=len(context.commits), status=ending.status, message=ending.message,
         culprit=context.ref(result.culprit) if result else None,
         last_good=(context.ref(result.last_good) or context.good) if result else None,
         candidates=tuple(context.ref(sha) for sha in result.candidates) if result else (),
-        skipped=skipped, evidence=evidence, endpoints=endpoints, detail=detail,
+        skipped=skipped, evidence=ending.evidence, endpoints=ending.endpoints, detail=ending.detail,
         rounds=result.rounds if result else 0,
         round_bound=bisect.max_rounds_needed(len(context.commits), context.per_round),
-        probes=result.probes if result else 0, probes_per_round=context.per_round, runs=runs, reused_runs=reused,
+        probes=result.probes if result else 0, probes_per_round=context.per_round, runs=ending.runs,
+        reused_runs=ending.reused,
         new_runs=tuple(context.prober.new_runs), history=_lines(context, result) if result else (),
         notes=result.notes if result else (), followed_tests=len(baseline.followed),
         pre_existing_failures=tuple(TestAtGood.of(job) for job in baseline.pre_existing),
@@ -506,7 +275,7 @@ def _perf(context: _Context) -> BisectReport:
     request = context.request
     chosen: list[Series] = []
 
-    def measure(shas: Sequence[str]) -> dict[str, bisect.Measured]:
+    def measure(shas: Sequence[str]) -> dict[str, Measured]:
         got = context.prober.runs(shas)
         if not chosen:  # the first measurement is the endpoints': their runs name the series
             for sha, (ids, _, why) in got.items():
@@ -517,7 +286,7 @@ def _perf(context: _Context) -> BisectReport:
             chosen.append(find_series([j for rows in jobs.values() for j in rows], request))
         return perf_measured(context.prober, got, chosen[0], request.gates)
 
-    prober = bisect.PerfProber(measure, context.good.sha, context.bad.sha, max_runs=request.max_runs,
+    prober = PerfProber(measure, context.good.sha, context.bad.sha, max_runs=request.max_runs,
                                confirm_runs=request.confirm_runs, min_effect=request.min_effect, alpha=request.alpha)
     endpoints = prober.confirm()
     target = str(chosen[0]) if chosen else request.kernel
@@ -532,14 +301,14 @@ def _perf(context: _Context) -> BisectReport:
                    f"{prober.runs} run(s) ({kept[0]}/{kept[1]} agreeing run(s) kept, {prober.need('good')}/"
                    f"{prober.need('bad')} needed): "
                    f"{_endpoints_line(endpoints)}; nothing bisected")
-        return _report(context, None, target=target, status="inconclusive", message=message, runs=prober.runs,
-                       reused=prober.reused, endpoints=endpoints, perf=prober)
+        return _report(context, None, _Ending(target=target, status="inconclusive", message=message, runs=prober.runs,
+                                              reused=prober.reused, endpoints=endpoints, perf=prober))
     if endpoints.verdict != "regressed":
         message = (f"the bad commit {context.bad.sha[:12]} is not slower than the good commit "
                    f"{context.good.sha[:12]} for {target} on {context.chip}: {_endpoints_line(endpoints)}; "
                    "nothing to bisect")
-        return _report(context, None, target=target, status="no-regression", message=message, runs=prober.runs,
-                       reused=prober.reused, endpoints=endpoints, perf=prober)
+        return _report(context, None, _Ending(target=target, status="no-regression", message=message,
+                                              runs=prober.runs, reused=prober.reused, endpoints=endpoints, perf=prober))
     context.log(f"endpoints: bad / good {_endpoints_line(endpoints)}")
     result = bisect.search([c.sha for c in context.commits], prober, probes_per_round=context.per_round,
                            max_rounds=request.max_rounds, on_round=context.on_round, confirm=prober.confirm_bounds)
@@ -548,9 +317,9 @@ def _perf(context: _Context) -> BisectReport:
         evidence = prober.evidence_between(result.last_good or context.good.sha, result.culprit)
     message = _summary(result, "slower")
     if evidence is not None:
-        message += f": {bisect.describe(evidence, 'its predecessor')}"
-    return _report(context, result, target=target, status=result.status, message=message, runs=prober.runs,
-                   reused=prober.reused, evidence=evidence, endpoints=endpoints, perf=prober)
+        message += f": {describe(evidence, 'its predecessor')}"
+    return _report(context, result, _Ending(target=target, status=result.status, message=message, runs=prober.runs,
+                                            reused=prober.reused, evidence=evidence, endpoints=endpoints, perf=prober))
 
 
 def _correctness(context: _Context) -> BisectReport:
@@ -604,13 +373,14 @@ def _correctness(context: _Context) -> BisectReport:
         else:
             message = (f"{target} passes at the bad commit {context.bad.sha[:12]} on {context.chip}: nothing to "
                        "bisect")
-        return _report(context, None, target=target, status="no-regression", message=message, runs=counts["runs"],
-                       reused=counts["reused"], baseline=baseline)
+        return _report(context, None, _Ending(target=target, status="no-regression", message=message,
+                                              runs=counts["runs"], reused=counts["reused"], baseline=baseline))
     result = bisect.search([c.sha for c in context.commits], classify, probes_per_round=context.per_round,
                            max_rounds=request.max_rounds, on_round=context.on_round)
     detail = ""
     if result.culprit:
         detail = (result.classifications.get(result.culprit) or bad).reason
     message = _summary(result, "failing") + (f": {detail}" if detail else "")
-    return _report(context, result, target=target, status=result.status, message=message, runs=counts["runs"],
-                   reused=counts["reused"], detail=detail, baseline=baseline)
+    return _report(context, result, _Ending(target=target, status=result.status, message=message,
+                                            runs=counts["runs"], reused=counts["reused"], detail=detail,
+                                            baseline=baseline))

@@ -88,23 +88,26 @@ class Series:
         return f"{self.kernel} [{', '.join(p for p in parts if p)}]"
 
 
-def _names(job: StoredJob, name: str) -> bool:
+def is_named(job: StoredJob, name: str) -> bool:
+    """The job row is the kernel (or job) ``name``."""
     return name in (job.kernel, job.name)
 
 
-def _benchmark_matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
-    return (job.kind == "benchmark" and _names(job, request.kernel) and request.variant in (None, job.variant)
+def benchmark_matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
+    """A benchmark row of the series the request names (kernel, variant, dtype, shape)."""
+    return (job.kind == "benchmark" and is_named(job, request.kernel) and request.variant in (None, job.variant)
             and request.dtype in (None, job.dtype) and shape in (None, job.shape_key))
 
 
-def _is_selection(job: StoredJob, request: BisectRequest) -> bool:
+def is_selection(job: StoredJob, request: BisectRequest) -> bool:
     """The ``pytest`` row of the selection the request names (a run holding it says whether a ``--check`` test
     exists at that commit: running the commit again would not change that)."""
-    return job.kind == "pytest" and _names(job, request.kernel)
+    return job.kind == "pytest" and is_named(job, request.kernel)
 
 
-def _matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
-    if job.kind not in CORRECTNESS_KINDS or not _names(job, request.kernel):
+def correctness_matches(job: StoredJob, request: BisectRequest, shape: str | None) -> bool:
+    """A correctness row (check, test) the request names."""
+    if job.kind not in CORRECTNESS_KINDS or not is_named(job, request.kernel):
         return False
     if request.variant not in (None, job.variant) or request.dtype not in (None, job.dtype):
         return False
@@ -144,24 +147,24 @@ def check_selection(planned: Sequence[StoredJob], request: BisectRequest, where:
     wrong = [job for job in planned if job.kind in CORRECTNESS_KINDS]
     if request.mode == "perf":
         timed = [job for job in planned if job.kind == "benchmark"]
-        named = [job for job in timed if _names(job, request.kernel)]
+        named = [job for job in timed if is_named(job, request.kernel)]
         if not named:
             raise HarnessError(f"--kernel {request.kernel!r}: no benchmark of that name in the suite at {where} "
                                f"(its benchmarks: {_listed(_all_names(timed))})")
-        if not any(_benchmark_matches(job, request, shape) for job in named):
+        if not any(benchmark_matches(job, request, shape) for job in named):
             series = [str(Series(j.kernel, j.variant, j.dtype, j.shape_key)) for j in named]
             raise HarnessError(f"no benchmark of {request.kernel!r} at {where} matches {_options(request)} "
                                f"(its series: {_listed(series, 8)})")
         for gate in request.gates:
-            if not any(_names(job, gate) for job in wrong):
+            if not any(is_named(job, gate) for job in wrong):
                 raise HarnessError(f"--gate {gate!r}: no correctness job or pytest selection of that name in the "
                                    f"suite at {where} (its correctness jobs: {_listed(_all_names(wrong))})")
         return
-    named = [job for job in wrong if _names(job, request.kernel)]
+    named = [job for job in wrong if is_named(job, request.kernel)]
     if not named:
         raise HarnessError(f"--kernel {request.kernel!r}: no correctness job or pytest selection of that name in the "
                            f"suite at {where} (its correctness jobs and selections: {_listed(_all_names(wrong))})")
-    if any(job.kind == "pytest" for job in named) or any(_matches(job, request, shape) for job in named):
+    if any(job.kind == "pytest" for job in named) or any(correctness_matches(job, request, shape) for job in named):
         return
     what = [f"{j.variant} {j.dtype} {j.shape_key or 'no shape'} check {j.check}" for j in named]
     raise HarnessError(f"no correctness job of {request.kernel!r} at {where} matches {_options(request)} "
@@ -183,7 +186,7 @@ def probe_jobs(request: BisectRequest) -> Callable[[StoredJob], bool] | None:
     shape = normalize_shape(request.shape)
 
     def needed(job: StoredJob) -> bool:
-        return job.kind == "install" or _is_selection(job, request) or _matches(job, request, shape)
+        return job.kind == "install" or is_selection(job, request) or correctness_matches(job, request, shape)
 
     return needed
 

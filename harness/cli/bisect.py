@@ -108,7 +108,7 @@ def bisect(
     if format == "json":
         print_json(report.to_dict())
     else:
-        _render(report)
+        print_report(report)
     raise typer.Exit(report.exit_code)
 
 
@@ -135,7 +135,8 @@ def _probe(line) -> str:
     return text
 
 
-def _render(report) -> None:
+def print_report(report) -> None:
+    """The report as text on stdout (``--format text``)."""
     out = stdout_console()
     out.print(f"bisect {report.mode} of {report.target} on {report.chip}: good {_commit(report.good)}, bad "
               f"{_commit(report.bad)} ({counted(report.commits, 'commit')})", markup=False)

@@ -10,7 +10,9 @@ import typer
 from harness.cli.common import app, console
 from harness.core.errors import HarnessError
 from harness.spec import git
-from harness.spec import init as scaffold
+from harness.spec.init.files import TOPOLOGIES, render_files
+from harness.spec.init.repo import scan
+from harness.spec.init.source import index_source, installed_source
 
 HELP = "\n\n".join((
     "Write a commented harness.toml for this repository (the test folders and markers found, the benchmark "
@@ -39,12 +41,12 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
 ) -> None:
     """Write harness.toml and the workflows (see HELP)."""
-    if topology not in scaffold.TOPOLOGIES:
-        raise HarnessError(f"--topology must be one of {', '.join(scaffold.TOPOLOGIES)}, not {topology!r}")
+    if topology not in TOPOLOGIES:
+        raise HarnessError(f"--topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
     root = path.resolve()
     if not root.is_dir():
         raise HarnessError(f"--path {path} is not a folder")
-    source = harness_source or scaffold.installed_source() or scaffold.index_source()
+    source = harness_source or installed_source() or index_source()
     if not source:
         raise HarnessError("this harness was installed from a local folder, which CI cannot install from: pass "
                            "--harness-source 'mlx-kernel-harness @ git+https://github.com/OWNER/REPO@TAG' "
@@ -52,8 +54,8 @@ def init(
     if git.is_repo(root):
         branch = branch or git.default_branch(root)
     branch = branch or "main"
-    found = scaffold.scan(root)
-    files = scaffold.render_files(found, topology, source, branch)
+    found = scan(root)
+    files = render_files(found, topology, source, branch)
     existing = [name for name in files if (root / name).exists()]
     if existing and not force:
         raise HarnessError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''} "

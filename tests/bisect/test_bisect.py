@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.bisect import search as bisect
+from harness.bisect import perf as bisect_perf
+from harness.bisect.perf import Measured, RunTrials
+from harness.bisect.prober import PerfProber
 from harness.bisect.probes import (
     BisectRequest,
     Series,
@@ -25,15 +27,7 @@ from harness.bisect.probes import (
     normalize_shape,
     perf_outcome,
 )
-from harness.bisect.search import (
-    Classification,
-    Measured,
-    PerfProber,
-    RunTrials,
-    max_rounds_needed,
-    search,
-    split_points,
-)
+from harness.bisect.search import Classification, max_rounds_needed, search, split_points
 from harness.core import stats
 from harness.core.errors import HarnessError
 from harness.record.runs import StoredJob
@@ -185,16 +179,16 @@ def runs_of(level_of, *, trials: int = 3, run_sd: float = 0.01, seed: int = 0, c
 def test_classify_perf_on_trials_good_bad_intermediate():
     rng = np.random.default_rng(3)
     good, bad = near(rng, 1.0), near(rng, 1.2)
-    assert bisect.classify_perf(good, bad, near(rng, 1.2)).state == "bad"
-    assert bisect.classify_perf(good, bad, near(rng, 1.0)).state == "good"
-    assert bisect.classify_perf(good, bad, near(rng, 0.9)).state == "good"  # a speed-up before the slowdown
-    middle = bisect.classify_perf(good, bad, near(rng, 1.1, 6))
+    assert bisect_perf.classify_perf(good, bad, near(rng, 1.2)).state == "bad"
+    assert bisect_perf.classify_perf(good, bad, near(rng, 1.0)).state == "good"
+    assert bisect_perf.classify_perf(good, bad, near(rng, 0.9)).state == "good"  # a speed-up before the slowdown
+    middle = bisect_perf.classify_perf(good, bad, near(rng, 1.1, 6))
     assert middle.state == "inconclusive"
     assert middle.vs_good.verdict == "regressed" and middle.vs_bad.verdict == "improved"
     assert middle.vs_good.trials_head == 6 and middle.vs_good.trials_base == 3
-    slower = bisect.classify_perf(good, bad, near(rng, 1.6))  # slower than bad: what a loaded run looks like
+    slower = bisect_perf.classify_perf(good, bad, near(rng, 1.6))  # slower than bad: what a loaded run looks like
     assert slower.state == "inconclusive" and slower.vs_bad.verdict == "regressed"
-    assert bisect.nearest_endpoint(good, bad, near(rng, 1.15)) == "bad"
+    assert bisect_perf.nearest_endpoint(good, bad, near(rng, 1.15)) == "bad"
 
 
 def test_tight_samples_of_processes_that_disagree_are_not_a_confident_verdict():
@@ -203,14 +197,14 @@ def test_tight_samples_of_processes_that_disagree_are_not_a_confident_verdict():
     rng = np.random.default_rng(7)
     good, bad = trials_at(rng, [1.0, 1.0, 1.0], cv=0.001), trials_at(rng, [1.3, 1.3, 1.3], cv=0.001)
     spread = trials_at(rng, [1.0, 1.3, 1.15], cv=0.001)
-    call = bisect.classify_perf(good, bad, spread)
+    call = bisect_perf.classify_perf(good, bad, spread)
     assert call.state == "inconclusive"
     assert call.vs_good.verdict != "regressed" and call.vs_bad.verdict != "improved"
     assert call.vs_good.ci_low < 1.0 < call.vs_good.ci_high
     pooled = stats.compare_samples([s for t in good for s in t], [s for t in spread for s in t])
     assert pooled.verdict == "regressed" and pooled.p_value < 1e-5
     # One process a side shows no spread at all: inconclusive, however tight its samples.
-    one = bisect.classify_perf(good[:1], bad[:1], trials_at(rng, [1.3], cv=0.001))
+    one = bisect_perf.classify_perf(good[:1], bad[:1], trials_at(rng, [1.3], cv=0.001))
     assert one.state == "inconclusive" and one.vs_good.basis == "none" and one.vs_bad.basis == "none"
     # Through the prober, one run of such a commit (and no more allowed) is inconclusive, not bad.
     levels = {"g": [1.0] * 3, "b": [1.3] * 3, "x": [1.0, 1.3, 1.15]}
@@ -269,10 +263,10 @@ def test_a_run_slower_than_the_others_is_set_aside_whichever_is_newer():
     again = RunTrials("again", tuple(near(rng, 1.01)))
     loaded = RunTrials("loaded", tuple(near(rng, 2.0)), reused=True)
     for order in ([loaded, clean, again], [clean, again, loaded], [clean, loaded]):
-        kept, aside = bisect.agreeing_runs(order, band=0.05)
+        kept, aside = bisect_perf.agreeing_runs(order, band=0.05)
         assert [run.run_id for run in aside] == ["loaded"] and "loaded" not in {run.run_id for run in kept}
         assert aside[0].vs_kept.verdict == "regressed" and 1.9 < aside[0].vs_kept.ratio < 2.1
-    kept, aside = bisect.agreeing_runs([clean, again], band=0.05)  # 1 % apart: drift, pooled
+    kept, aside = bisect_perf.agreeing_runs([clean, again], band=0.05)  # 1 % apart: drift, pooled
     assert len(kept) == 2 and aside == ()
 
 
@@ -373,13 +367,13 @@ def test_run_floor_and_rough_sd():
     def group(levels):
         return [RunTrials(f"r{i}", tuple(near(rng, level, sd=0.0))) for i, level in enumerate(levels)]
 
-    assert bisect.run_floor([group([1.0])]) is None and bisect.rough_run_sd([group([1.0])]) is None
-    floor = bisect.run_floor([group([1.0, 1.1]), group([2.0, 2.0, 2.2])])
+    assert bisect_perf.run_floor([group([1.0])]) is None and bisect_perf.rough_run_sd([group([1.0])]) is None
+    floor = bisect_perf.run_floor([group([1.0, 1.1]), group([2.0, 2.0, 2.2])])
     assert floor.runs == 4 and 0.04 < floor.sd < 0.09
     # A wild run hardly moves the rough sd, which decides what counts as drift.
     calm = [group([1.0, 1.05, 1.02]), group([1.0, 1.03, 1.01]), group([1.0, 1.04])]
     wild = [group([1.0, 1.05, 3.0, 2.5]), *calm[1:]]
-    assert bisect.rough_run_sd(calm) < 0.05 and bisect.rough_run_sd(wild) < 0.06
+    assert bisect_perf.rough_run_sd(calm) < 0.05 and bisect_perf.rough_run_sd(wild) < 0.06
 
 
 # ---------------------------------------------------------------------------------------------------------------

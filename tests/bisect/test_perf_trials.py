@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from harness.bisect.probes import BisectRequest
-from harness.bisect.run import BisectReport, run_bisect
-from harness.cli.bisect import _render
+from harness.bisect.report import BisectReport
+from harness.bisect.run import run_bisect
+from harness.cli.bisect import print_report
 from harness.core import chip as chip_id
 from harness.core.job import JobResult, KernelJob
 from harness.record import runs, store
@@ -114,7 +115,7 @@ def test_a_probe_inconclusive_at_the_cap_names_the_range_and_exits_1(synthetic, 
     assert all(len(item["run_ids"]) >= 1 and item["vs_good"] is not None for item in data["history"])
     assert len(data["endpoint_runs"]["good"]) == 2 and len(data["endpoint_runs"]["bad"]) == 2  # --max-runs 2
     assert data["endpoints"]["trials_base"] == 6 and data["floor"]["df"] >= 2
-    _render(report)
+    print_report(report)
     out = capsys.readouterr().out
     assert "INCONCLUSIVE: " in out and "culprit undecided: one of 2 commits" in out and "OK:" not in out
 

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from harness.spec import init, suite
+from harness.spec import suite
+from harness.spec.init.files import GATE_WORKFLOW, MEASURE_WORKFLOW, TOPOLOGIES, render_files
+from harness.spec.init.repo import scan
+from harness.spec.init.source import source_from_direct_url
+from harness.spec.init.suite_toml import render_toml
+from harness.spec.init.workflows import gate_workflow, measure_workflow
 from testkit.paths import ROOT
 from tests.test_workflows import validate
 
@@ -54,7 +59,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_the_scan_finds_tests_markers_benchmark_functions_and_kernels(repo):
-    found = init.scan(repo)
+    found = scan(repo)
     assert found.test_dirs == ("tests",) and found.markers == ("slow", "gpu") and found.installable
     targets = {f.target: f for f in found.functions}
     assert set(targets) == {"mykern.bench:bench_scale", "mykern.bench:bench_plain"}  # src layout; helper is not
@@ -66,7 +71,7 @@ def test_the_scan_finds_tests_markers_benchmark_functions_and_kernels(repo):
 
 
 def test_the_generated_toml_loads_through_the_suites_own_loader(repo):
-    text = init.render_toml(init.scan(repo))
+    text = render_toml(scan(repo))
     loaded = suite.parse_suite(tomllib.loads(text), source="harness.toml", base_dir=repo)
     assert loaded.suite.name == repo.name and loaded.install is not None
     assert [p.paths for p in loaded.pytest] == [["tests"]] and loaded.pytest[0].m == "not slow"
@@ -86,16 +91,16 @@ def test_the_generated_toml_loads_through_the_suites_own_loader(repo):
 
 
 def test_an_empty_repository_gets_a_loadable_toml_with_examples(tmp_path):
-    text = init.render_toml(init.scan(tmp_path))
+    text = render_toml(scan(tmp_path))
     assert suite.parse_suite(tomllib.loads(text), source="harness.toml").pytest == []
     assert "# [[function]]" in text and "# [[pytest]]" in text
 
 
-@pytest.mark.parametrize("topology", init.TOPOLOGIES)
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_every_topologys_workflows_are_valid_and_pinned(repo, tmp_path, topology):
-    files = init.render_files(init.scan(repo), topology, SOURCE, "main")
+    files = render_files(scan(repo), topology, SOURCE, "main")
     paths = []
-    for name in (init.MEASURE_WORKFLOW, init.GATE_WORKFLOW):
+    for name in (MEASURE_WORKFLOW, GATE_WORKFLOW):
         path = tmp_path / topology / Path(name).name
         path.parent.mkdir(exist_ok=True)
         path.write_text(files[name])
@@ -114,9 +119,9 @@ def test_every_topologys_workflows_are_valid_and_pinned(repo, tmp_path, topology
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("topology", init.TOPOLOGIES)
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_the_gate_compares_with_the_merge_base_and_posts_a_comment(repo, topology):
-    text = init.gate_workflow(topology, SOURCE)
+    text = gate_workflow(topology, SOURCE)
     assert 'git merge-base "origin/$BASE_REF" "$HEAD_SHA"' in text
     assert 'harness compare "$BASE_SHA" "$HEAD_SHA"' in text
     assert ("--settle" in text) == (topology == "shared-db")  # settling measures: on the chip itself
@@ -126,7 +131,7 @@ def test_the_gate_compares_with_the_merge_base_and_posts_a_comment(repo, topolog
 
 
 def test_shared_db_measures_on_self_hosted_macs_not_hosted_runners(repo):
-    workflow = YAML(typ="safe").load(init.measure_workflow("shared-db", SOURCE, "trunk"))
+    workflow = YAML(typ="safe").load(measure_workflow("shared-db", SOURCE, "trunk"))
     assert workflow["on"]["push"]["branches"] == ["trunk"]
     runners = workflow["jobs"]["measure"]["strategy"]["matrix"]["runner"]
     assert "self-hosted" in runners and "macos-14" not in runners
@@ -134,10 +139,10 @@ def test_shared_db_measures_on_self_hosted_macs_not_hosted_runners(repo):
 
 
 def test_the_pinned_source_comes_from_a_git_install():
-    assert init.source_from_direct_url({"url": "https://github.com/o/r", "vcs_info": {
+    assert source_from_direct_url({"url": "https://github.com/o/r", "vcs_info": {
         "vcs": "git", "commit_id": "a" * 40, "requested_revision": "v0.1.0"}}) == \
         f"mlx-kernel-harness @ git+https://github.com/o/r@{'a' * 40}"
-    assert init.source_from_direct_url({"url": "file:///work/h", "dir_info": {"editable": True}}) is None
+    assert source_from_direct_url({"url": "file:///work/h", "dir_info": {"editable": True}}) is None
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

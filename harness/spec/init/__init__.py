@@ -1,0 +1,1 @@
+"""`harness init`: scan a kernel repository and write the files that adopt the harness there."""
