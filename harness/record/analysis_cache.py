@@ -52,7 +52,7 @@ def read_entries(store: Store, chip: str, kind: str, names: Collection[str] | No
         statement = statement.where(AnalysisCache.name.in_(list(names)))
     with store.session() as session:
         return {name: Entry(key, bytes(payload), watermark) for name, key, payload, watermark in
-                query._plain_rows(session, statement)}
+                query.plain_rows(session, statement)}
 
 
 def entry_keys(store: Store, chip: str, kind: str, names: Collection[str]) -> dict[str, tuple[str, int | None]]:
@@ -175,7 +175,7 @@ def _job_id_state(entry: Entry | None) -> _JobIdState | None:
 
 def _job_ids_added(session: Any, kept: _JobIdState) -> _JobIdState | None:
     """``kept`` with the jobs above its highest id added, or None where the table does not add up."""
-    added = query._plain_rows(session, select(JobRecord.run_id, JobRecord.id).where(JobRecord.id > kept.top))
+    added = query.plain_rows(session, select(JobRecord.run_id, JobRecord.id).where(JobRecord.id > kept.top))
     # counted after the jobs above were read: a job written in between makes it not add up (summed anew), not lost
     count = session.scalar(select(func.count()).select_from(JobRecord)) or 0
     if count != kept.count + len(added):
@@ -214,7 +214,7 @@ def chip_state(store: Store, chip: str, *, include_dirty: bool = False, jobs: Jo
     with store.session() as session:
         watermark = session.scalar(select(func.max(Sample.id))) or 0
     jobs = jobs if jobs is not None else job_id_summaries(store)
-    runs = query._run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
+    runs = query.run_filter(select(Run.id).join(Chip, Run.chip_id == Chip.id), chip, include_dirty)
     with store.session() as session:
         per_commit: dict[int, list[tuple[Any, ...]]] = {}
         run_commit: dict[str, int] = {}
@@ -271,7 +271,7 @@ def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -
     with store.session() as session:
         newest: dict[int, int] = {}
         # no GROUP BY: SQLite would scan a whole index for it instead of the id range
-        for job_id, sample_id in query._plain_rows(session, select(Sample.job_id, Sample.id).where(
+        for job_id, sample_id in query.plain_rows(session, select(Sample.job_id, Sample.id).where(
                 Sample.id > watermark)):
             if sample_id > newest.get(job_id, -1):
                 newest[job_id] = sample_id
@@ -318,7 +318,7 @@ def arrangement(store: Store, chip: str, *, include_dirty: bool = False, last: i
                 ) -> tuple[list[tuple], list[int], list[bool], list[int]]:
     """``query.chip_history``'s commits in history order, previous commits, window and lines, without samples."""
     with store.session() as session:
-        return query._arranged(session, chip, include_dirty, last)
+        return query.arranged(session, chip, include_dirty, last)
 
 
 def commit_history(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool = False,

@@ -67,7 +67,7 @@ def analysed(db: store.Store, **options) -> tuple[str, str, cache.CacheStats]:
 
 def assert_same_as_uncached(db: store.Store, **options) -> cache.CacheStats:
     """The cached analysis (run twice: as found, then warm) equals the uncached one; the first run's stats."""
-    query._CACHE.clear()  # its in-process key misses a trial appended to a stored job: read the samples again
+    query.history._CACHE.clear()  # its in-process key misses a trial appended to a stored job: read the samples again
     plain = analysed(db, use_cache=False, **options)[:2]
     first = analysed(db, **options)
     assert first[:2] == plain
@@ -422,6 +422,12 @@ def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_ch
     assert cached == plain and read == [("chip-b", None)]
 
 
+def _patch_plain_rows(monkeypatch, replacement) -> None:  # noqa: ANN001 - pytest's fixture, a callable
+    """``query.plain_rows`` replaced in the package and in each of its modules that reads through it."""
+    for module in (query, query.history, query.report, query.samples, query.series):
+        monkeypatch.setattr(module, "plain_rows", replacement)
+
+
 @pytest.mark.parametrize("read", ["commit_timing_modes", "correctness_statuses", "failing_correctness_jobs"])
 def test_the_reads_of_a_chip_use_the_job_index(sqlite_db, read, monkeypatch):
     """A chip's jobs are read through its runs first, then their jobs by index (``query.commit_timing_modes``, the
@@ -435,14 +441,14 @@ def test_the_reads_of_a_chip_use_the_job_index(sqlite_db, read, monkeypatch):
     def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
         statements.append((statement, parameters))
 
-    plain_rows = query._plain_rows
+    plain_rows = query.plain_rows
 
     def kept_rows(session, statement):  # noqa: ANN001, ANN202 - reads through the DBAPI cursor: no hook sees it
         statements.append((str(statement.compile(dialect=session.get_bind().dialect,
                                                  compile_kwargs={"literal_binds": True})), ()))
         return plain_rows(session, statement)
 
-    monkeypatch.setattr(query, "_plain_rows", kept_rows)
+    _patch_plain_rows(monkeypatch, kept_rows)
     event.listen(sqlite_db.engine, "before_cursor_execute", keep)
     try:
         with sqlite_db.session() as session:
@@ -526,6 +532,16 @@ def test_the_code_version_covers_the_compiled_search_and_the_distributions():
     assert segment_search in cache.common._SOURCES and distributions in cache.common._SOURCES
 
 
+def test_the_code_version_covers_every_module_of_a_package():
+    """``harness.record.query`` is a package: an edit to any of its modules (the chip history's arrays, the samples'
+    layout), not only to its ``__init__``, must change every key."""
+    from pathlib import Path
+
+    folder = Path(query.__file__).parent
+    assert set(folder.glob("*.py")) <= set(cache.common.source_files())
+    assert Path(query.history.__file__) in cache.common.source_files()
+
+
 def _job_ids_summed(db: store.Store) -> dict[str, tuple[int, int, int, int]]:
     """Every run's count, min, max and sum of job ids, straight from the table."""
     from sqlalchemy import func
@@ -547,19 +563,19 @@ def _job_statements(db: store.Store, monkeypatch, read) -> list[str]:  # noqa: A
     def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
         statements.append(statement)
 
-    plain_rows = query._plain_rows
+    plain_rows = query.plain_rows
 
     def kept_rows(session, statement):  # noqa: ANN001, ANN202 - reads through the DBAPI cursor: no hook sees it
         statements.append(str(statement.compile(dialect=session.get_bind().dialect)))
         return plain_rows(session, statement)
 
-    monkeypatch.setattr(query, "_plain_rows", kept_rows)
+    _patch_plain_rows(monkeypatch, kept_rows)
     event.listen(db.engine, "before_cursor_execute", keep)
     try:
         read()
     finally:
         event.remove(db.engine, "before_cursor_execute", keep)
-        monkeypatch.setattr(query, "_plain_rows", plain_rows)
+        _patch_plain_rows(monkeypatch, plain_rows)
     return [s for s in statements if re.search(r"\bFROM job\b", s)]
 
 

@@ -41,13 +41,13 @@ def cached_matrix(db) -> tuple[str, cache.VariantCells]:
 
 def _runs_read(monkeypatch) -> list[tuple[str, ...]]:
     read: list[tuple[str, ...]] = []
-    original = query._series_trials
+    original = query.series._series_trials
 
     def counted(store_, run_ids):  # noqa: ANN001, ANN202 - the function's own
         read.append(tuple(run_ids))
         return original(store_, run_ids)
 
-    monkeypatch.setattr(query, "_series_trials", counted)
+    monkeypatch.setattr(query.series, "_series_trials", counted)
     return read
 
 

@@ -44,7 +44,7 @@ def test_within_memoised_a_run_sets_samples_and_the_commit_graph_are_read_once(d
     runs = _runs(db)
     expected = _plain(query.series_trials(db, [runs[3]]))
     expected_history = query.history_run_ids(db, [runs[3]])
-    reads = _counted(monkeypatch, query, "_series_trials")
+    reads = _counted(monkeypatch, query.series, "_series_trials")
     graphs = _counted(monkeypatch, ancestry, "load_graph")
     with db.memoised():
         first = query.series_trials(db, [runs[3]])

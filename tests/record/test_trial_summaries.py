@@ -55,7 +55,7 @@ def _chip_commits(db, chip: str) -> list[tuple]:
     from harness.record import query
 
     with db.session() as session:
-        return query._arranged(session, chip, False, None)[0]
+        return query.arranged(session, chip, False, None)[0]
 
 
 def _both(db, chip: str = "chip-a"):

@@ -66,11 +66,20 @@ _SOURCES = (history_module, segment_search, regressions_module, records_module, 
             variants_module, stats, distributions, trials, defaults, query, analysis_cache, ancestry)
 
 
+def source_files() -> list[Path]:
+    """The files ``code_version`` hashes: the analysed code (every module of a package, ``harness.record.query``'s
+    included) and this package's own modules."""
+    files = []
+    for module in _SOURCES:
+        path = Path(module.__file__ or "")
+        files += sorted(path.parent.glob("*.py")) if path.name == "__init__.py" else [path]
+    return files + sorted(Path(__file__).parent.glob("*.py"))
+
+
 @cache
 def code_version() -> str:
     hasher = hashlib.sha256(f"format {FORMAT}; numpy {np.__version__}; scipy {scipy.__version__}".encode())
-    sources = [Path(module.__file__ or "") for module in _SOURCES] + sorted(Path(__file__).parent.glob("*.py"))
-    for source in sources:  # the analysed code and this package's own modules
+    for source in source_files():
         try:
             hasher.update(source.read_bytes())
         except OSError:  # no source to read (a frozen install): the module's name and the package version

@@ -47,7 +47,7 @@ def job_catalogue(store: Store, chips: Sequence[str], kinds: Sequence[str], *, u
     for chip in sorted(chips):
         state = (states or {}).get(chip) or analysis_cache.chip_state(store, chip, include_dirty=True)
         for kind, job_key, kernel, variant, dtype, shape_key, measured in _chip_jobs(store, chip, kinds, state):
-            units.setdefault(chip, set()).add(query._unit_of(kind, job_key, kernel))
+            units.setdefault(chip, set()).add(query.unit_of(kind, job_key, kernel))
             if kind == "benchmark":
                 series_key = query.SeriesKey(kernel, variant, dtype, shape_key, chip)
                 series[series_key] = series.get(series_key, False) or measured

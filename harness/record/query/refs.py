@@ -1,0 +1,199 @@
+"""Runs, chips and references: run views, a chip's runs, the latest runs, and commit / run references resolved."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from harness.core.errors import HarnessError
+from harness.record.models import Chip, Commit, JobRecord, Run
+from harness.record.store import Store
+
+
+@dataclass
+class RunView:
+    id: str
+    chip_key: str
+    sha: str
+    message: str
+    branch: str
+    dirty: bool
+    suite: str
+    status: str
+    started_at: Any
+    finished_at: Any
+    peak_flops: float | None
+    peak_bytes_per_s: float | None
+    planned_jobs: int
+    hostname: str
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for job in self.jobs:
+            out[job["status"]] = out.get(job["status"], 0) + 1
+        return out
+
+
+JOB_FIELDS = ("key", "kind", "name", "kernel", "variant", "dtype", "shape", "shape_key", "check_name", "status",
+              "detail", "output_tail", "max_error", "tolerance", "duration_s", "node", "attempts", "n_samples",
+              "inner", "warmup_s", "median_s", "ci_low_s", "ci_high_s", "iqr_rel", "flops", "bytes_moved",
+              "achieved_flops", "achieved_bytes_per_s", "pct_peak", "bound", "trials", "timing_mode", "round_trip_s",
+              "backlog_calls")
+
+
+def _job_dict(record: JobRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in JOB_FIELDS}
+
+
+def _run_view(session: Session, run: Run, with_jobs: bool) -> RunView:
+    view = RunView(run.id, run.chip.key, run.commit.sha, run.commit.message, run.branch or run.commit.branch,
+                   run.dirty, run.suite, run.status, run.started_at, run.finished_at, run.peak_flops,
+                   run.peak_bytes_per_s, run.planned_jobs, run.machine.hostname if run.machine else "")
+    if with_jobs:
+        records = session.scalars(select(JobRecord).where(JobRecord.run_id == run.id).order_by(JobRecord.id))
+        view.jobs = [_job_dict(r) for r in records]
+    return view
+
+
+def chips(store: Store) -> list[dict[str, Any]]:
+    with store.session() as session:
+        return [{"key": c.key, "backend": c.backend, "device_name": c.device_name, "architecture": c.architecture,
+                 "memory_bytes": c.memory_bytes, "gpu_cores": c.gpu_cores, "record": c.record}
+                for c in session.scalars(select(Chip).order_by(Chip.key))]
+
+
+def runs(store: Store, chip_key: str | None = None, with_jobs: bool = False) -> list[RunView]:
+    """Runs, newest first (optionally of one chip)."""
+    with store.session() as session:
+        query = select(Run).join(Chip).order_by(Run.started_at.desc())
+        if chip_key:
+            query = query.where(Chip.key == chip_key)
+        return [_run_view(session, run, with_jobs) for run in session.scalars(query)]
+
+
+def latest_run(store: Store, chip_key: str) -> RunView | None:
+    with store.session() as session:
+        run = session.scalars(select(Run).join(Chip).where(Chip.key == chip_key)
+                              .order_by(Run.started_at.desc()).limit(1)).first()
+        return _run_view(session, run, True) if run else None
+
+
+def get_run(store: Store, run_id: str) -> RunView | None:
+    with store.session() as session:
+        run = session.get(Run, run_id)
+        return _run_view(session, run, True) if run else None
+
+
+def latest_runs(store: Store) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """Per chip (by key): its latest run (as a one-run tuple) and that run's commit sha; chips without runs left out."""
+    runs: dict[str, tuple[str, ...]] = {}
+    shas: dict[str, str] = {}
+    with store.session() as session:
+        for chip_key in list(session.scalars(select(Chip.key).order_by(Chip.key))):
+            latest = session.execute(
+                select(Run.id, Commit.sha).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
+                .where(Chip.key == chip_key, Run.settling.is_(False))
+                .order_by(Run.started_at.desc(), Run.id.desc()).limit(1)
+            ).first()
+            if latest is not None:
+                runs[chip_key], shas[chip_key] = (latest[0],), latest[1]
+    return runs, shas
+
+
+def chip_keys(store: Store) -> list[str]:
+    """Every chip key, sorted."""
+    with store.session() as session:
+        return list(session.scalars(select(Chip.key).order_by(Chip.key)))
+
+
+def _check_chip(session: Session, chip: str | None) -> None:
+    if chip is not None and session.scalar(select(Chip.id).where(Chip.key == chip)) is None:
+        known = ", ".join(session.scalars(select(Chip.key).order_by(Chip.key))) or "none"
+        raise HarnessError(f"unknown chip {chip!r} (known: {known})")
+
+
+def check_chip(store: Store, chip: str | None) -> None:
+    """Raise HarnessError, naming the known chips, unless ``chip`` is None or a stored chip key."""
+    with store.session() as session:
+        _check_chip(session, chip)
+
+
+MIN_PREFIX = 4  # shortest commit / run id prefix accepted (as git)
+
+
+class ResolvedRef(NamedTuple):
+    """What a commit or run reference denotes: a commit (all its runs) or one run, and its commit."""
+
+    kind: Literal["commit", "run"]
+    sha: str
+    message: str
+    branch: str
+    runs: dict[str, tuple[str, ...]]  # chip key -> run ids, in start order
+    dirty_runs: int
+
+
+def _resolved(kind: Literal["commit", "run"], commit: Commit, runs: Sequence[Run]) -> ResolvedRef:
+    per_chip: dict[str, list[str]] = {}
+    for run in sorted(runs, key=lambda r: (r.started_at, r.id)):
+        per_chip.setdefault(run.chip.key, []).append(run.id)
+    return ResolvedRef(kind, commit.sha, commit.message, commit.branch,
+                       {chip: tuple(ids) for chip, ids in sorted(per_chip.items())}, sum(bool(r.dirty) for r in runs))
+
+
+def _commit_runs(session: Session, commits: Sequence[Commit]) -> list[Run]:
+    ids = [c.id for c in commits]
+    # a commit's settling runs (harness compare --settle) hold some series only: reached by run id alone
+    return list(session.scalars(select(Run).where(Run.commit_id.in_(ids), Run.settling.is_(False))))
+
+
+def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
+    """A commit sha (full or unique prefix: all its runs, per chip) or a run id (full or unique prefix).
+
+    ``chip`` keeps that chip's runs only.  HarnessError on an empty, unknown, too short or ambiguous reference, an
+    unknown chip, a run of another chip, or a commit without runs (on ``chip``).
+    """
+    ref = ref.strip()
+    if not ref:
+        raise HarnessError("empty commit or run id")
+    with store.session() as session:
+        _check_chip(session, chip)
+        exact_run = session.get(Run, ref)
+        exact_commits = session.scalars(select(Commit).where(Commit.sha == ref)).all()
+        if exact_run is not None and not exact_commits:
+            runs, kind, commits = [exact_run], "run", [exact_run.commit]
+        elif exact_commits:
+            runs, kind, commits = _commit_runs(session, exact_commits), "commit", exact_commits
+        else:
+            if len(ref) < MIN_PREFIX:
+                raise HarnessError(f"no commit or run {ref!r} (prefixes need at least {MIN_PREFIX} characters)")
+            # Commits are also stored without runs (ancestry between run commits): a prefix names one that has runs.
+            commits = session.scalars(select(Commit).where(Commit.sha.startswith(ref, autoescape=True),
+                                                           Commit.id.in_(select(Run.commit_id)))).all()
+            prefix_runs = session.scalars(select(Run).where(Run.id.startswith(ref, autoescape=True))).all()
+            shas = sorted({c.sha for c in commits})
+            if len(shas) + len(prefix_runs) > 1:
+                listed = [f"commit {s[:12]}" for s in shas] + [f"run {r.id[:12]}" for r in prefix_runs]
+                more = f", ... ({len(listed)} in all)" if len(listed) > 3 else ""
+                raise HarnessError(f"{ref!r} is ambiguous: {', '.join(listed[:3])}{more}")
+            if not shas and not prefix_runs:
+                unrun = session.scalars(select(Commit.sha).where(Commit.sha.startswith(ref, autoescape=True))).first()
+                if unrun:
+                    raise HarnessError(f"commit {unrun[:12]} has no runs")
+                raise HarnessError(f"no commit or run {ref!r} in the database")
+            if prefix_runs:
+                runs, kind, commits = list(prefix_runs), "run", [prefix_runs[0].commit]
+            else:
+                runs, kind = _commit_runs(session, commits), "commit"
+        if chip is not None:
+            if kind == "run" and runs[0].chip.key != chip:
+                raise HarnessError(f"run {runs[0].id} ran on chip {runs[0].chip.key!r}, not {chip!r}")
+            runs = [r for r in runs if r.chip.key == chip]
+        if not runs:
+            where = f" on chip {chip!r}" if chip else ""
+            raise HarnessError(f"commit {commits[0].sha[:12]} has no runs{where}")
+        return _resolved(kind, commits[0], runs)

@@ -1,0 +1,210 @@
+"""The comparison reads (compare, variants, noise): samples, history medians, timing modes, failures of given runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby
+from operator import attrgetter
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from harness.core import defaults, pacing
+from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
+from harness.record import ancestry
+from harness.record.models import Chip, Commit, JobRecord, Run, Sample
+from harness.record.query.common import SeriesKey, joined_modes, plain_rows
+from harness.record.store import Store
+
+
+class FailureRow(NamedTuple):
+    """A failing correctness job of a run: a kernel check, or a repository test (kind "test"; ``name`` its node id),
+    or a pytest selection that failed without a failing test to show for it (collection error, crash, timeout)."""
+
+    chip: str
+    kernel: str
+    variant: str
+    check: str
+    dtype: str
+    shape_key: str
+    status: str
+    detail: str
+    run_id: str
+    sha: str
+    kind: str
+    key: str
+    name: str
+
+
+def _positive(values: Iterable[float]) -> npt.NDArray[np.float64]:
+    array = np.fromiter(values, dtype=np.float64)
+    return array[np.isfinite(array) & (array > 0)]
+
+
+class SeriesTrials(NamedTuple):
+    """One series' raw samples on one side of a comparison, grouped by trial: one array per (run, trial)."""
+
+    trials: list[npt.NDArray[np.float64]]
+    runs: int  # the distinct runs they came from
+
+
+def series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, SeriesTrials]:
+    """Raw benchmark samples of the given runs per series (chip included), one array per trial (a run's job
+    process; rows stored before trials were recorded are one trial each); only finite positive samples. Read once
+    per ``run_ids`` within ``Store.memoised`` (the arrays are shared: not to be changed)."""
+    if not run_ids:
+        return {}
+    return dict(store.memo(("series trials", *run_ids), lambda: _series_trials(store, run_ids)))
+
+
+def _series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, SeriesTrials]:
+    with store.session() as session:
+        rows = plain_rows(session,  # tuples: SQLAlchemy's Row objects cost more than the query on 10^5 samples
+            select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key,
+                   JobRecord.run_id, Sample.trial, Sample.seconds)
+            .select_from(Sample)
+            .join(JobRecord, Sample.job_id == JobRecord.id)
+            .join(Run, JobRecord.run_id == Run.id)
+            .join(Chip, Run.chip_id == Chip.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")
+            .order_by(JobRecord.id, Sample.idx)
+        )
+        grouped: dict[SeriesKey, dict[tuple[str, int], list[float]]] = {}
+        for kernel, variant, dtype, shape_key, chip, run_id, trial, seconds in rows:
+            series = grouped.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), {})
+            series.setdefault((run_id, trial), []).append(seconds)
+    result = {}
+    for key, trials in grouped.items():
+        arrays = [array for array in map(_positive, trials.values()) if array.size]
+        if arrays:
+            result[key] = SeriesTrials(arrays, len({run_id for run_id, _ in trials}))
+    return result
+
+
+def _first_parents(graph: ancestry.Graph, start: ancestry.Key, limit: int) -> list[str] | None:
+    """``start``'s sha and those of its first-parent ancestors, newest first; None when a commit's parents are
+    unknown on the way (stored before parents were recorded, or not seen in git)."""
+    shas, key = [], start
+    while key in graph and len(shas) < limit:
+        shas.append(key[1])
+        parents = graph[key]
+        if parents is None:
+            return None
+        if not parents:
+            break
+        key = (key[0], parents[0])
+    return shas
+
+
+def _history_runs(session: Session, graph: ancestry.Graph, runs: Sequence[Run], limit: int) -> list[str]:
+    """The newest ``limit`` finished clean runs on the runs' chip at their commits or first-parent ancestors; where
+    the ancestry is unknown, the chip's runs of the repository started up to the newest given run (time order, as
+    :func:`previous_run_id` falls back to)."""
+    repo, chip_id = runs[0].commit.repo, runs[0].chip_id
+    walks = [_first_parents(graph, (repo, run.commit.sha), 10 * limit) for run in runs]
+    finished = (select(Run.id, Commit.sha, Run.started_at).join(Commit, Run.commit_id == Commit.id)
+                .where(Run.chip_id == chip_id, Commit.repo == repo, Run.finished_at.is_not(None),
+                       Run.dirty.is_(False), Run.settling.is_(False)))
+    if any(walk is None for walk in walks):
+        newest = max(run.started_at for run in runs)
+        rows = session.execute(finished.where(Run.started_at <= newest).order_by(Run.started_at.desc())
+                               .limit(limit)).all()
+        return [run_id for run_id, _, _ in rows]
+    order = {sha: rank for walk in walks for rank, sha in enumerate(walk or [])}
+    rows = session.execute(finished.where(Commit.sha.in_(list(order))).order_by(Run.started_at.desc())).all()
+    return [run_id for run_id, _, _ in sorted(rows, key=lambda row: order[row[1]])][:limit]
+
+
+def _history_groups(store: Store, session: Session, run_ids: Sequence[str], limit: int
+                    ) -> Iterator[tuple[str, list[str]]]:
+    """Per (repository, chip) of the given runs: the chip's key and its history runs (:func:`_history_runs`)."""
+    given = session.scalars(select(Run).where(Run.id.in_(list(run_ids)))).all()
+    repos = sorted({run.commit.repo for run in given})
+    graph = store.memo(("commit graph", *repos), lambda: ancestry.load_graph(session, repos))
+    for (_, _, chip_key), runs in groupby(sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
+                                          key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
+        yield chip_key, _history_runs(session, graph, list(runs), limit)
+
+
+def history_run_ids(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS) -> list[str]:
+    """The runs :func:`history_medians` reads for the given runs (what their series' history floors come from)."""
+    if not run_ids:
+        return []
+    with store.session() as session:
+        return [run_id for _, chosen in _history_groups(store, session, run_ids, limit) for run_id in chosen]
+
+
+def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS
+                    ) -> dict[SeriesKey, list[float]]:
+    """Each series' medians over the newest ``limit`` finished, clean runs on the given runs' chips at their commits
+    or the commits' first-parent ancestors (the base branch; :func:`_history_runs`): the between-run noise of a
+    series (``harness.core.trials.history_floor``). The given runs themselves count; runs of other branches do
+    not."""
+    if not run_ids:
+        return {}
+    medians: dict[SeriesKey, list[float]] = {}
+    with store.session() as session:
+        for chip_key, chosen in _history_groups(store, session, run_ids, limit):
+            rows = session.execute(
+                select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.median_s)
+                .where(JobRecord.run_id.in_(chosen), JobRecord.kind == "benchmark", JobRecord.median_s.is_not(None)))
+            for kernel, variant, dtype, shape_key, median in rows:
+                medians.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip_key), []).append(median)
+    return medians
+
+
+def _series_select(run_ids: Sequence[str], column):
+    """Each benchmark job of the given runs: its series key's fields (kernel, variant, dtype, shape key, chip) and
+    ``column``."""
+    return (select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, Chip.key, column)
+            .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark"))
+
+
+def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
+    """How each benchmark series of the given runs was timed ("pipelined", "per-call"; "" if not recorded), joined
+    with "+" where its runs differ."""
+    modes: dict[SeriesKey, set[str]] = {}
+    with store.session() as session:
+        for kernel, variant, dtype, shape_key, chip, mode in session.execute(
+                _series_select(run_ids, JobRecord.timing_mode)):
+            modes.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), set()).add(mode or "")
+    return joined_modes(modes)
+
+
+def host_paced_series(store: Store, run_ids: Sequence[str]) -> set[SeriesKey]:
+    """The benchmark series of the given runs that were host-paced in any of their jobs (``harness.core.pacing``:
+    the device waited for the host's calls, so the time per call is the host's pace, not the kernel's)."""
+    with store.session() as session:
+        rows = session.execute(_series_select(run_ids, JobRecord.backlog_calls)
+                               .where(JobRecord.backlog_calls.is_not(None)))
+        return {SeriesKey(*row[:5]) for row in rows if pacing.host_paced(row[5])}
+
+
+def correctness_failures(store: Store, run_ids: Sequence[str]) -> list[FailureRow]:
+    """Failing correctness jobs (``CODE_FAILURES``, kinds ``CORRECTNESS_KINDS``) of the given runs, by chip, kernel,
+    variant, check, test.
+
+    A pytest selection's own row fails whenever one of its tests does; it is listed only when none of its tests is
+    (a collection error, a crash, a timeout), so each failure is named once, by the test that failed.
+    """
+    if not run_ids:
+        return []
+    with store.session() as session:
+        rows = [FailureRow(*row) for row in session.execute(
+            select(Chip.key, JobRecord.kernel, JobRecord.variant, JobRecord.check_name, JobRecord.dtype,
+                   JobRecord.shape_key, JobRecord.status, JobRecord.detail, JobRecord.run_id, Commit.sha,
+                   JobRecord.kind, JobRecord.key, JobRecord.name)
+            .select_from(JobRecord)
+            .join(Run, JobRecord.run_id == Run.id)
+            .join(Chip, Run.chip_id == Chip.id)
+            .join(Commit, Run.commit_id == Commit.id)
+            .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind.in_(CORRECTNESS_KINDS),
+                   JobRecord.status.in_(CODE_FAILURES))
+            .order_by(Chip.key, JobRecord.kernel, JobRecord.variant, JobRecord.check_name, JobRecord.dtype,
+                      JobRecord.shape_key, JobRecord.name, JobRecord.run_id)
+        )]
+    return drop_explained_selections(rows, attrgetter("kind"), attrgetter("run_id", "kernel"))
