@@ -458,7 +458,8 @@ def regressions(
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
 ) -> list[RegressionEvidence]:
-    """New correctness failures first, then confirmed regressions, per chip in history order.
+    """New correctness failures first, then confirmed regressions, then the slowdowns whose order ancestry does not
+    prove (kind "unproven": ``order_checked``), per chip in history order.
 
     Each commit is compared with its previous commit on the chip, its nearest ancestor with runs there (first
     parents, then the other parents; the commit run just before it when its parents are unknown): every series
