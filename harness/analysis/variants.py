@@ -176,8 +176,7 @@ def variant_matrix(
 ) -> VariantMatrix:
     """Each variant vs its kernel's default variant, per (kernel, dtype, shape, chip), BH across the whole matrix.
 
-    Runs: per cell, the newest run of the chip that measured both the variant and the default there, of the
-    repository and suite the chip's page shows where it ran several (``query.shown_runs``) (a newer run
+    Runs: per cell, the newest run of the chip that measured both the variant and the default there (a newer run
     that measured other kernels does not hide it), or with ``commit`` every run of that commit on the chip that
     measured both (pooled). A cell is ``broken`` when the variant or the default failed a correctness job of that
     kernel on that chip in the cell's runs (with ``commit``: in any run of that commit there). ``defaults``
@@ -189,8 +188,7 @@ def variant_matrix(
     """
     defaults = {**default_variants(), **(defaults or {})}
     side = resolve_side(store, commit) if commit is not None else None
-    # without ``commit``: of a chip with runs of several repositories or suites, those of the one its page shows
-    presence = _presence(store, side.run_ids if side is not None else query.shown_runs(store), defaults, series)
+    presence = _presence(store, side.run_ids if side is not None else None, defaults, series)
     cell_runs = _cell_runs(presence, defaults, pooled=side is not None)
     used = sorted({run for runs in cell_runs.values() for run in runs})
     modes = {run: query.timing_modes(store, [run]) for run in used}

@@ -836,46 +836,7 @@ class ChipHistory:
 
 def _run_filter(query, chip: str, include_dirty: bool):
     query = query.where(Chip.key == chip, Run.settling.is_(False))  # settling runs: never history points
-    repo, suite = _shown_suite(chip)  # one repository's suite: its history, regressions and correctness
-    query = query.where(Run.suite == suite, Run.commit_id.in_(select(Commit.id).where(Commit.repo == repo)))
     return query if include_dirty else query.where(Run.dirty.is_(False))
-
-
-def shown_runs(store: Store) -> list[str] | None:
-    """The runs the chips' variant matrix reads: of each chip with runs of several repositories or suites, those of
-    the one its page shows (``_shown_suite``), of the others all; None (every run) when no chip has several."""
-    with store.session() as session:
-        pairs: dict[str, set[tuple[str, str]]] = {}
-        for chip, repo, suite in session.execute(
-                select(Chip.key, Commit.repo, Run.suite).distinct().select_from(Run)
-                .join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)):
-            pairs.setdefault(chip, set()).add((repo, suite))
-        if all(len(found) == 1 for found in pairs.values()):
-            return None
-        out: list[str] = []
-        for chip, found in sorted(pairs.items()):
-            runs = select(Run.id).join(Chip, Run.chip_id == Chip.id).where(Chip.key == chip)
-            if len(found) > 1:
-                repo, suite = _shown_suite(chip)
-                runs = runs.where(Run.suite == suite, Run.commit_id.in_(select(Commit.id).where(Commit.repo == repo)))
-            out.extend(session.scalars(runs))
-        return out
-
-
-def _shown_suite(chip: str) -> tuple[Any, Any]:
-    """SQL scalar subqueries: the repository and the suite the chip's page shows (``chip_tips``' first): the
-    repository of its newest run made for a branch (else of its newest run), and of that repository's suites the
-    one with the most planned jobs (ties: the one run last). A chip's history is theirs alone; the other
-    repositories and suites run on it are listed apart (``chip_tips``)."""
-    of_chip = (select(Commit.repo).select_from(Run).join(Chip, Run.chip_id == Chip.id)
-               .join(Commit, Run.commit_id == Commit.id).where(Chip.key == chip))
-    repo = of_chip.order_by(func.coalesce(Run.branch, "") == "", Run.started_at.desc(), Run.id.desc()
-                            ).limit(1).scalar_subquery()
-    suite = (select(Run.suite).join(Chip, Run.chip_id == Chip.id).join(Commit, Run.commit_id == Commit.id)
-             .where(Chip.key == chip, Commit.repo == repo).group_by(Run.suite)
-             .order_by(func.max(func.coalesce(Run.planned_jobs, 0)).desc(), func.max(Run.started_at).desc())
-             .limit(1).scalar_subquery())
-    return repo, suite
 
 
 @contextlib.contextmanager
