@@ -1081,12 +1081,16 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
             if reg.kind == "performance":
                 regs_by_series[(reg.variant, reg.dtype, reg.shape_key)].append((i, reg))
                 label = f"regression {fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} {reg.variant}{on}"
+            elif reg.kind == "unproven":  # not confirmed: its previous point may not be before it
+                label = (f"slowdown {fmt_ratio_ci(reg.ratio, reg.ci_low, reg.ci_high)} {reg.variant}{on}, "
+                         f"{ORDER_NOT_PROVEN} (unconfirmed)")
             else:
                 broken[(reg.variant, reg.dtype)].append((i, reg))
                 label = f"correctness {reg.status}: {reg.variant} {reg.check}{on}"
             if reg.head_sha in axis.x_of:
                 axis.commits[axis.x_of[reg.head_sha]].notes.append(
-                    ("lose" if reg.kind == "performance" else "broken", label, f"regressions.html#r-{i}"))
+                    ({"performance": "lose", "unproven": "inconclusive"}.get(reg.kind, "broken"), label,
+                     f"regressions.html#r-{i}"))
         chip_axis: list[_Axis] = [axis] if len(chips) == 1 else []  # the same as on the chip's own page
 
         def axis_of(series_list: list[Any] = series_list, chip_axis: list[_Axis] = chip_axis) -> _Axis:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+from sqlalchemy import insert, select
 
 from harness.core.chip import ChipIdentity
 from harness.core.job import JobResult, KernelJob
 from harness.record import store
-from harness.record.models import Run
+from harness.record.models import Commit, Run
 
 CHIP_A = ChipIdentity(key="chip-a", backend="cpu", device_name="A", architecture="x86_64")
 CHIP_B = ChipIdentity(key="chip-b", backend="cpu", device_name="B", architecture="arm64")
@@ -37,12 +38,30 @@ def timings(rng: np.random.Generator, median: float, n: int = 10, cv: float = 0.
     return (median * np.exp(rng.normal(0.0, cv, n))).tolist()
 
 
+def parents_of(commit: int) -> list[str]:
+    """The parents of ``sha_of(commit)`` in the synthetic histories: one line, commit ``commit - 1`` before it."""
+    return [sha_of(commit - 1)] if commit > 0 else []
+
+
+def link_commits(db: store.Store, commit: int) -> None:
+    """Store the commits before ``sha_of(commit)`` that are not stored (sha and parents, no runs), as
+    ``store.record_ancestry`` stores the commits between runs: ancestry orders the synthetic line (proven)."""
+    with db.session() as session:
+        stored = set(session.scalars(select(Commit.sha).where(Commit.repo == "")))
+        missing = [{"repo": "", "sha": sha_of(k), "message": "", "author": "", "branch": "", "committed_at": None,
+                    "parents": parents_of(k)} for k in range(commit) if sha_of(k) not in stored]
+        if missing:
+            session.execute(insert(Commit.__table__), missing)
+
+
 def add_run(db: store.Store, chip: str, commit: int, results: list[tuple[KernelJob, JobResult]], *, minutes: float,
             dirty: bool = False, message: str = "") -> str:
-    """One run of commit ``sha_of(commit)`` on ``chip`` that started ``minutes`` after T0."""
+    """One run of commit ``sha_of(commit)`` on ``chip`` that started ``minutes`` after T0; the commits are one line
+    (``link_commits``), so ancestry proves their order."""
+    link_commits(db, commit)
     run_id = store.create_run(db, ident=CHIPS[chip], facts={"hostname": f"host-{chip}"},
                               commit={"sha": sha_of(commit), "message": message or f"commit {commit}",
-                                      "branch": "main"},
+                                      "branch": "main", "parents": parents_of(commit)},
                               suite="synthetic", dirty=dirty, executor="local", planned_jobs=len(results))
     with db.session() as session:
         session.get(Run, run_id).started_at = T0 + timedelta(minutes=minutes)

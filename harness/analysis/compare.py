@@ -5,6 +5,7 @@ correctness job of the kernel on that chip.  Samples, failures and references co
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -18,7 +19,7 @@ from harness.core.status import each_test_once, outcome_key
 from harness.record import query
 from harness.record.store import Store
 
-__all__ = ["VERDICT_ORDER", "compare", "resolve_side"]
+__all__ = ["VERDICT_ORDER", "compare", "order_not_proven", "resolve_side"]
 
 VERDICT_ORDER = ("broken", "regressed", "improved", "inconclusive", "unchanged")
 """Display order of compare rows: what needs attention first."""
@@ -86,6 +87,18 @@ def compare(
     return CompareReport(base_side, head_side, tuple(rows), tuple(failures), counts,
                          len(base_trials.keys() - head_trials.keys()), len(head_trials.keys() - base_trials.keys()),
                          min_effect, alpha)
+
+
+def order_not_proven(report: CompareReport) -> CompareReport:
+    """``report`` for a pair whose order ancestry does not prove (the base placed before the head by commit time,
+    as a previous run): no change is decided, each regressed or improved series is inconclusive, and the report
+    says "order not proven by ancestry" (``order_proven`` False); its exit code counts correctness failures only."""
+    rows = tuple(dataclasses.replace(row, verdict="inconclusive") if row.verdict in ("regressed", "improved")
+                 else row for row in report.rows)
+    counts = {verdict: 0 for verdict in report.counts}
+    for row in rows:
+        counts[row.verdict] = counts.get(row.verdict, 0) + 1
+    return dataclasses.replace(report, rows=tuple(sorted(rows, key=_row_order)), counts=counts, order_proven=False)
 
 
 HOURS_APART_S = 3600.0

@@ -160,6 +160,7 @@ class CompareReport(_Plain):
     only_head: int
     min_effect: float
     alpha: float
+    order_proven: bool = True  # False: ancestry does not show base before head (``compare.order_not_proven``)
 
     @property
     def exit_code(self) -> int:
@@ -415,9 +416,10 @@ class SeriesHistory(_Plain):
 
 @dataclass(frozen=True)
 class RegressionEvidence(_Plain):
-    """An entry of the regression list: a new correctness failure, or a confirmed slowdown vs the previous point."""
+    """An entry of the regression list: a new correctness failure, or a confirmed slowdown vs the previous point
+    ("performance"; "unproven" where ancestry does not prove the previous point came first: not confirmed)."""
 
-    kind: Literal["correctness", "performance"]
+    kind: Literal["correctness", "performance", "unproven"]
     chip: str
     kernel: str
     variant: str

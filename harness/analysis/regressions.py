@@ -9,8 +9,9 @@ only the commits with a series that can be confirmed go through it.  Histories a
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,8 @@ from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
 
-__all__ = ["cell_summaries", "correctness_regressions", "modes_loader", "performance_regressions", "regressions"]
+__all__ = ["cell_summaries", "correctness_regressions", "modes_loader", "order_checked", "performance_regressions",
+           "regressions"]
 
 # The screen's p-values and intervals are compare_trials' own computation on the same numbers, up to the order of
 # floating-point sums: a family is only skipped when none of its series comes within this relative slack of a flag.
@@ -376,6 +378,34 @@ def performance_regressions(data: query.ChipHistory, broken: set[tuple[int, str]
     return found
 
 
+def order_checked(commits: Sequence[tuple], previous: Sequence[int], found: Sequence[RegressionEvidence],
+                  guessed: Callable[[], Collection[int]]) -> list[RegressionEvidence]:
+    """``found`` with each slowdown whose order ancestry does not prove made kind "unproven" (and each proven one
+    "performance"): one whose walk from its commit up the chip's previous commits to its base passes a commit of
+    ``guessed()`` (``query.guessed_commits``: placed by commit time; asked only when there is a slowdown).
+    ``commits`` and ``previous``: the chip's commits in history order and their previous commits
+    (``query.ChipHistory``'s). Such a slowdown is not confirmed (its base may not be before it): the report lists
+    it as "order not proven by ancestry", apart from the confirmed ones."""
+    if not any(event.kind in ("performance", "unproven") for event in found):
+        return list(found)
+    index = {row[1]: i for i, row in enumerate(commits)}
+    ids = set(guessed())
+    guessed_at = {i for i, row in enumerate(commits) if row[0] in ids}
+    out = []
+    for event in found:
+        if event.kind in ("performance", "unproven"):
+            at, base = index.get(event.head_sha, -1), index.get(event.base_sha or "", -1)
+            proven = True
+            while at >= 0 and at != base:
+                proven = proven and at not in guessed_at
+                at = int(previous[at])
+            kind = "performance" if proven and at == base else "unproven"
+            if kind != event.kind:
+                event = dataclasses.replace(event, kind=kind)
+        out.append(event)
+    return out
+
+
 def correctness_regressions(store: Store, data: query.ChipHistory, *, include_dirty: bool, last: int | None,
                             rows: tuple[list[tuple], list[tuple]] | None = None
                             ) -> tuple[list[RegressionEvidence], set[tuple[int, str]]]:
@@ -414,7 +444,9 @@ def _chip_regressions(store: Store, chip: str, *, include_dirty: bool, last: int
         modes_of=modes_loader(store, data, include_dirty=include_dirty))
     if not timing_fit(chip):  # a virtual GPU: its correctness counts, its timings carry no verdict
         return events
-    return events + [e for commit in sorted(found) for e in found[commit]]
+    return events + order_checked(data.commits, data.previous.tolist(),
+                                  [e for commit in sorted(found) for e in found[commit]],
+                                  lambda: query.guessed_commits(store, chip, include_dirty))
 
 
 def regressions(
@@ -426,7 +458,8 @@ def regressions(
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
 ) -> list[RegressionEvidence]:
-    """New correctness failures first, then confirmed regressions, per chip in history order.
+    """New correctness failures first, then confirmed regressions, then the slowdowns whose order ancestry does not
+    prove (kind "unproven": ``order_checked``), per chip in history order.
 
     Each commit is compared with its previous commit on the chip, its nearest ancestor with runs there (first
     parents, then the other parents; the commit run just before it when its parents are unknown): every series
@@ -452,4 +485,5 @@ def regressions(
                                   alpha=alpha) for key in chips]
     correctness = [e for events in per_chip for e in events if e.kind == "correctness"]
     performance = [e for events in per_chip for e in events if e.kind == "performance"]
-    return correctness + performance
+    unproven = [e for events in per_chip for e in events if e.kind == "unproven"]
+    return correctness + performance + unproven

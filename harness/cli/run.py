@@ -269,7 +269,7 @@ SHOWN = 10  # changed series and winning variants listed at the end of a run, at
 def _print_verdicts(db_url: str, run_id: str, sha: str, repo: str = ".") -> None:
     """What the run changed: its benchmarks against the previous run on this chip (the nearest ancestor's,
     ``query.previous_run_id``), as `harness compare` judges them, and the variants that win outright."""
-    from harness.analysis.compare import compare  # loads scipy: only once a run has finished
+    from harness.analysis.compare import compare, order_not_proven  # loads scipy: only once a run has finished
     from harness.analysis.variants import variant_matrix  # loads scipy, as the line above
 
     db_store = outbox.open_store(db_url)
@@ -277,6 +277,8 @@ def _print_verdicts(db_url: str, run_id: str, sha: str, repo: str = ".") -> None
         previous, proven = query.previous_run(db_store, run_id)
         chip = query.get_run(db_store, run_id).chip_key
         report = compare(db_store, previous, run_id) if previous else None
+        if report is not None and not proven:  # the previous run placed by commit time: no change decided
+            report = order_not_proven(report)
         best = [b for b in variant_matrix(db_store, sha).best if b.chip == chip and b.evidence is not None]
     finally:
         db_store.close()
@@ -284,7 +286,8 @@ def _print_verdicts(db_url: str, run_id: str, sha: str, repo: str = ".") -> None
         out.print("against the previous run: no run of an earlier commit on this chip to compare with")
     elif report.rows:
         counts = report.counts
-        guess = "" if proven else f" ({query.NOT_PROVEN}: the commit before it by commit time)"
+        guess = "" if proven else (f" ({query.NOT_PROVEN}: the commit before it by commit time; no change "
+                                   "decided, regressed or improved series counted inconclusive)")
         out.print(f"against the previous run {previous} ({report.base.sha[:12]}){guess}: "
                   + ", ".join(f"{counts[v]} {v}" for v in ("regressed", "improved", "inconclusive", "unchanged",
                                                             "broken") if counts[v]), highlight=False)

@@ -38,10 +38,16 @@ def link_repository(store: Database, repo: str, git_dir: str | Path, head: str =
 def adopt(store: Database, repo: str, git_dir: str | Path) -> int:
     """Commit rows keyed by a checkout path or folder name (written before repositories had an identity, or
     imported from such a bundle) whose sha the clone at ``git_dir`` has are moved under ``repo``, merged with the
-    rows already there (``harness.record.identity.unify``); the number of rows merged away."""
+    rows already there (``harness.record.identity.unify``); the number of rows merged away. The stored keys are
+    read first (one index scan): only the rows of keys that are no identity are read, and none when there are none
+    (after the first adoption, the usual case: every run and import with a clone asks)."""
     with store.session() as session:
-        rows = session.execute(select(Commit.id, Commit.repo, Commit.sha).where(Commit.repo != repo)).all()
-    loose = {row.id: row.sha for row in rows if not git.is_identity(row.repo) and git.FULL_SHA.match(row.sha)}
+        keys = [key for key in session.scalars(select(Commit.repo).distinct())
+                if key != repo and not git.is_identity(key)]
+        if not keys:
+            return 0
+        rows = session.execute(select(Commit.id, Commit.repo, Commit.sha).where(Commit.repo.in_(keys))).all()
+    loose = {row.id: row.sha for row in rows if git.FULL_SHA.match(row.sha)}
     if not loose:
         return 0
     present = git.present(git_dir, sorted(set(loose.values())))

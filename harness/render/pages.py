@@ -866,6 +866,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                        groups=index_groups(chips, repos or {}, others or {}),
                        history=page_names, n_regressions=len(regressions),
                        n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
+                       n_unproven=sum(1 for r in regressions if r.kind == "unproven"),
                        n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows)))
     history.finish(site)
     _finish(out, site.previous, site.manifest, manifests, site.incremental, site.stats)

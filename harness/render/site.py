@@ -26,7 +26,7 @@ from harness.analysis.cache import (
     job_catalogue,
     replay_log,
 )
-from harness.analysis.compare import HOURS_APART_S, single_run_gap
+from harness.analysis.compare import HOURS_APART_S, order_not_proven, single_run_gap
 from harness.analysis.noise import noise_report
 from harness.analysis.records import (
     CompareReport,
@@ -592,10 +592,11 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     for chip, run in latest.items():
         if run is None:
             continue
-        previous = query.previous_run_id(store, run.id)  # the run `harness run` compares its run with
+        previous, proven = query.previous_run(store, run.id)  # the run `harness run` compares its run with
         view = None
         if previous:
-            view = _compare_view(pages.compare(previous, run.id, chip), chip, True, by_id)
+            report = pages.compare(previous, run.id, chip)
+            view = _compare_view(report if proven else order_not_proven(report), chip, True, by_id)
             evidence.compares.append(view)
         wanted.append((chip, (previous,) if previous else (), (run.id,), view))
         seen.add(((previous,) if previous else (), (run.id,)))
@@ -606,16 +607,17 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
         shown(evidence)
     pairs = []
     for reg in regressions() if callable(regressions) else regressions:
-        if reg.kind == "performance" and reg.base_sha:
+        if reg.kind in ("performance", "unproven") and reg.base_sha:
             base, head = evidence.runs_of.get((reg.chip, reg.base_sha)), evidence.runs_of.get((reg.chip, reg.head_sha))
             if base and head and (base, head) not in seen:
                 seen.add((base, head))
-                pairs.append((reg.chip, reg.base_sha, reg.head_sha, base, head))
+                pairs.append((reg.chip, reg.base_sha, reg.head_sha, base, head, reg.kind == "performance"))
     pairs.sort(key=lambda pair: max(_when(by_id[i]) for i in pair[4]), reverse=True)
     evidence.skipped_compares = max(0, len(pairs) - MAX_REGRESSION_COMPARES)
     added: list[_Wanted] = []
-    for chip, base_sha, head_sha, base, head in pairs[:MAX_REGRESSION_COMPARES]:
-        view = _compare_view(pages.compare(base_sha, head_sha, chip), chip, False, by_id)
+    for chip, base_sha, head_sha, base, head, proven in pairs[:MAX_REGRESSION_COMPARES]:
+        report = pages.compare(base_sha, head_sha, chip)
+        view = _compare_view(report if proven else order_not_proven(report), chip, False, by_id)
         evidence.compares.append(view)
         added.append((chip, base, head, view))
     pages.flush()

@@ -14,11 +14,14 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
+from harness.analysis.cache import analyse
 from harness.analysis.history import history
 from harness.analysis.regressions import regressions
 from harness.record import query
 from harness.record.models import Commit
 from harness.record.query import SeriesKey
+from harness.record.store import record_ancestry
+from harness.spec import git as spec_git
 from testkit.analysis import T0
 from testkit.lineage import BROKEN, STEP_SERIES, bisect_history
 
@@ -75,5 +78,17 @@ def test_without_parents_the_same_runs_are_judged_in_commit_time_order(db, linea
     stepped = by_key_of(history(db, "chip-a", change_points=False))[STEPPED]
     # not the run order (m0 m2 m4 m11 f1 m7 m9 m8): ancestry cannot tell, commit time can (issue 37)
     assert [names[p.sha] for p in stepped.points] == ["m0", "m2", "m4", "f1", "m7", "m8", "m9", "m11"]
-    assert verdicts(db, names) == [("correctness", "m8", "m7", *BROKEN), ("performance", "m8", "m7", *STEP_SERIES[:2])]
+    # the step is found, but m7 placed before m8 by commit time only: not a confirmed slowdown
+    unproven = [("correctness", "m8", "m7", *BROKEN), ("unproven", "m8", "m7", *STEP_SERIES[:2])]
+    assert verdicts(db, names) == unproven
+    assert [(e.kind, names[e.head_sha]) for e in analyse(db, ["chip-a"])[1]] == [("correctness", "m8"),
+                                                                                ("unproven", "m8")]
     assert not query.chip_order_proven(db, "chip-a")
+    assert query.guessed_commits(db, "chip-a")
+    # the clone proves the order (its parents healed): the same step is confirmed again, on both paths
+    record_ancestry(db, spec_git.identity(h.repo), h.repo)
+    assert query.chip_order_proven(db, "chip-a")
+    confirmed = [("correctness", "m8", "m7", *BROKEN), ("performance", "m8", "m7", *STEP_SERIES[:2])]
+    assert verdicts(db, names) == confirmed
+    assert [(e.kind, names[e.head_sha]) for e in analyse(db, ["chip-a"])[1]] == [("correctness", "m8"),
+                                                                                ("performance", "m8")]

@@ -9,6 +9,7 @@ import re
 
 from sqlalchemy import select
 
+from harness.analysis.regressions import regressions
 from harness.record import outbox, query
 from harness.record.models import Commit
 from testkit.e2e import harness
@@ -46,3 +47,33 @@ def test_example_bundles_under_one_name_give_one_history_ordered_by_commit_time_
     shown = re.findall(r'<code title="([0-9a-f]{40})">', table)
     assert [sha[:7] for sha in shown] == ["62ac157", "2d82df7", "3c1c045"]
     assert list(site.glob("compare-*.html"))  # the chip's run against the one before it
+
+
+def test_slowdowns_against_a_previous_commit_placed_by_commit_time_are_not_confirmed(tmp_path):
+    """All five bundles, no clone: 2d82df7's previous commit on the H200 is 202d829 by commit time alone (202d829
+    is not even of its history). The series that are slower there are listed as "order not proven by ancestry",
+    never as confirmed slowdowns; their compare page decides no change."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    done = harness("import", "--db", db, "--repo-name", NAME, *(str(p) for p in sorted(EXAMPLES.glob("*.bundle"))),
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    store = outbox.open_store(db)
+    try:
+        found = regressions(store)
+    finally:
+        store.close()
+    slower = [e for e in found if e.kind != "correctness"]
+    assert slower and {e.kind for e in slower} == {"unproven"}
+    assert {(e.head_sha[:7], e.base_sha[:7]) for e in slower} == {("2d82df7", "202d829")}
+    site = tmp_path / "site"
+    done = harness("report", "--db", db, "--out", str(site), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    index = site.joinpath("index.html").read_text()
+    assert re.search(r"\b0 confirmed slowdowns", index)
+    assert f"{len(slower)} slowdowns whose order is not proven by ancestry" in index
+    listed = site.joinpath("regressions.html").read_text()
+    assert "0</strong> commits with confirmed slowdowns" in listed and 'id="unproven"' in listed
+    assert "2d82df7" not in site.joinpath("regressions.atom").read_text()  # the feed alerts on confirmed ones only
+    pair = [p.read_text() for p in site.glob("compare-*.html") if "2d82df774f90" in p.read_text()
+            and "202d8296670c" in p.read_text()]
+    assert pair and all('id="order-not-proven"' in page and ">0 regressed<" in page for page in pair)

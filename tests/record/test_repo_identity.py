@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import MetaData, create_engine, func, select
+from sqlalchemy import MetaData, create_engine, event, func, select
 
 from harness.record import bundle, identity, query, store
 from harness.record.models import Commit, Run
@@ -173,6 +173,55 @@ def test_repo_name_overrides_the_identity_of_an_imported_bundle(db, tmp_path):
     bundle.import_bundle(db, tmp_path / "b.bundle", repo_name="example.org/team/kernels")
     with db.session() as session:
         assert session.execute(select(Commit.repo, Commit.sha)).all() == [("example.org/team/kernels", sha)]
+
+
+def test_the_merge_runs_only_when_an_import_brings_a_repository_key_not_stored(db, tmp_path, monkeypatch):
+    """The merge reads every commit row: an import under keys already stored skips it, a new spelling runs it."""
+    upstream = new_repo(tmp_path / "up")
+    shas = [add_commit(upstream, f"c{i}") for i in range(3)]
+    a = clone(upstream, tmp_path / "a" / "r", "https://github.com/o/r.git")
+    rng = np.random.default_rng(7)
+    source = store.open_database(f"sqlite:///{tmp_path / 'source.db'}")
+    runs = [record_run(source, a, sha, "chip-a", grid_results(rng, n=4, trials=1), minutes=10 * i)
+            for i, sha in enumerate(shas)]
+    for i, run_id in enumerate(runs):
+        bundle.export_bundle(source, tmp_path / f"{i}.bundle", run_ids=[run_id])
+    with source.session() as session:  # the last run's commits as an older harness keyed them: a checkout path
+        for commit in session.scalars(select(Commit)):
+            commit.repo = "/Users/k/src/r"
+    bundle.export_bundle(source, tmp_path / "path.bundle", run_ids=[runs[2]])
+    source.close()
+    merges = []
+    monkeypatch.setattr(bundle, "unify", lambda connection: merges.append(1) or identity.unify(connection))
+    bundle.import_bundle(db, tmp_path / "0.bundle")
+    assert len(merges) == 1  # github.com/o/r: new
+    bundle.import_bundle(db, tmp_path / "1.bundle")
+    assert len(merges) == 1  # the same key: no merge
+    bundle.import_bundle(db, tmp_path / "path.bundle")
+    assert len(merges) == 2  # a new spelling: merged into the identity's rows
+    bundle.import_bundle(db, tmp_path / "2.bundle")
+    assert len(merges) == 2
+    with db.session() as session:
+        stored = session.execute(select(Commit.repo, Commit.sha)).all()
+    assert sorted(stored) == sorted(("github.com/o/r", sha) for sha in shas)
+    assert query.previous_run_id(db, runs[2]) == runs[1]
+
+
+def test_adopting_reads_no_commit_row_when_every_stored_key_is_an_identity(db, tmp_path):
+    upstream = new_repo(tmp_path / "up")
+    sha = add_commit(upstream, "c0")
+    record_run(db, upstream, sha, "chip-a", grid_results(np.random.default_rng(8), n=4, trials=1), minutes=0)
+    statements: list[str] = []
+
+    def seen(connection, cursor, statement, *args) -> None:
+        statements.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        assert store.adopt(db, "github.com/o/other", upstream) == 0
+    finally:
+        event.remove(db.engine, "before_cursor_execute", seen)
+    assert statements and not [s for s in statements if "sha" in s]  # the keys only, not the rows
 
 
 def test_rows_of_a_checkout_without_a_remote_join_its_identity_when_a_clone_is_seen(db, tmp_path):

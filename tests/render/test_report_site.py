@@ -66,7 +66,8 @@ def speed(chip: str, variant: str, shape: dict[str, int], commit: int) -> float:
 def add_synthetic_history(store: Store) -> None:
     rng = np.random.default_rng(7)
     for i in range(N_COMMITS):
-        commit = {"sha": sha_of(i), "message": message_of(i), "branch": "main" if i % 3 else "<b>feature</b>"}
+        commit = {"sha": sha_of(i), "message": message_of(i), "branch": "main" if (i + 1) % 3 else "<b>feature</b>",
+                  "parents": [sha_of(i - 1)] if i else []}  # one line, its newest on main: ancestry orders it
         for ident in (APPLE, NVIDIA):
             run_id = create_run(store, ident=ident, facts={"hostname": f"{ident.key}-host"}, commit=commit,
                                 suite="synthetic", dirty=False, executor="local", planned_jobs=0)

@@ -192,10 +192,16 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     segment_search.finish_warm_up()  # no thread of it outlives the analysis (a fork may come)
     if use_cache:
         log.info("analysis cache: %s", stats_out.summary())
+    for chip, read, _ in reads:  # a slowdown across a commit placed by commit time: "unproven", not confirmed
+        commits, previous = read[0][0], read[0][1]
+        per_chip[chip] = regressions_module.order_checked(
+            commits, previous, per_chip[chip],
+            lambda chip=chip: query.guessed_commits(store, chip, include_dirty))
     events = [e for chip in sorted(per_chip) for e in per_chip[chip]]
     correctness = [e for e in events if e.kind == "correctness"]
     performance = [e for e in events if e.kind == "performance"]
-    return histories, correctness + performance, stats_out
+    unproven = [e for e in events if e.kind == "unproven"]
+    return histories, correctness + performance + unproven, stats_out
 
 
 _ChipResult = tuple[list[SeriesHistory], list[RegressionEvidence], CacheStats, dict[str, float]]

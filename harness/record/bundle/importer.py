@@ -26,7 +26,7 @@ from harness.record.bundle.format import (
 )
 from harness.record.db import Database, mask_url
 from harness.record.identity import canonical, unify
-from harness.record.models import JobRecord, Run
+from harness.record.models import Commit, JobRecord, Run
 from harness.record.trial_summary import sample_writer
 from harness.record.writes import find_or_insert_chip, find_or_insert_commit, find_or_insert_machine
 
@@ -59,6 +59,7 @@ class _Importer:
         self.chips: dict[str, int] = {}
         self.machines: dict[tuple[str, str], int] = {}
         self.commits: dict[tuple[str, str], int] = {}
+        self.keys: dict[str, bool] = {}  # repository key -> whether no row had it before this import
         self.run_id: str | None = None
         self.run_keys: set[str] = set()
         self.jobs: list[dict[str, Any]] = []
@@ -107,6 +108,9 @@ class _Importer:
     def _add_commit(self, record: dict[str, Any], values: dict[str, Any]) -> None:
         ref = (values["repo"], values["sha"])  # as the bundle's runs refer to it
         values["repo"] = self.repo_name or canonical(values["repo"])  # an older bundle: a remote as it was spelled
+        if values["repo"] not in self.keys:  # one look-up per key (the (repo, sha) index): is it a new one?
+            self.keys[values["repo"]] = self.session.scalar(
+                select(Commit.id).where(Commit.repo == values["repo"]).limit(1)) is None
         commit_id, added = find_or_insert_commit(self.session, values)  # a stored one gets only what it lacks
         self.summary.commits_added += added
         self.commits[ref] = commit_id
@@ -186,7 +190,9 @@ def import_bundle(store: Database, path: str | Path, attempts: int = 3, repo_nam
 
     Commits go under their repository's identity (an older bundle's remote URL normalised; ``repo_name``: every
     commit of the bundle under that name instead), and rows that the bundle's keys split from stored ones are
-    merged (``harness.record.identity.unify``): one row per (repository, sha). Known parents are never overwritten.
+    merged (``harness.record.identity.unify``): one row per (repository, sha). That merge reads every commit row, so
+    it runs only when the bundle brings a repository key no stored row has (a new spelling, a new repository): under
+    keys already known, the rows were merged when their key first came. Known parents are never overwritten.
     """
     path = Path(path)
     dbapi_error = store.engine.dialect.loaded_dbapi.Error
@@ -203,7 +209,8 @@ def import_bundle(store: Database, path: str | Path, attempts: int = 3, repo_nam
                     for record in records:
                         importer.add(record)
                     importer.flush()
-                    unify(session.connection())
+                    if any(importer.keys.values()):  # a key no row had: rows it splits from stored ones merge
+                        unify(session.connection())
                 return summary
             except (BundleInvalid, SQLAlchemyError, dbapi_error) as exc:
                 # Damage shows as a failed checksum further on: prefer that verdict over the symptom.

@@ -30,6 +30,7 @@ from harness.record.query.history import (
     commit_timing_modes,
     correctness_statuses,
     failing_correctness_jobs,
+    guessed_commits,
 )
 from harness.record.query.order import (
     NOT_PROVEN,
@@ -90,7 +91,8 @@ __all__ = [
     "SELECTION_KINDS", "JobPresence", "benchmark_series", "job_presence", "job_units", "measured_series",
     "runs_with_jobs", "unit_of",
     # history: one chip's history
-    "EVENT_KINDS", "ChipHistory", "arranged", "chip_history", "chip_order_proven", "commit_timing_modes",
+    "EVENT_KINDS", "ChipHistory", "arranged", "chip_history", "chip_order_proven", "guessed_commits",
+    "commit_timing_modes",
     "correctness_statuses", "failing_correctness_jobs",
     # samples: a chip's samples as arrays
     "SampleLayout", "arrange_samples", "load_cell_trials", "load_samples",

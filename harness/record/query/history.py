@@ -195,8 +195,15 @@ def arranged(session: Session, chip: str, include_dirty: bool,
 def chip_order_proven(store: Store, chip: str, include_dirty: bool = False) -> bool:
     """Whether ancestry proves the order of every commit of the chip's history (else some are placed by commit
     time: pages say "order not proven by ancestry")."""
+    return not guessed_commits(store, chip, include_dirty)
+
+
+def guessed_commits(store: Store, chip: str, include_dirty: bool = False) -> set[int]:
+    """The ids of the chip's commits whose previous commit (or place on their line) is a guess by commit time, not
+    proven by ancestry: a verdict against a previous point across one of them is "order not proven by ancestry"."""
     with store.session() as session:
-        return _arrangement_of(session, chip, include_dirty)[2].all_proven
+        rows, _, arranged = _arrangement_of(session, chip, include_dirty)
+    return {rows[i][0] for i, proven in enumerate(arranged.proven) if not proven}
 
 
 def _query_chip(session: Session, chip: str, kernel: str | None, include_dirty: bool,
