@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import MetaData, create_engine, event, func, select
 
 from harness.record import bundle, identity, query, store
+from harness.record.bundle import importer
 from harness.record.models import Commit, Run
 from harness.spec import git as spec_git
 from testkit.analysis import grid_results
@@ -192,7 +193,7 @@ def test_the_merge_runs_only_when_an_import_brings_a_repository_key_not_stored(d
     bundle.export_bundle(source, tmp_path / "path.bundle", run_ids=[runs[2]])
     source.close()
     merges = []
-    monkeypatch.setattr(bundle, "unify", lambda connection: merges.append(1) or identity.unify(connection))
+    monkeypatch.setattr(importer, "unify", lambda connection: merges.append(1) or identity.unify(connection))
     bundle.import_bundle(db, tmp_path / "0.bundle")
     assert len(merges) == 1  # github.com/o/r: new
     bundle.import_bundle(db, tmp_path / "1.bundle")
