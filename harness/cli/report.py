@@ -54,7 +54,7 @@ def report(
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions, a
     compare page per chip (its run against the previous run) and per regression, the samples behind them."""
     began = time.perf_counter()
-    from harness.render.site import build_report  # loads scipy: only when this command runs
+    from harness.pipeline.report import build_report  # loads scipy: only when this command runs
 
     notes: list[str] = []
     if timings:  # what the caches reused and computed, and the pages kept (their INFO lines)
