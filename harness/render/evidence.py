@@ -108,7 +108,7 @@ def write_evidence(site: PageSet, found: evidence_pages.Links, samples: list[tup
 
 class EvidencePages:
     """The compare and samples pages of the evidence loaded so far, rendered before the rest of the site
-    (``render``): ``harness.render.site.build_report`` renders the chip pages' pairs while the analysis runs in its
+    (``render``): ``harness.pipeline.report.build_report`` renders the chip pages' pairs while the analysis runs in its
     own process, as those pages do not depend on it; ``write_site`` then renders the others and adds these
     (``merge_into``). The files are those ``write_site`` would write."""
 

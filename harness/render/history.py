@@ -239,7 +239,7 @@ def _merge_pages(into: PageSet, outcome: tuple[bool, Any], render_here: Callable
 
 
 class DeliveredHistoryPages:
-    """History pages rendered by another process (``harness.render.site``'s forked analysis), which sent their
+    """History pages rendered by another process (``harness.pipeline.report``'s forked analysis), which sent their
     ``frame`` first and sends their ``HistoryPages.render`` result later (``receive``: (True, result), or (False,
     why) when it failed); ``fallback`` makes a ``HistoryPages`` of the same build to render them here instead."""
 

@@ -8,9 +8,10 @@ from datetime import datetime
 
 import pytest
 
+from harness.analysis.site_evidence import commit_urls
 from harness.core.errors import HarnessError
+from harness.pipeline.report import build_report
 from harness.record.query import RunBrief
-from harness.render.site import build_report, commit_urls
 from harness.spec.weburl import check_template, commit_url_template, is_remote
 from reports.render import chip_page_name, history_page_name
 from testkit.e2e import git, harness

@@ -19,13 +19,14 @@ import pytest
 from sqlalchemy import func, select, update
 
 from harness.analysis.compare import compare
+from harness.analysis.site_evidence import MAX_REGRESSION_COMPARES
 from harness.core.chip import ChipIdentity
 from harness.core.job import JobResult, KernelJob, shape_label
+from harness.pipeline.report import build_report
 from harness.record import query
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.outbox import open_store
 from harness.record.store import Store, create_run, finish_run, record_result
-from harness.render.site import MAX_REGRESSION_COMPARES, build_report
 from reports.evidence import compare_page_name, samples_page_name, series_anchor
 from reports.render import chip_page_name
 
@@ -246,7 +247,7 @@ def test_a_regression_before_the_shown_run_gets_its_own_compare_page(tmp_path, m
         report = compare(store, SHAS[0], SHAS[1], chip=NVIDIA.key)
         out = tmp_path / "site"
         build_report(store, out, change_points=False)
-        monkeypatch.setattr("harness.render.site.MAX_REGRESSION_COMPARES", 0)  # the cap: no page, and it says so
+        monkeypatch.setattr("harness.analysis.site_evidence.MAX_REGRESSION_COMPARES", 0)  # the cap: no page, said
         capped = tmp_path / "capped"
         build_report(store, capped, change_points=False)
     finally:

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta
 
 from harness.analysis.records import ChangeFlag, HistoryPoint, RegressionEvidence, SeriesHistory
+from harness.analysis.site_inputs import SiteData
 from harness.record.query import SeriesKey
 from harness.render.pages import write_site
 from reports.render import (
@@ -152,7 +153,7 @@ def test_a_single_point_series_is_an_error_bar_not_a_band_and_says_1_commit(tmp_
     assert len(set(xs)) == 3 and 300 < min(xs) < max(xs) < 420
     chip = {"key": CHIPS[0], "backend": "cuda", "device_name": "H200", "architecture": "sm_90", "gpu_cores": None,
             "memory_bytes": None, "record": {"os": "Linux", "mlx_version": "0.32"}}
-    write_site(tmp_path, [chip], {CHIPS[0]: None}, {}, "sqlite:///x.db", histories=single)
+    write_site(tmp_path, SiteData([chip], {CHIPS[0]: None}, db_label="sqlite:///x.db", histories=single))
     html = (tmp_path / history_page_name("flash_prefill", CHIPS[0])).read_text()
     assert "1 commit" in html and "1 commits" not in html
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from harness.analysis.site_inputs import SiteData
 from harness.record.query import RunView
 from harness.render.pages import write_site
 from reports.render import chip_page_name, fmt_rate, fmt_time, variant_rows
@@ -43,7 +44,7 @@ def test_user_text_is_escaped(tmp_path):
            "tolerance": 0.1}
     run = RunView("r1", "cpu-x", "abc", evil, evil, True, "s", "complete", datetime.now(UTC), None, None, None, 1,
                   "host", [job])
-    index = write_site(tmp_path, [chip], {"cpu-x": run}, {}, "sqlite:///x.db")
+    index = write_site(tmp_path, SiteData([chip], {"cpu-x": run}, db_label="sqlite:///x.db"))
     for page in (index, tmp_path / chip_page_name("cpu-x")):
         html = page.read_text()
         assert "<script>alert(1)</script>" not in html

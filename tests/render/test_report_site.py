@@ -21,9 +21,9 @@ import pytest
 from harness.analysis.regressions import regressions as find_regressions
 from harness.core.chip import ChipIdentity
 from harness.core.job import JobResult, KernelJob
+from harness.pipeline.report import build_report
 from harness.record.outbox import open_store
 from harness.record.store import Store, create_run, finish_run, record_result, set_peaks
-from harness.render.site import build_report
 from reports.render import chip_page_name, commit_anchor, history_page_name, kernel_history_page_name, page_script
 from testkit.e2e import git, harness, write_suite
 from testkit.paths import ROOT

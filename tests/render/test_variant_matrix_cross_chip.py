@@ -1,7 +1,7 @@
 """Which variant wins on which chip, as the report shows it: the cross-chip matrix page, the chip pages built from
 the newest run that has each job, per-test results of pytest selections, and the built-in suite's cross-chip grid.
 
-Synthetic runs through the real store, rendered by ``harness.render.site.build_report``:
+Synthetic runs through the real store, rendered by ``harness.pipeline.report.build_report``:
 
 - chip-a: a full run at commit 1 (flash at the shared shape and at its own shape, swiglu, the flash correctness
   matrix of every variant), then a flash-only run at commit 2 (a partial run: it must hide nothing);
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from harness.core.job import JobResult, KernelJob, PytestJob
+from harness.pipeline.report import build_report
 from harness.record import outbox
-from harness.render.site import build_report
 from kernels import REGISTRY
 from reports.render import MAX_VARIANT_COLUMNS, chip_page_name
 from testkit.analysis import add_run, bench_job, sha_of, timings
