@@ -19,6 +19,7 @@ from harness.core.fork import ForkedWork, can_fork
 from harness.render.fingerprint import Fingerprint, FingerprintMemo, commit_links, render_version
 from harness.render.pageset import Build, PageSet, common_context, page_environment
 from reports import evidence as evidence_pages
+from reports import history as history_page
 from reports import render as site_render
 from reports import svg
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class HistorySummary:
-    """What the index and chip pages read of a history page not rendered again (``reports.render.HistoryPage``'s
+    """What the index and chip pages read of a history page not rendered again (``reports.history.HistoryPage``'s
     fields of the same names; ``commits`` only has a length)."""
 
     kernel: str
@@ -43,8 +44,8 @@ class HistorySummary:
     spark: Markup = Markup("")
 
 
-class _HistorySpec(site_render.HistoryPlan):
-    """One history page's inputs (``reports.render.HistoryPlan``), with what an incremental build asks of them."""
+class _HistorySpec(history_page.HistoryPlan):
+    """One history page's inputs (``reports.history.HistoryPlan``), with what an incremental build asks of them."""
 
     def shas(self) -> set[str]:
         found: set[str] = set()
@@ -63,19 +64,19 @@ class _HistorySpec(site_render.HistoryPlan):
         n_changes = sum(len(s.change_points) for series in self.chips.values() for s in series if s.points)
         return HistorySummary(self.kernel, self.chip, self.name, range(n_commits), n_regressions, n_changes,
                               sum(len(series) for series in self.chips.values()),
-                              site_render.sparkline(self.chips[self.chip], self.default) if self.chip in self.chips
+                              history_page.sparkline(self.chips[self.chip], self.default) if self.chip in self.chips
                               else Markup(""))
 
 
 def history_specs(histories: Mapping[str, Sequence[Any]], regressions: Sequence[Any],
                   baselines: Mapping[str, str] | None = None, unproven: Collection[str] = ()) -> list[_HistorySpec]:
-    """``reports.render.history_pages``'s pages, in its order, as inputs not yet drawn."""
+    """``reports.history.history_pages``'s pages, in its order, as inputs not yet drawn."""
     return [_HistorySpec(**{f.name: getattr(plan, f.name) for f in fields(plan)})
-            for plan in site_render.history_plans(histories, regressions, baselines, unproven)]
+            for plan in history_page.history_plans(histories, regressions, baselines, unproven)]
 
 
 class _ChipPlots:
-    """A kernel's page of every chip takes each chip's plots from that chip's page (``reports.render.DrawnPlots``:
+    """A kernel's page of every chip takes each chip's plots from that chip's page (``reports.history.DrawnPlots``:
     the same SVG, byte for byte): from the page drawn in this build, else from its file, which this build keeps --
     its fingerprint holds everything its plots are drawn from, so the file holds the SVGs drawing would make. A plot
     found in neither is drawn. After a new run on one chip, the page of every chip draws that chip's plots only."""
@@ -91,15 +92,15 @@ class _ChipPlots:
         if kernel != self.kernel:
             self.kernel, self.drawn, self.kept, self.read = kernel, {}, {}, {}
 
-    def add(self, chip: str, page: site_render.HistoryPage | None, name: str) -> None:
+    def add(self, chip: str, page: history_page.HistoryPage | None, name: str) -> None:
         """The chip's page of the kernel: drawn (``page``), or kept in file ``name``."""
         if page is not None:
-            self.drawn.update(site_render.plot_svgs(page))
+            self.drawn.update(history_page.plot_svgs(page))
         else:
             self.kept[chip] = name
 
     def __call__(self, chip: str, dtype: str, shape_key: str) -> Markup | None:
-        key = site_render.plot_key(chip, dtype, shape_key)
+        key = history_page.plot_key(chip, dtype, shape_key)
         if key in self.drawn:
             return self.drawn[key]
         name = self.kept.get(chip)
@@ -117,7 +118,7 @@ _PLOT_START = re.compile(r'<svg class="plot" [^>]*? id="(svg-[0-9a-f]{10})">')
 
 
 def page_plots(html: str) -> dict[str, Markup]:
-    """The plots' SVGs in a history page's text, by ``reports.render.plot_key`` (a plot's texts are escaped: no
+    """The plots' SVGs in a history page's text, by ``reports.history.plot_key`` (a plot's texts are escaped: no
     ``</svg>`` inside one)."""
     found = {}
     for match in _PLOT_START.finditer(html):
@@ -182,7 +183,7 @@ class HistoryPages:
         plots = _ChipPlots(frame.out)
         memo = FingerprintMemo()
         for spec, shas in zip(self.specs, self.shas, strict=True):
-            drawn: list[site_render.HistoryPage] = []
+            drawn: list[history_page.HistoryPage] = []
             plots.start(spec.kernel)
 
             def draw(spec: _HistorySpec = spec, drawn: list = drawn) -> Path:

@@ -53,8 +53,11 @@ from harness.core.status import is_code_failure
 from harness.render.evidence import EvidencePages, evidence_fingerprint, evidence_links, write_evidence
 from harness.render.history import DeliveredHistoryPages, HistoryPages
 from harness.render.pageset import Build, PageSet, WriteStats, finish_build, page_environment
+from reports import chip as chip_page
 from reports import evidence as evidence_pages
+from reports import regressions as regressions_page
 from reports import render as site_render
+from reports import variants as variants_page
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     regs_of_chip: dict[str, list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):
         regs_of_chip[reg.chip].append((i, reg))
-    matrix_chips, rows = site_render.matrix_rows(matrix)
+    matrix_chips, rows = variants_page.matrix_rows(matrix)
 
     # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
     write_evidence(site, found, samples, evidence_fingerprint(frame.common["db_label"], frame.common["last"]),
@@ -115,7 +118,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
         jobs = run.jobs if run else []
         chip_regs = regs_of_chip.get(chip["key"], [])
         at_latest = [(i, r) for i, r in chip_regs if run and r.head_sha == run.sha]
-        summary[chip["key"]] = {"correctness": site_render.correctness_counts(jobs), "regressions": at_latest,
+        summary[chip["key"]] = {"correctness": chip_page.correctness_counts(jobs), "regressions": at_latest,
                                 "all_regressions": chip_regs}
         verdicts = {(c.kernel, c.dtype, c.shape_key, c.variant): c for c in (matrix.cells if matrix else ())
                     if c.chip == chip["key"]}
@@ -127,24 +130,24 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                  name, "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
                  others=(others or {}).get(chip["key"], []),
                  verdicts=verdicts, winners=winners, checks=checks or {},
-                 correctness_tables=site_render.correctness_tables(jobs, baselines), cell_title=site_render.cell_title,
+                 correctness_tables=chip_page.correctness_tables(jobs, baselines), cell_title=chip_page.cell_title,
                  correctness=[j for j in jobs if j["kind"] == "correctness"],
                  failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
                  benchmarks=[j for j in jobs if j["kind"] == "benchmark" and j["status"] != "skipped"],
-                 skipped_benchmarks=site_render.skipped_groups(jobs),
+                 skipped_benchmarks=chip_page.skipped_groups(jobs),
                  noise=(noise or {}).get(chip["key"], {}),
                  calibration=[j for j in jobs if j["kind"] == "calibration"],
-                 variant_rows=site_render.variant_rows(jobs, baselines),
-                 views=site_render.chip_views(jobs, run.peak_flops if run else None,
+                 variant_rows=chip_page.variant_rows(jobs, baselines),
+                 views=chip_page.chip_views(jobs, run.peak_flops if run else None,
                                               run.peak_bytes_per_s if run else None, baselines),
                  history_pages=pages_of_chip.get(chip["key"], []),
-                 selections=site_render.test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
-                 sources=site_render.run_sources(jobs),
-                 failing_tests=site_render.failing_tests(jobs, (failing_before or {}).get(chip["key"], set()))))
+                 selections=chip_page.test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
+                 sources=chip_page.run_sources(jobs),
+                 failing_tests=chip_page.failing_tests(jobs, (failing_before or {}).get(chip["key"], set()))))
     page("variants", "variants.html", None,
          lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
-                       rollup=site_render.variant_rollup(matrix)))
-    context = site_render.regressions_context(regressions, acks, found.commit_urls)
+                       rollup=variants_page.variant_rollup(matrix)))
+    context = regressions_page.regressions_context(regressions, acks, found.commit_urls)
     page("regressions", "regressions.html", None, lambda: write("regressions.html", "regressions.html.j2", **context))
     page("regressions", "regressions.atom", None, lambda: write("regressions.atom", "regressions.atom.j2", **context))
     kernels = sorted({summary_of_page.kernel for summary_of_page in pages})

@@ -12,13 +12,8 @@ from harness.analysis.records import ChangeFlag, HistoryPoint, RegressionEvidenc
 from harness.analysis.site_inputs import SiteData
 from harness.record.query import SeriesKey
 from harness.render.pages import write_site
-from reports.render import (
-    COMMIT_AXIS_TITLE,
-    commit_anchor,
-    history_page_name,
-    history_pages,
-    kernel_history_page_name,
-)
+from reports.history import COMMIT_AXIS_TITLE, history_pages, kernel_history_page_name
+from reports.render import commit_anchor, history_page_name
 from reports.svg import PALETTE, Series, log_ticks, overlay_plot, pick_unit
 
 NS = {"s": "http://www.w3.org/2000/svg"}
@@ -222,7 +217,7 @@ def test_series_overlay_without_legend_and_no_data():
 def test_a_plot_is_drawn_on_its_own_chips_axis_the_same_on_every_page():
     """A chip's plot on the page of every chip is its own page's plot, byte for byte, and a new commit on another
     chip changes the page's commit table, not that plot (so an incremental build need not draw it again)."""
-    from reports.render import history_plans, plot_svgs
+    from reports.history import history_plans, plot_svgs
 
     def drawn(data):
         pages = {p.name: p for p in history_pages(data, [])}

@@ -31,7 +31,8 @@ from harness.render import evidence as render_evidence
 from harness.render import fingerprint
 from harness.render import history as render_history
 from reports.evidence import compare_page_name
-from reports.render import chip_page_name, history_page_name, kernel_history_page_name
+from reports.history import kernel_history_page_name
+from reports.render import chip_page_name, history_page_name
 from tests.render.test_compare_page import APPLE, NVIDIA, SHAS, add_run, build_store
 
 

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from harness.analysis.site_inputs import SiteData
 from harness.record.query import RunView
 from harness.render.pages import write_site
-from reports.render import chip_page_name, fmt_rate, fmt_time, variant_rows
+from reports.chip import variant_rows
+from reports.render import chip_page_name, fmt_rate, fmt_time
 
 
 def bench(variant: str, median: float, shape: str = "S=64") -> dict:
@@ -56,7 +57,7 @@ def test_a_history_page_orders_commits_as_the_series_do_not_by_start_time():
     from types import SimpleNamespace as NS
 
     from harness.analysis.records import HistoryPoint, HistoryPoints
-    from reports.render import _commit_axis
+    from reports.history import _commit_axis
 
     def point(sha: str, minute: int) -> HistoryPoint:
         return HistoryPoint(sha, "", "", datetime(2026, 1, 1, 0, minute), 1.0, 0.9, 1.1, 10)

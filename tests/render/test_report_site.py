@@ -24,7 +24,8 @@ from harness.core.job import JobResult, KernelJob
 from harness.pipeline.report import build_report
 from harness.record.outbox import open_store
 from harness.record.store import Store, create_run, finish_run, record_result, set_peaks
-from reports.render import chip_page_name, commit_anchor, history_page_name, kernel_history_page_name, page_script
+from reports.history import kernel_history_page_name
+from reports.render import chip_page_name, commit_anchor, history_page_name, page_script
 from testkit.e2e import git, harness, write_suite
 from testkit.paths import ROOT
 

@@ -10,19 +10,11 @@ from types import SimpleNamespace
 
 from harness.analysis.records import ChangeFlag, RegressionEvidence, SeriesHistory
 from harness.record.query import SeriesKey
-from reports.render import (
-    _axis,
-    _svg_series,
-    chip_views,
-    range_url,
-    regression_groups,
-    regression_id,
-    shape_order,
-    sparkline,
-    threshold_band,
-    variant_rollup,
-)
+from reports.chip import chip_views
+from reports.history import _axis, _svg_series, shape_order, sparkline, threshold_band
+from reports.regressions import range_url, regression_groups, regression_id
 from reports.svg import PALETTE, overlay_plot
+from reports.variants import variant_rollup
 
 
 def cell(chip, variant, shape, outcome, ratio):

@@ -20,7 +20,8 @@ from harness.core.job import JobResult, KernelJob, PytestJob
 from harness.pipeline.report import build_report
 from harness.record import outbox
 from kernels import REGISTRY
-from reports.render import MAX_VARIANT_COLUMNS, chip_page_name
+from reports.chip import MAX_VARIANT_COLUMNS
+from reports.render import chip_page_name
 from testkit.analysis import add_run, bench_job, sha_of, timings
 
 SHARED = {"B": 1, "H": 1, "S": 64, "D": 32}
