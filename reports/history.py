@@ -477,9 +477,9 @@ def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key:
     if x_axis is not None:
         label = f"{kernel} {dtype} {shape_key} on {chip}: {_plural(len(drawn), 'variant')}"
         x_labels = [sha[:8] for sha in x_axis.shas]
-        image = svg.overlay_plot(plot_series, n_x=len(x_axis.shas), y_title=TIME_AXIS_TITLE, log=None,
-                                 markers=markers, x_labels=x_labels, x_title=x_title, label=label,
-                                 max_points=MAX_PLOT_POINTS, plot_id=f"svg-{plot_id}")
+        image = svg.overlay_plot(plot_series, svg.PlotOptions(
+            n_x=len(x_axis.shas), y_title=TIME_AXIS_TITLE, log=None, markers=markers, x_labels=x_labels,
+            x_title=x_title, label=label, max_points=MAX_PLOT_POINTS, plot_id=f"svg-{plot_id}"))
     return SeriesPlot(plot_id, chip, chip_index, dtype, shape_key, image, lines,
                       [s.key.variant for s in members if not s.points], len(commits_with_points), changes,
                       plot_regs)

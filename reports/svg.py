@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from urllib.parse import quote
 
 import numpy as np
@@ -247,12 +247,30 @@ def _scale(values: np.ndarray, log: bool, inner_h: float) -> _Scale | None:
     return _Scale(log, t_lo, t_hi, inner_h / (t_hi - t_lo))
 
 
-def overlay_plot(series: Sequence[Series], *, n_x: int, y_title: str = "", y_units: Sequence[tuple[float, str]]
-                 | None = TIME_UNITS, y_format: Callable[[float], str] | None = None, log: bool | None = False,
-                 markers: Sequence[Marker] = (), x_labels: Sequence[str] = (), x_title: str = "", x_ticks: int = 6,
-                 label: str = "", width: int = WIDTH, plot_height: int = 190, max_points: int = 120,
-                 plot_id: str = "", legend: bool = True, dodge: bool = True) -> Markup:
-    """Several histories on one commit axis of ``n_x`` positions and one y axis, as inline SVG.
+@dataclass(frozen=True)
+class PlotOptions:
+    """How an :func:`overlay_plot` is drawn: its axes, markers, size and id (each field as its docstring says)."""
+
+    n_x: int
+    y_title: str = ""
+    y_units: Sequence[tuple[float, str]] | None = TIME_UNITS
+    y_format: Callable[[float], str] | None = None
+    log: bool | None = False
+    markers: Sequence[Marker] = ()
+    x_labels: Sequence[str] = ()
+    x_title: str = ""
+    x_ticks: int = 6
+    label: str = ""
+    width: int = WIDTH
+    plot_height: int = 190
+    max_points: int = 120
+    plot_id: str = ""
+    legend: bool = True
+    dodge: bool = True
+
+
+def overlay_plot(series: Sequence[Series], options: PlotOptions) -> Markup:
+    """Several histories on one commit axis of ``options.n_x`` positions and one y axis, as inline SVG.
 
     ``log``: False, a linear y axis; True, a logarithmic one (values <= 0 are left out); None, both, as two layers
     of one plot (``<g class="lin">`` and ``<g class="log">``: axis, lines, bands, markers), which share everything
@@ -266,6 +284,8 @@ def overlay_plot(series: Sequence[Series], *, n_x: int, y_title: str = "", y_uni
     points of one commit do not hide each other. Texts are escaped here, except ``Markup`` ones, which the caller
     has escaped already.
     """
+    (n_x, y_title, y_units, y_format, log, markers, x_labels, x_title, x_ticks, label, width, plot_height, max_points,
+     plot_id, legend, dodge) = (getattr(options, f.name) for f in fields(options))
     inner_w, inner_h = width - LEFT - RIGHT, plot_height
     names = [s.name for s in series] if legend else []
     places, rows = legend_layout(names, inner_w)
@@ -464,22 +484,13 @@ def _marker_svg(m: Marker, sx, scales: list[_Scale], dx: float, color: str, bott
     return _linked(f'<g class="marker {escape(m.kind)}">{body}</g>', m.title, m.href)
 
 
-def history_plot(x: Sequence[int], y: Sequence[float | None], low: Sequence[float | None],
-                 high: Sequence[float | None], *, n_x: int, y_format: Callable[[float], str],
-                 point_title: Callable[[int], str], point_href: Callable[[int], str],
-                 point_name: Callable[[int], str] = str, bucket_label: str = "",
-                 markers: Sequence[Marker] = (), x_labels: Sequence[str] = (), x_ticks: int = 6,
-                 label: str = "", color: str = PALETTE[0], width: int = WIDTH, height: int = 210,
-                 max_points: int = 120, plot_id: str = "", log: bool | None = False, y_title: str = "",
-                 x_title: str = "") -> Markup:
-    """One history as inline SVG (:func:`overlay_plot` of one series, no legend; the ticks are ``y_format``'s).
+def history_plot(one: Series, options: PlotOptions, height: int = 210) -> Markup:
+    """One history as inline SVG, ``height`` pixels in all (:func:`overlay_plot` of one series, no legend; the ticks
+    are ``options.y_format``'s).
 
-    ``markers`` sit on this series (a regression's triangle at its point)."""
-    one = Series("", x, y, low, high, point_title, point_href, point_name, bucket_label, color, "", tuple(markers))
-    plot_height = height - TOP - X_LABELS_H - (X_TITLE_H if x_title else 0)
-    return overlay_plot([one], n_x=n_x, y_title=y_title, y_units=None, y_format=y_format, log=log,
-                        x_labels=x_labels, x_title=x_title, x_ticks=x_ticks, label=label, width=width,
-                        plot_height=plot_height, max_points=max_points, plot_id=plot_id, legend=False)
+    ``one.markers`` sit on this series (a regression's triangle at its point)."""
+    plot_height = height - TOP - X_LABELS_H - (X_TITLE_H if options.x_title else 0)
+    return overlay_plot([one], replace(options, y_units=None, plot_height=plot_height, legend=False))
 
 
 def legend() -> Markup:
