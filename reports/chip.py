@@ -344,10 +344,9 @@ def chip_views(jobs: Iterable[Mapping[str, Any]], peak_flops: float | None, peak
             series = [xy.XYSeries(v, lines[v], *styles[v]) for v in order if v in lines]
             title = f"{dtype} {fixed}: time against {param}"
             ticks = sorted({float(j["shape"][param]) for j in members})
-            scaling.append((title, xy.xy_plot(series, x_title=param, y_title="median time per call", y_unit="s",
-                                               x_ticks=ticks if len(ticks) <= 8 else (),
-                                               label=f"{kernel} {title}",
-                                               plot_id=f"scaling-{plot_hash(kernel, dtype, param + fixed)}")))
+            scaling.append((title, xy.xy_plot(series, xy.XYOptions(
+                param, "median time per call", y_unit="s", x_ticks=ticks if len(ticks) <= 8 else (),
+                label=f"{kernel} {title}", plot_id=f"scaling-{plot_hash(kernel, dtype, param + fixed)}"))))
         views.append(KernelViews(kernel, roofline, scaling, len(styles)))
     return views
 
@@ -375,6 +374,6 @@ def _roofline(kernel: str, jobs: list[Mapping[str, Any]], styles: Mapping[str, t
                     xy.Ceiling(f"matmul peak {fmt_rate(peak_flops, 'FLOP/s')}",
                                 [(ridge, peak_flops), (hi, peak_flops)])]
     series = [xy.XYSeries(v, marks[v], styles[v][0], line=False) for v in order if v in marks]
-    return xy.xy_plot(series, x_title="arithmetic intensity (FLOP per byte moved)",
-                       y_title="achieved FLOP/s (k, M, G, T, P)", x_unit="", y_unit="FLOP/s", ceilings=ceilings,
-                       label=f"{kernel} roofline", plot_id=f"roofline-{plot_hash(kernel, '', '')}")
+    return xy.xy_plot(series, xy.XYOptions(
+        "arithmetic intensity (FLOP per byte moved)", "achieved FLOP/s (k, M, G, T, P)", x_unit="", y_unit="FLOP/s",
+        ceilings=ceilings, label=f"{kernel} roofline", plot_id=f"roofline-{plot_hash(kernel, '', '')}"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from markupsafe import Markup, escape
 
@@ -53,13 +53,29 @@ def _axis_text(value: float, unit: str) -> str:
     return _format_si(value, "").replace(" ", "") if unit else f"{value:.4g}"
 
 
-def xy_plot(series: Sequence[XYSeries], *, x_title: str, y_title: str, x_unit: str = "", y_unit: str = "",
-            ceilings: Sequence[Ceiling] = (), label: str = "", plot_id: str = "", width: int = 600,
-            plot_height: int = 240, x_ticks: Sequence[float] = ()) -> Markup:
+@dataclass(frozen=True)
+class XYOptions:
+    """How an :func:`xy_plot` is drawn: its axes' titles and units, ``ceilings``, label, id, size and x ticks."""
+
+    x_title: str
+    y_title: str
+    x_unit: str = ""
+    y_unit: str = ""
+    ceilings: Sequence[Ceiling] = ()
+    label: str = ""
+    plot_id: str = ""
+    width: int = 600
+    plot_height: int = 240
+    x_ticks: Sequence[float] = ()
+
+
+def xy_plot(series: Sequence[XYSeries], options: XYOptions) -> Markup:
     """Variants' points on logarithmic x and y axes, as inline SVG: each series a ``<g class="variant">`` of marks
     (one ``circle`` per point with its hover text) and its line; ``ceilings`` as labelled dashed lines (a
     ``<g class="ceiling">`` each); a legend of the series under the plot; ``x_ticks``: the x axis' ticks (e.g. a
     grid parameter's values; default: 1, 2, 5 x 10^k). Texts are escaped here."""
+    (x_title, y_title, x_unit, y_unit, ceilings, label, plot_id, width, plot_height, x_ticks) = (
+        getattr(options, f.name) for f in fields(options))
     left, right, top = 84, 16, 14
     inner_w, inner_h = width - left - right, plot_height
     xs = [x for s in series for x, y, _ in s.points if x > 0 and y > 0]
