@@ -26,6 +26,7 @@ from reports.render import (
     history_page_name,
     slug,
 )
+from reports.sparkline import sparkline
 
 # --- history pages -------------------------------------------------------------------------------------------------
 
@@ -142,8 +143,7 @@ class HistoryPlan:
 
     def draw(self, drawn: DrawnPlots | None = None) -> HistoryPage:
         """The page; ``drawn`` gives the SVG of a plot already drawn (``plot_key``), else it is drawn here."""
-        return _history_page(self.kernel, self.chips, self.regs, self.styles, self.default, self.links, self.name,
-                             self.chip, drawn, self.proven)
+        return _history_page(self, drawn)
 
 
 DrawnPlots = Callable[[str, str, str], "Markup | None"]
@@ -281,9 +281,9 @@ def _sub_axis(axis: _Axis, used: Set[str]) -> _Axis:
                  [axis.text[i] for i in keep], [axis.href[i] for i in keep], [axis.short[i] for i in keep])
 
 
-def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[str, list[tuple[int, Any]]],
-                  styles: Mapping[str, tuple[str, str]], default: str, links: list[tuple[str, str]], name: str,
-                  chip: str, drawn: DrawnPlots | None = None, proven: bool = True) -> HistoryPage:
+def _history_page(plan: HistoryPlan, drawn: DrawnPlots | None = None) -> HistoryPage:
+    kernel, chips, regs_of, styles, default = plan.kernel, plan.chips, plan.regs, plan.styles, plan.default
+    links, name, chip, proven = plan.links, plan.name, plan.chip, plan.proven
     axis = _axis([s for series in chips.values() for s in series])
     every = not chip
     groups: dict[tuple[str, str], list[SeriesPlot]] = defaultdict(list)
@@ -317,11 +317,11 @@ def _history_page(kernel: str, chips: Mapping[str, list[Any]], regs_of: Mapping[
                 chip_axis.append(_axis(series_list))
             return chip_axis[0]
 
+        on_chip = _OnChip(kernel, chip_key, chip_index, axis_of, axis, chip_shas, styles, default, regs_by_series,
+                          broken, every, COMMIT_AXIS_TITLE if proven else COMMIT_AXIS_GUESSED)
         for (dtype, shape_key), members in sorted(by_case.items(), key=lambda item: shape_order(*item[0])):
-            plot = _series_plot(kernel, chip_key, chip_index, dtype, shape_key, members, axis_of, axis, chip_shas,
-                                styles, default, regs_by_series, broken, every,
-                                drawn(chip_key, dtype, shape_key) if drawn is not None else None,
-                                COMMIT_AXIS_TITLE if proven else COMMIT_AXIS_GUESSED)
+            plot = _series_plot(on_chip, dtype, shape_key, members,
+                                drawn(chip_key, dtype, shape_key) if drawn is not None else None)
             if plot is not None:
                 n_changes += len(plot.changes)
                 groups[(dtype, shape_key)].append(plot)
@@ -340,54 +340,6 @@ def _by_case(series_list: list[Any]) -> dict[tuple[str, str], list[Any]]:
     for series in series_list:
         found[(series.key.dtype, series.key.shape_key)].append(series)
     return found
-
-
-SPARK_POINTS = 100  # a sparkline's last commits (it is 120 pixels wide)
-
-
-def sparkline(series_list: Sequence[Any], default: str | None = None) -> Markup:
-    """A kernel's recent history on one chip in a line of 120 x 22 pixels (an index cell): per commit of its last
-    ``SPARK_POINTS``, the geometric mean
-    over its series (the default variant's, when it has any) of the median relative to the series' own geometric
-    mean, on a log scale; the last change point of those series is a red dot. Empty when under two commits."""
-    chosen = [s for s in series_list if s.points and s.key.variant == default] or [s for s in series_list if s.points]
-    sums: dict[str, list[float]] = {}
-    order: dict[str, int] = {}
-    last_change: tuple[int, str] | None = None
-    for series in chosen:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log(np.asarray(series.points.median, dtype=float)[-SPARK_POINTS:])
-        ok = np.isfinite(logs)
-        if not ok.any():
-            continue
-        relative = (logs - logs[ok].mean()).tolist()
-        for sha, value, good in zip(series.points.shas[-SPARK_POINTS:], relative, ok.tolist(), strict=True):
-            order.setdefault(sha, len(order))
-            if good:
-                sums.setdefault(sha, []).append(value)
-        for cp in series.change_points:
-            if cp.sha in order and (last_change is None or order[cp.sha] > last_change[0]):
-                last_change = (order[cp.sha], cp.sha)
-    shas = sorted(sums, key=order.__getitem__)
-    if len(shas) < 2:
-        return Markup("")
-    ys = np.array([sum(sums[sha]) / len(sums[sha]) for sha in shas])
-    lo, hi = float(ys.min()), float(ys.max())
-    span = max(hi - lo, 0.02)  # a flat history stays flat: 2% of range at least
-    width, height, pad = 120, 22, 3
-    xs = np.linspace(pad, width - pad, len(shas))
-    py = height - pad - (ys - lo) / span * (height - 2 * pad)
-    dot = ""
-    if last_change is not None and last_change[1] in sums:
-        i = shas.index(last_change[1])
-        dot = f'<circle cx="{xs[i]:.1f}" cy="{py[i]:.1f}" r="2.5" fill="#dc2626"/>'
-    change = f", last change at {last_change[1][:8]}" if last_change else ""
-    title = (f"{len(shas)} commits, spread ×{math.exp(hi - lo):.2f} (geometric mean of "
-             f"{'the default variant' if chosen and chosen[0].key.variant == default else 'its series'}){change}")
-    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs.tolist(), py.tolist(), strict=True))
-    return Markup(f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-                  f'viewBox="0 0 {width} {height}" role="img"><title>{escape(title)}</title>'
-                  f'<polyline points="{points}" fill="none" stroke="#1d4ed8" stroke-width="1.5"/>{dot}</svg>')
 
 
 LOG_SPAN = 10.0
@@ -410,16 +362,38 @@ def shape_order(dtype: str, shape_key: str) -> tuple[Any, ...]:
     return (dtype, tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", shape_key)))
 
 
-def _series_plot(kernel: str, chip: str, chip_index: int, dtype: str, shape_key: str, members: list[Any],
-                 axis: Callable[[], _Axis], page_axis: _Axis, chip_shas: Set[str],
-                 styles: Mapping[str, tuple[str, str]], default: str,
-                 regs_by_series: Mapping[tuple[str, str, str], list[tuple[int, Any]]],
-                 broken: Mapping[tuple[str, str], list[tuple[int, Any]]], every: bool,
-                 image: Markup | None = None, x_title: str = COMMIT_AXIS_TITLE) -> SeriesPlot | None:
+@dataclass(frozen=True)
+class _OnChip:
+    """What the plots of one chip on a history page share: the kernel, the chip and its place on the page, its
+    commit axis (``axis()``: the commits of ``chip_shas`` in history order, built when first needed) and the page's
+    (``page_axis``), the variants' styles and default, the chip's regressions by series and correctness failures by
+    (variant, dtype), whether the page is every chip's, and the x axis' title."""
+
+    kernel: str
+    chip: str
+    chip_index: int
+    axis: Callable[[], _Axis]
+    page_axis: _Axis
+    chip_shas: Set[str]
+    styles: Mapping[str, tuple[str, str]]
+    default: str
+    regs_by_series: Mapping[tuple[str, str, str], list[tuple[int, Any]]]
+    broken: Mapping[tuple[str, str], list[tuple[int, Any]]]
+    every: bool
+    x_title: str = COMMIT_AXIS_TITLE
+
+
+def _series_plot(on_chip: _OnChip, dtype: str, shape_key: str, members: list[Any], image: Markup | None = None
+                 ) -> SeriesPlot | None:
     """The variants of one (chip, dtype, shape) as one plot on the chip's commit axis (``axis()``: the commits of
     ``chip_shas`` in history order; None when none of them has a timing); its notes go to the page's commit table
     (``page_axis``). The SVG depends on the chip's histories alone, not on ``every`` or the page's other chips
     (``image``: that SVG, drawn already: the chip's axis is not needed then)."""
+    kernel, chip, chip_index, axis, page_axis, chip_shas = (on_chip.kernel, on_chip.chip, on_chip.chip_index,
+                                                            on_chip.axis, on_chip.page_axis, on_chip.chip_shas)
+    styles, default, regs_by_series, broken, every, x_title = (on_chip.styles, on_chip.default,
+                                                               on_chip.regs_by_series, on_chip.broken,
+                                                               on_chip.every, on_chip.x_title)
     members = sorted(members, key=lambda s: (s.key.variant != default, s.key.variant))
     drawn = [s for s in members if s.points]
     if not drawn:

@@ -22,6 +22,7 @@ from reports import evidence as evidence_pages
 from reports import history as history_page
 from reports import render as site_render
 from reports import svg
+from reports.sparkline import sparkline
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class _HistorySpec(history_page.HistoryPlan):
         n_changes = sum(len(s.change_points) for series in self.chips.values() for s in series if s.points)
         return HistorySummary(self.kernel, self.chip, self.name, range(n_commits), n_regressions, n_changes,
                               sum(len(series) for series in self.chips.values()),
-                              history_page.sparkline(self.chips[self.chip], self.default) if self.chip in self.chips
+                              sparkline(self.chips[self.chip], self.default) if self.chip in self.chips
                               else Markup(""))
 
 

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 from harness.analysis.records import ChangeFlag, RegressionEvidence, SeriesHistory
 from harness.record.query import SeriesKey
 from reports.chip import chip_views
-from reports.history import _axis, _svg_series, shape_order, sparkline, threshold_band
+from reports.history import _axis, _svg_series, shape_order, threshold_band
 from reports.regressions import range_url, regression_groups, regression_id
+from reports.sparkline import sparkline
 from reports.svg import PALETTE, PlotOptions, overlay_plot
 from reports.variants import variant_rollup
 
