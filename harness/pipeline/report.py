@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -164,16 +165,30 @@ class SiteAnalysis:
             self.history.abandon()
 
 
-def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, *, change_points: bool = True,
-                 last: int | None = None, commit: str | None = None, commit_url: str | None = None,
-                 repo: str | None = None, cache: bool = True, timings: dict[str, float] | None = None) -> Path:
+@dataclass(frozen=True)
+class ReportOptions:
+    """What a report shows (``harness report``'s options): change points searched, the last N commits only, one
+    commit's runs instead of each chip's latest, where commits link to, and whether the caches are used."""
+
+    change_points: bool = True
+    last: int | None = None
+    commit: str | None = None
+    commit_url: str | None = None
+    repo: str | None = None
+    cache: bool = True
+
+
+def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, options: ReportOptions = ReportOptions(),
+                 timings: dict[str, float] | None = None) -> Path:
     """Load, analyse and render the whole site into ``out_dir``; returns the index path (``timings``, when given,
     gets the seconds of each phase).
 
-    ``commit_url`` (a template with ``{sha}``) and ``repo`` (a git repository whose remote names the web pages)
-    say where commits link to (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not
+    ``options.change_points``, ``last`` and ``commit``: as ``load_site``'s. ``commit_url`` (a template with
+    ``{sha}``) and ``repo`` (a git repository whose remote names the web pages) say where commits link to (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not
     change since the last build into ``out_dir`` are kept (``harness.render.pages``; False renders every page and
     keeps no manifest)."""
+    change_points, last, commit, commit_url, repo, cache = (options.change_points, options.last, options.commit,
+                                                            options.commit_url, options.repo, options.cache)
     if commit_url:
         weburl.check_template(commit_url)  # a bad template or repository fails before the slow part
     elif repo is not None and not git.is_repo(repo):

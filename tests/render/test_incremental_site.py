@@ -24,7 +24,7 @@ from harness.analysis.records import CompareRow, HistoryPoints
 from harness.analysis.site_manifests import Manifest, SiteManifests
 from harness.core import fork
 from harness.pipeline import report
-from harness.pipeline.report import build_report
+from harness.pipeline.report import ReportOptions, build_report
 from harness.record import analysis_cache, query
 from harness.record.outbox import open_store
 from harness.render import evidence as render_evidence
@@ -67,7 +67,7 @@ def mtimes(folder: Path) -> dict[str, int]:
 
 
 def build(store, out: Path, **kwargs) -> None:
-    build_report(store, out, change_points=False, commit_url=URL_TEMPLATE, **kwargs)
+    build_report(store, out, ReportOptions(change_points=False, commit_url=URL_TEMPLATE, **kwargs))
 
 
 @pytest.fixture
@@ -160,8 +160,9 @@ def test_a_changed_input_is_rendered_again(store, tmp_path):
     written = mtimes(out)
     history = out / history_page_name("flash_prefill", APPLE.key)
     history.write_text("edited by hand", encoding="utf-8")  # a page changed since: rendered again
-    build_report(store, out, change_points=False, commit_url="https://other.example.com/{sha}")  # every link
-    build_report(store, tmp_path / "fresh", change_points=False, commit_url="https://other.example.com/{sha}")
+    other = ReportOptions(change_points=False, commit_url="https://other.example.com/{sha}")
+    build_report(store, out, other)  # every link
+    build_report(store, tmp_path / "fresh", other)
     assert files(out) == files(tmp_path / "fresh")
     kept = {name for name, ns in mtimes(out).items() if written.get(name) == ns}
     assert not {name for name in kept if not name.startswith("samples-")}  # each names a commit with its link

@@ -21,7 +21,7 @@ import pytest
 from harness.analysis.regressions import regressions as find_regressions
 from harness.core.chip import ChipIdentity
 from harness.core.job import JobResult, KernelJob
-from harness.pipeline.report import build_report
+from harness.pipeline.report import ReportOptions, build_report
 from harness.record.outbox import open_store
 from harness.record.store import Store, create_run, finish_run, record_result, set_peaks
 from reports.history import kernel_history_page_name
@@ -248,7 +248,7 @@ def test_db_url_is_masked(site, tmp_path):
     store = open_store(site["url"])
     try:
         masked = Store(store.engine, "postgresql+psycopg://ci:hunter2@db.example/results")
-        index = build_report(masked, tmp_path / "masked", change_points=False)
+        index = build_report(masked, tmp_path / "masked", ReportOptions(change_points=False))
     finally:
         store.close()
     html = index.read_text()
@@ -258,7 +258,7 @@ def test_db_url_is_masked(site, tmp_path):
 def test_last_n_commits_limits_histories_and_says_so(site, tmp_path):
     store = open_store(site["url"])
     try:
-        index = build_report(store, tmp_path / "last", last=4)
+        index = build_report(store, tmp_path / "last", ReportOptions(last=4))
     finally:
         store.close()
     history = (tmp_path / "last" / history_page_name("flash_prefill", NVIDIA.key)).read_text()
