@@ -184,9 +184,9 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, options
     gets the seconds of each phase).
 
     ``options.change_points``, ``last`` and ``commit``: as ``load_site``'s. ``commit_url`` (a template with
-    ``{sha}``) and ``repo`` (a git repository whose remote names the web pages) say where commits link to (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not
-    change since the last build into ``out_dir`` are kept (``harness.render.pages``; False renders every page and
-    keeps no manifest)."""
+    ``{sha}``) and ``repo`` (a git repository whose remote names the web pages) say where commits link to
+    (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not change since the last build
+    into ``out_dir`` are kept (``harness.render.pages``; False renders every page and keeps no manifest)."""
     change_points, last, commit, commit_url, repo, cache = (options.change_points, options.last, options.commit,
                                                             options.commit_url, options.repo, options.cache)
     if commit_url:
