@@ -137,7 +137,7 @@ def _positive_runs(jobs: list[query.JobSamples]) -> set[str]:
 
 def load_evidence(store: Store, latest: dict[str, query.RunView | None],
                   regressions: Sequence[RegressionEvidence] | Callable[[], Sequence[RegressionEvidence]], *,
-                  commit_url: str | None = None, repo: str | None = None, cache: bool = True,
+                  commit_url: str | None = None, cache: bool = True,
                   links: tuple[list[query.RunBrief], dict[str, str]] | None = None,
                   shown: Callable[[Evidence], None] | None = None) -> Evidence:
     """Commit links and run ids for every run, a compare page per chip (the shown run against its previous run) and
@@ -146,7 +146,8 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     inputs did not change are reused from the analysis cache (``ComparePages``), and so is what a pair's compare
     rows and samples pages take from its samples (``_SampleSummaries``); the samples themselves are read per pair
     when a samples page is drawn (``SeriesSamples.jobs``), so the pages a build keeps read none. ``links``: the runs'
-    briefs and commit links (``query.run_briefs``, ``commit_urls``), when the caller has them already.
+    briefs and commit links (``query.run_briefs``, ``commit_urls``), when the caller has them already (else the
+    links are ``commit_url``'s, or the runs' recorded remotes').
     ``regressions``: the list, or a function that gives it, called once the chip pages' pairs are loaded; ``shown``
     is called with the evidence of those pairs first (their compare and samples pages do not depend on the list:
     ``build_report`` renders them while the analysis goes on). The evidence grows afterwards: the same object."""
@@ -154,7 +155,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     briefs, urls = links if links is not None else (None, None)
     if briefs is None or urls is None:
         briefs = query.run_briefs(store)
-        urls = commit_urls(briefs, template=commit_url, repo=repo)
+        urls = commit_urls(briefs, template=commit_url)
     by_id = {b.id: b for b in briefs}
     runs_of: dict[tuple[str, str], list[str]] = {}
     for b in briefs:
@@ -174,7 +175,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
         seen.add(((previous,) if previous else (), (run.id,)))
     summaries = _SampleSummaries(store) if cache else None
     # the chip pages' pairs are read whole: their samples do not depend on the pairs still to come
-    _add_samples(evidence, store, wanted, wanted, pages, summaries, by_id, cache)
+    _add_samples(evidence, store, wanted, wanted, pages, summaries, by_id)
     if shown is not None:
         shown(evidence)
     pairs = []
@@ -192,7 +193,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
         evidence.compares.append(view)
         added.append((chip, base, head, view))
     pages.flush()
-    _add_samples(evidence, store, added, wanted + added, pages, summaries, by_id, cache)
+    _add_samples(evidence, store, added, wanted + added, pages, summaries, by_id)
     if summaries is not None:
         summaries.flush()
     return evidence
@@ -202,7 +203,7 @@ _Wanted = tuple[str, tuple[str, ...], tuple[str, ...], "CompareView | None"]  # 
 
 
 def _add_samples(evidence: Evidence, store: Store, wanted: list[_Wanted], every: list[_Wanted], pages: ComparePages,
-                 summaries: _SampleSummaries | None, by_id: dict[str, query.RunBrief], cache: bool) -> None:
+                 summaries: _SampleSummaries | None, by_id: dict[str, query.RunBrief]) -> None:
     """The samples behind the pairs of ``wanted`` (``every``: all the pairs of the evidence, these included): every
     series of a chip page's pair; of a regression pair, the kernels of its changed series only (the runs behind
     each row of a side with one run are that run), unless a side pools several runs -- or a run is a chip page's,
@@ -210,7 +211,8 @@ def _add_samples(evidence: Evidence, store: Store, wanted: list[_Wanted], every:
     full = {i for chip, base, head, view in every if view is None or view.shown or len(base) > 1 or len(head) > 1
             for i in (*base, *head)}
     kernels = {row.key.kernel for _, _, _, view in every if view is not None for row in view.report.changed}
-    prints = pages.run_prints([i for _, base, head, _ in wanted for i in (*base, *head)]) if cache else {}
+    prints = pages.run_prints([i for _, base, head, _ in wanted for i in (*base, *head)]) \
+        if summaries is not None else {}  # with the cache (``summaries``) only
     if summaries is not None:
         summaries.prints.update(prints)
     for chip, base, head, view in wanted:
