@@ -132,8 +132,8 @@ def correctness_tables(jobs: Iterable[Mapping[str, Any]], baselines: Mapping[str
 
 
 def run_sources(jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The older runs a chip page takes jobs from (``from_run``, see ``harness.render.site``), newest first: each
-    with its commit, how many of the shown jobs and which kernels or selections come from it."""
+    """The older runs a chip page takes jobs from (``from_run``, see ``harness.analysis.site_inputs``), newest
+    first: each with its commit, how many of the shown jobs and which kernels or selections come from it."""
     found: dict[str, dict[str, Any]] = {}
     for job in jobs:
         source = job.get("from_run")
