@@ -117,7 +117,7 @@ class EvidencePages:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.site = PageSet(out, manifests.read(out) if manifests is not None else Manifest(),
-                           incremental and manifests is not None, None, common_context(db_label, generated_at, last))
+                            incremental and manifests is not None, None, common_context(db_label, generated_at, last))
         self.shared = evidence_fingerprint(db_label, last)
         self.seconds = 0.0
 

@@ -92,7 +92,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     frame = history.frame
     out = frame.out
     site = PageSet(out, frame.previous, frame.incremental, page_environment(found), {**frame.common, "evidence": found},
-                  stats=stats if stats is not None else WriteStats())
+                   stats=stats if stats is not None else WriteStats())
     page, write = site.page, site.write
     regs_of_chip: dict[str, list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):
