@@ -101,7 +101,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
 
     # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
     write_evidence(site, found, samples, evidence_fingerprint(frame.common["db_label"], frame.common["last"]),
-                    early.done if early is not None else frozenset())
+                   early.done if early is not None else frozenset())
     if early is not None:
         early.merge_into(site)
 
