@@ -268,11 +268,9 @@ def one_report(url: str, out: Path, *, cache: bool, change_points: bool, last: i
     store = open_store(url, must_exist=True)
     try:
         data = site_inputs.load_site(store, change_points=change_points, last=last, cache=cache)
-        evidence = site_evidence.load_evidence  # the compare / samples pages
-        if evidence is not None:
-            began = time.perf_counter()
-            data.evidence = evidence(store, data.latest, data.regressions)
-            data.timings["evidence"] = time.perf_counter() - began
+        began = time.perf_counter()  # the compare / samples pages
+        data.evidence = site_evidence.load_evidence(store, data.latest, data.regressions)
+        data.timings["evidence"] = time.perf_counter() - began
         report.render(data, out, store=store, incremental=cache)  # as build_report: pages unchanged are kept
     finally:
         store.close()
