@@ -292,7 +292,7 @@ def test_the_page_of_every_chip_takes_a_kept_chip_pages_plots_from_its_file(stor
     add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
     drawn: list[str] = []
     original = svg.overlay_plot
-    monkeypatch.setattr(svg, "overlay_plot", lambda *a, **k: drawn.append(k["plot_id"]) or original(*a, **k))
+    monkeypatch.setattr(svg, "overlay_plot", lambda series, opts: drawn.append(opts.plot_id) or original(series, opts))
     build(store, out)
     every = (out / kernel_history_page_name("flash_prefill")).read_text(encoding="utf-8")
     def plots(chip: str) -> dict:
