@@ -8,9 +8,9 @@
 - ``samples-<kernel>-<hash>.html``: the raw samples of one series behind one comparison (or of the shown run alone),
   a strip plot grouped by side, run and trial (``reports.strip``) and a table per trial.
 
-Inputs are plain records read by attribute (``harness.render.site.Evidence``: ``CompareView``, ``SeriesSamples``),
-so this module imports nothing from the analysis. ``Links`` is what every page's template sees as ``evidence``
-(and ``commit_ref`` / ``web_link``): which page a chip, a regression or a benchmark row links to.
+Inputs are plain records read by attribute (``harness.analysis.site_evidence.Evidence``: ``CompareView``,
+``SeriesSamples``), so this module imports nothing from the analysis. ``Links`` is what every page's template sees
+as ``evidence`` (and ``commit_ref`` / ``web_link``): which page a chip, a regression or a benchmark row links to.
 """
 
 from __future__ import annotations
@@ -229,7 +229,8 @@ def _samples_page(data: Any, compare: ComparePage | None) -> SamplesPage:
 
 
 def links(evidence: Any | None) -> Links:
-    """Name every compare and samples page of ``evidence`` (a ``harness.render.site.Evidence``) and index them."""
+    """Name every compare and samples page of ``evidence`` (a ``harness.analysis.site_evidence.Evidence``) and
+    index them."""
     if evidence is None:
         return Links()
     found = Links(dict(evidence.commit_urls), dict(evidence.runs_of), skipped_compares=evidence.skipped_compares)

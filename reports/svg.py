@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from urllib.parse import quote
 
 import numpy as np
@@ -100,7 +100,7 @@ class Series:
     threshold: tuple[float, float, float, str] | None = None  # (from x, low, high, hover text): a band to the end
 
 
-def _f(value: float) -> str:
+def fx(value: float) -> str:
     return f"{value:.1f}"
 
 
@@ -146,20 +146,20 @@ def pick_unit(value: float, units: Sequence[tuple[float, str]] = TIME_UNITS) -> 
     return units[-1]
 
 
-def _tick_text(value: float, scale: float) -> str:
+def tick_text(value: float, scale: float) -> str:
     text = f"{value / scale:.4g}"
     return text if "e" not in text else f"{value / scale:.2g}"
 
 
 def _marker(shape: str, cx: float, cy: float, fill: str, stroke: str) -> str:
     if shape == "diamond":
-        pts = f"{_f(cx)},{_f(cy - 6)} {_f(cx + 6)},{_f(cy)} {_f(cx)},{_f(cy + 6)} {_f(cx - 6)},{_f(cy)}"
+        pts = f"{fx(cx)},{fx(cy - 6)} {fx(cx + 6)},{fx(cy)} {fx(cx)},{fx(cy + 6)} {fx(cx - 6)},{fx(cy)}"
         return f'<polygon points="{pts}" fill="{fill}" stroke="{stroke}"/>'
     if shape == "triangle":
-        pts = f"{_f(cx)},{_f(cy - 8)} {_f(cx + 6)},{_f(cy + 3)} {_f(cx - 6)},{_f(cy + 3)}"
+        pts = f"{fx(cx)},{fx(cy - 8)} {fx(cx + 6)},{fx(cy + 3)} {fx(cx - 6)},{fx(cy + 3)}"
         return f'<polygon points="{pts}" fill="{fill}" stroke="{stroke}"/>'
-    return (f'<path d="M{_f(cx - 5)},{_f(cy - 5)}L{_f(cx + 5)},{_f(cy + 5)}M{_f(cx - 5)},{_f(cy + 5)}'
-            f'L{_f(cx + 5)},{_f(cy - 5)}" stroke="{fill}" stroke-width="2.5"/>')
+    return (f'<path d="M{fx(cx - 5)},{fx(cy - 5)}L{fx(cx + 5)},{fx(cy + 5)}M{fx(cx - 5)},{fx(cy + 5)}'
+            f'L{fx(cx + 5)},{fx(cy - 5)}" stroke="{fill}" stroke-width="2.5"/>')
 
 
 def _esc(text: str) -> str:
@@ -177,7 +177,7 @@ def _text_width(text: str, size: float = 12.0) -> float:
     return 0.56 * size * len(text)
 
 
-def _legend_layout(names: Sequence[str], width: float) -> tuple[list[tuple[float, int]], int]:
+def legend_layout(names: Sequence[str], width: float) -> tuple[list[tuple[float, int]], int]:
     """(x, row) of each legend entry, wrapping at ``width``; and the number of rows."""
     places, x, row = [], 0.0, 0
     for name in names:
@@ -247,12 +247,30 @@ def _scale(values: np.ndarray, log: bool, inner_h: float) -> _Scale | None:
     return _Scale(log, t_lo, t_hi, inner_h / (t_hi - t_lo))
 
 
-def overlay_plot(series: Sequence[Series], *, n_x: int, y_title: str = "", y_units: Sequence[tuple[float, str]]
-                 | None = TIME_UNITS, y_format: Callable[[float], str] | None = None, log: bool | None = False,
-                 markers: Sequence[Marker] = (), x_labels: Sequence[str] = (), x_title: str = "", x_ticks: int = 6,
-                 label: str = "", width: int = WIDTH, plot_height: int = 190, max_points: int = 120,
-                 plot_id: str = "", legend: bool = True, dodge: bool = True) -> Markup:
-    """Several histories on one commit axis of ``n_x`` positions and one y axis, as inline SVG.
+@dataclass(frozen=True)
+class PlotOptions:
+    """How an :func:`overlay_plot` is drawn: its axes, markers, size and id (each field as its docstring says)."""
+
+    n_x: int
+    y_title: str = ""
+    y_units: Sequence[tuple[float, str]] | None = TIME_UNITS
+    y_format: Callable[[float], str] | None = None
+    log: bool | None = False
+    markers: Sequence[Marker] = ()
+    x_labels: Sequence[str] = ()
+    x_title: str = ""
+    x_ticks: int = 6
+    label: str = ""
+    width: int = WIDTH
+    plot_height: int = 190
+    max_points: int = 120
+    plot_id: str = ""
+    legend: bool = True
+    dodge: bool = True
+
+
+def overlay_plot(series: Sequence[Series], options: PlotOptions) -> Markup:
+    """Several histories on one commit axis of ``options.n_x`` positions and one y axis, as inline SVG.
 
     ``log``: False, a linear y axis; True, a logarithmic one (values <= 0 are left out); None, both, as two layers
     of one plot (``<g class="lin">`` and ``<g class="log">``: axis, lines, bands, markers), which share everything
@@ -266,9 +284,11 @@ def overlay_plot(series: Sequence[Series], *, n_x: int, y_title: str = "", y_uni
     points of one commit do not hide each other. Texts are escaped here, except ``Markup`` ones, which the caller
     has escaped already.
     """
+    (n_x, y_title, y_units, y_format, log, markers, x_labels, x_title, x_ticks, label, width, plot_height, max_points,
+     plot_id, legend, dodge) = (getattr(options, f.name) for f in fields(options))
     inner_w, inner_h = width - LEFT - RIGHT, plot_height
     names = [s.name for s in series] if legend else []
-    places, rows = _legend_layout(names, inner_w)
+    places, rows = legend_layout(names, inner_w)
     height = TOP + inner_h + X_LABELS_H + (X_TITLE_H if x_title else 0) + (rows * LEGEND_ROW + 6 if rows else 0)
     attrs = f' id="{escape(plot_id)}"' if plot_id else ""
     head = (f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -303,12 +323,12 @@ def overlay_plot(series: Sequence[Series], *, n_x: int, y_title: str = "", y_uni
         edge = slot < 60  # labels wider than half a slot: the end ones are anchored inside the plot
         for i in sorted({round(k * (len(x_labels) - 1) / max(count - 1, 1)) for k in range(count)}):
             anchor = ("start" if i == 0 else "end" if i == len(x_labels) - 1 else "middle") if edge else "middle"
-            x = _f(float(sx(i)))
+            x = fx(float(sx(i)))
             parts.append(f'<line x1="{x}" x2="{x}" y1="{bottom}" y2="{bottom + 4}" class="axis"/>'
                          f'<text x="{x}" y="{bottom + 15}" text-anchor="{anchor}" class="tick">'
                          f"{escape(x_labels[i])}</text>")
     if x_title:
-        parts.append(f'<text class="axis-title" x="{_f(LEFT + inner_w / 2)}" y="{bottom + X_LABELS_H + 13}" '
+        parts.append(f'<text class="axis-title" x="{fx(LEFT + inner_w / 2)}" y="{bottom + X_LABELS_H + 13}" '
                      f'text-anchor="middle">{escape(x_title)}</text>')
     legend_top = bottom + X_LABELS_H + (X_TITLE_H if x_title else 0) + 6
     for k, (s, p) in enumerate(zip(series, prepared, strict=True)):
@@ -327,13 +347,13 @@ def _y_axis(sc: _Scale, unit: tuple[float, str], y_units, y_format, y_title: str
         ty = float(sc.sy(tick))
         if not TOP - 1 <= ty <= TOP + inner_h + 1:
             continue
-        text = _tick_text(tick, unit[0]) if y_units else (y_format(tick) if y_format else f"{tick:g}")
-        parts.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{_f(ty)}" y2="{_f(ty)}" class="grid"/>'
-                     f'<text x="{LEFT - 5}" y="{_f(ty + 4)}" text-anchor="end" class="tick">{escape(text)}</text>')
+        text = tick_text(tick, unit[0]) if y_units else (y_format(tick) if y_format else f"{tick:g}")
+        parts.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{fx(ty)}" y2="{fx(ty)}" class="grid"/>'
+                     f'<text x="{LEFT - 5}" y="{fx(ty + 4)}" text-anchor="end" class="tick">{escape(text)}</text>')
     if y_title:
         title = f"{y_title} ({unit[1]}{', log scale' if sc.log else ''})" if y_units else (
             f"{y_title}{' (log scale)' if sc.log else ''}")
-        parts.append(f'<text class="axis-title" transform="rotate(-90)" x="{_f(-(TOP + inner_h / 2))}" y="14" '
+        parts.append(f'<text class="axis-title" transform="rotate(-90)" x="{fx(-(TOP + inner_h / 2))}" y="14" '
                      f'text-anchor="middle">{escape(title)}</text>')
     return "".join(parts)
 
@@ -375,15 +395,15 @@ def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bo
             layer.append(f'<polygon class="band" fill="{color}" points="{upper} {lower}"/>')
         elif drawn.size == 1 and banded.size:  # one point: an error bar, not a band of no width
             cx, y1, y2 = float(xs[banded[0]]), float(sc.sy(highs[banded[0]])), float(sc.sy(lows[banded[0]]))
-            layer.append(f'<path class="whisker" stroke="{color}" d="M{_f(cx)},{_f(y1)}V{_f(y2)}'
-                         f'M{_f(cx - 4)},{_f(y1)}h8M{_f(cx - 4)},{_f(y2)}h8"/>')
+            layer.append(f'<path class="whisker" stroke="{color}" d="M{fx(cx)},{fx(y1)}V{fx(y2)}'
+                         f'M{fx(cx - 4)},{fx(y1)}h8M{fx(cx - 4)},{fx(y2)}h8"/>')
         if s.threshold is not None and drawn.size:
             x_from, t_low, t_high, t_title = s.threshold
             y_top, y_bottom = sc.sy(np.array([t_high, t_low]))
             if np.isfinite(y_top) and np.isfinite(y_bottom):
                 x0, x1 = float(sx(x_from)) + dx, float(xs[drawn[-1]]) + 6.0
-                layer.append(f'<rect class="threshold" stroke="{color}" x="{_f(x0 - 6.0)}" y="{_f(y_top)}" '
-                             f'width="{_f(max(x1 - x0 + 6.0, 12.0))}" height="{_f(max(y_bottom - y_top, 1.0))}">'
+                layer.append(f'<rect class="threshold" stroke="{color}" x="{fx(x0 - 6.0)}" y="{fx(y_top)}" '
+                             f'width="{fx(max(x1 - x0 + 6.0, 12.0))}" height="{fx(max(y_bottom - y_top, 1.0))}">'
                              f'<title>{_esc(t_title)}</title></rect>')
         if drawn.size > 1:
             line = _points(xs[drawn], py[drawn])
@@ -397,9 +417,9 @@ def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bo
         out.append(_marker_svg(m, sx, scales, dx, color, bottom))
     if place is not None:
         x0, row = LEFT + place[0], legend_top + place[1] * LEGEND_ROW
-        entry = (f'<line x1="{_f(x0)}" x2="{_f(x0 + 20)}" y1="{_f(row + 8)}" y2="{_f(row + 8)}" stroke="{color}"'
-                 f'{dash_attr} class="swatch"/><circle cx="{_f(x0 + 10)}" cy="{_f(row + 8)}" r="2.5" fill="{color}"/>'
-                 f'<text x="{_f(x0 + 26)}" y="{_f(row + 12)}" class="legend-text">{escape(s.name)}</text>')
+        entry = (f'<line x1="{fx(x0)}" x2="{fx(x0 + 20)}" y1="{fx(row + 8)}" y2="{fx(row + 8)}" stroke="{color}"'
+                 f'{dash_attr} class="swatch"/><circle cx="{fx(x0 + 10)}" cy="{fx(row + 8)}" r="2.5" fill="{color}"/>'
+                 f'<text x="{fx(x0 + 26)}" y="{fx(row + 12)}" class="legend-text">{escape(s.name)}</text>')
         out.append(f'<g class="legend-entry">{f"<title>{_esc(s.legend_title)}</title>" if s.legend_title else ""}'
                    f"{entry}</g>")
     out.append("</g>")
@@ -448,9 +468,9 @@ def _marker_svg(m: Marker, sx, scales: list[_Scale], dx: float, color: str, bott
     if m.kind in ("step", "drift"):
         body = ""
         if m.x_end is not None and m.x_end > m.x:
-            body += (f'<rect class="span" x="{_f(cx)}" y="{TOP}" width="{_f(float(sx(m.x_end)) - cx)}" '
-                     f'height="{_f(bottom - TOP)}" fill="{fill}"/>')
-        body += (f'<line class="cp" x1="{_f(cx)}" x2="{_f(cx)}" y1="{TOP - 4}" y2="{_f(bottom)}" '
+            body += (f'<rect class="span" x="{fx(cx)}" y="{TOP}" width="{fx(float(sx(m.x_end)) - cx)}" '
+                     f'height="{fx(bottom - TOP)}" fill="{fill}"/>')
+        body += (f'<line class="cp" x1="{fx(cx)}" x2="{fx(cx)}" y1="{TOP - 4}" y2="{fx(bottom)}" '
                  f'stroke="{color or stroke}"/>' + _marker(shape, cx, TOP - 10, fill, stroke))
     elif m.kind == "broken":
         body = _marker(shape, cx, TOP - 10, fill, stroke)
@@ -464,22 +484,13 @@ def _marker_svg(m: Marker, sx, scales: list[_Scale], dx: float, color: str, bott
     return _linked(f'<g class="marker {escape(m.kind)}">{body}</g>', m.title, m.href)
 
 
-def history_plot(x: Sequence[int], y: Sequence[float | None], low: Sequence[float | None],
-                 high: Sequence[float | None], *, n_x: int, y_format: Callable[[float], str],
-                 point_title: Callable[[int], str], point_href: Callable[[int], str],
-                 point_name: Callable[[int], str] = str, bucket_label: str = "",
-                 markers: Sequence[Marker] = (), x_labels: Sequence[str] = (), x_ticks: int = 6,
-                 label: str = "", color: str = PALETTE[0], width: int = WIDTH, height: int = 210,
-                 max_points: int = 120, plot_id: str = "", log: bool | None = False, y_title: str = "",
-                 x_title: str = "") -> Markup:
-    """One history as inline SVG (:func:`overlay_plot` of one series, no legend; the ticks are ``y_format``'s).
+def history_plot(one: Series, options: PlotOptions, height: int = 210) -> Markup:
+    """One history as inline SVG, ``height`` pixels in all (:func:`overlay_plot` of one series, no legend; the ticks
+    are ``options.y_format``'s).
 
-    ``markers`` sit on this series (a regression's triangle at its point)."""
-    one = Series("", x, y, low, high, point_title, point_href, point_name, bucket_label, color, "", tuple(markers))
-    plot_height = height - TOP - X_LABELS_H - (X_TITLE_H if x_title else 0)
-    return overlay_plot([one], n_x=n_x, y_title=y_title, y_units=None, y_format=y_format, log=log,
-                        x_labels=x_labels, x_title=x_title, x_ticks=x_ticks, label=label, width=width,
-                        plot_height=plot_height, max_points=max_points, plot_id=plot_id, legend=False)
+    ``one.markers`` sit on this series (a regression's triangle at its point)."""
+    plot_height = height - TOP - X_LABELS_H - (X_TITLE_H if options.x_title else 0)
+    return overlay_plot([one], replace(options, y_units=None, plot_height=plot_height, legend=False))
 
 
 def legend() -> Markup:
@@ -491,125 +502,3 @@ def legend() -> Markup:
         items.append(f'<svg width="16" height="16" viewBox="0 0 16 16" aria-hidden="true">'
                      f"{_marker(shape, 8, 9, fill, stroke)}</svg> {escape(label)}")
     return Markup('<span class="legend">' + " &nbsp; ".join(items) + "</span>")
-
-
-# --- x/y plots: scaling (time against a grid parameter) and roofline (FLOP/s against arithmetic intensity) --------
-
-
-@dataclass
-class XYSeries:
-    """One variant's points of an x/y plot: (x, y, hover text) each, drawn as marks joined by a line when
-    ``line``; ``color`` and ``dash`` as in the history plots (``style_of``)."""
-
-    name: str
-    points: list[tuple[float, float, str]]
-    color: str
-    dash: str = ""
-    line: bool = True
-
-
-@dataclass
-class Ceiling:
-    """A roofline ceiling: a polyline through (x, y) points with its label (drawn dashed, grey)."""
-
-    label: str
-    points: list[tuple[float, float]]
-
-
-def _log_span(values: Sequence[float]) -> tuple[float, float]:
-    lo, hi = min(values), max(values)
-    if hi <= lo:
-        lo, hi = lo / 2, hi * 2
-    pad = (math.log10(hi) - math.log10(lo)) * 0.06
-    return 10 ** (math.log10(lo) - pad), 10 ** (math.log10(hi) + pad)
-
-
-def _format_si(value: float, unit: str) -> str:
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}".rstrip()
-    return f"{value:.3g} {unit}".rstrip()
-
-
-def _axis_text(value: float, unit: str) -> str:
-    if unit == "s":
-        scale, name = pick_unit(value)
-        return f"{_tick_text(value, scale)} {name}"
-    return _format_si(value, "").replace(" ", "") if unit else f"{value:.4g}"
-
-
-def xy_plot(series: Sequence[XYSeries], *, x_title: str, y_title: str, x_unit: str = "", y_unit: str = "",
-            ceilings: Sequence[Ceiling] = (), label: str = "", plot_id: str = "", width: int = 600,
-            plot_height: int = 240, x_ticks: Sequence[float] = ()) -> Markup:
-    """Variants' points on logarithmic x and y axes, as inline SVG: each series a ``<g class="variant">`` of marks
-    (one ``circle`` per point with its hover text) and its line; ``ceilings`` as labelled dashed lines (a
-    ``<g class="ceiling">`` each); a legend of the series under the plot; ``x_ticks``: the x axis' ticks (e.g. a
-    grid parameter's values; default: 1, 2, 5 x 10^k). Texts are escaped here."""
-    left, right, top = 84, 16, 14
-    inner_w, inner_h = width - left - right, plot_height
-    xs = [x for s in series for x, y, _ in s.points if x > 0 and y > 0]
-    ys = [y for s in series for x, y, _ in s.points if x > 0 and y > 0]
-    names = [s.name for s in series]
-    places, rows = _legend_layout(names, inner_w)
-    height = top + inner_h + X_LABELS_H + X_TITLE_H + (rows * LEGEND_ROW + 6 if rows else 0)
-    attrs = f' id="{escape(plot_id)}"' if plot_id else ""
-    head = (f'<svg class="plot xy" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}"{attrs}>')
-    if not xs:
-        return Markup(f'{head}<text x="{left}" y="{top + inner_h // 2}" class="tick">no data</text></svg>')
-    y_all = ys + [y for c in ceilings for x, y in c.points if y > 0 and min(xs) / 2 <= x <= max(xs) * 2]
-    x_lo, x_hi = _log_span(xs)
-    y_lo, y_hi = _log_span(y_all)
-
-    def sx(x: float) -> float:
-        return left + (math.log10(x) - math.log10(x_lo)) / (math.log10(x_hi) - math.log10(x_lo)) * inner_w
-
-    def sy(y: float) -> float:
-        return top + inner_h - (math.log10(y) - math.log10(y_lo)) / (math.log10(y_hi) - math.log10(y_lo)) * inner_h
-
-    bottom = top + inner_h
-    parts = [head, f'<defs><clipPath id="clip-{escape(plot_id)}"><rect x="{left}" y="{top}" width="{inner_w}" '
-                   f'height="{inner_h}"/></clipPath></defs>']
-    for t in log_ticks(y_lo, y_hi):
-        y = _f(sy(t))
-        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y}" y2="{y}" class="grid"/>'
-                     f'<text x="{left - 6}" y="{y}" dy="4" text-anchor="end" class="tick">'
-                     f'{escape(_axis_text(t, y_unit))}</text>')
-    for t in x_ticks or log_ticks(x_lo, x_hi):
-        x = _f(sx(t))
-        parts.append(f'<line x1="{x}" x2="{x}" y1="{bottom}" y2="{bottom + 4}" class="axis"/>'
-                     f'<text x="{x}" y="{bottom + 15}" text-anchor="middle" class="tick">'
-                     f'{escape(_axis_text(t, x_unit))}</text>')
-    parts.append(f'<line x1="{left}" x2="{width - right}" y1="{bottom}" y2="{bottom}" class="axis"/>'
-                 f'<line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}" class="axis"/>')
-    parts.append(f'<text class="axis-title" x="{_f(left + inner_w / 2)}" y="{bottom + X_LABELS_H + 13}" '
-                 f'text-anchor="middle">{escape(x_title)}</text>'
-                 f'<text class="axis-title" transform="translate(14,{_f(top + inner_h / 2)}) rotate(-90)" '
-                 f'text-anchor="middle">{escape(y_title)}</text>')  # a rate's unit is in the title: ticks say 100T
-    for c in ceilings:
-        pts = " ".join(f"{_f(sx(x))},{_f(sy(y))}" for x, y in c.points if x > 0 and y > 0)
-        lx, ly = c.points[-1]
-        parts.append(f'<g class="ceiling" clip-path="url(#clip-{escape(plot_id)})"><title>{escape(c.label)}</title>'
-                     f'<polyline points="{pts}" fill="none" stroke="#6b7280" stroke-width="1.5" '
-                     f'stroke-dasharray="6 3"/></g>'
-                     f'<text class="ceiling-label tick" x="{_f(min(sx(lx), width - right) - 4)}" '
-                     f'y="{_f(sy(ly) + 15 if sy(ly) < top + 16 else sy(ly) - 5)}" text-anchor="end">'
-                     f'{escape(c.label)}</text>')
-    legend_top = bottom + X_LABELS_H + X_TITLE_H + 6
-    for s, (lx, row) in zip(series, places, strict=True):
-        pts = sorted((x, y, t) for x, y, t in s.points if x > 0 and y > 0)
-        dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
-        body = [f'<g class="variant series" data-variant="{escape(s.name)}">']
-        if s.line and len(pts) > 1:
-            body.append(f'<polyline class="line" points="{" ".join(f"{_f(sx(x))},{_f(sy(y))}" for x, y, _ in pts)}"'
-                        f' stroke="{s.color}"{dash}/>')
-        for x, y, text in pts:
-            body.append(f'<circle cx="{_f(sx(x))}" cy="{_f(sy(y))}" r="3.5" fill="{s.color}"><title>'
-                        f'{escape(text)}</title></circle>')
-        ly = legend_top + row * LEGEND_ROW + 9
-        body.append(f'<line class="swatch" x1="{_f(left + lx)}" x2="{_f(left + lx + 20)}" y1="{ly}" y2="{ly}" '
-                    f'stroke="{s.color}"{dash}/><circle cx="{_f(left + lx + 10)}" cy="{ly}" r="3" fill="{s.color}"/>'
-                    f'<text class="legend-text" x="{_f(left + lx + 26)}" y="{ly + 4}">{escape(s.name)}</text></g>')
-        parts.append("".join(body))
-    parts.append("</svg>")
-    return Markup("".join(parts))

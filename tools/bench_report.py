@@ -55,12 +55,13 @@ from sqlalchemy import func, insert, select
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.analysis import site_evidence, site_inputs  # noqa: E402
 from harness.core.job import job_key, shape_label  # noqa: E402
+from harness.pipeline import report  # noqa: E402
 from harness.record import analysis_cache  # noqa: E402
 from harness.record import store as store_module  # noqa: E402
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run  # noqa: E402
 from harness.record.outbox import open_store  # noqa: E402
-from harness.render import site  # noqa: E402
 
 CHIPS = [("apple-m4-pro-20c", "metal", "Apple M4 Pro", "applegpu_g16s", 20, 1.0),
          ("apple-m2-max-38c", "metal", "Apple M2 Max", "applegpu_g14s", 38, 1.3),
@@ -266,13 +267,11 @@ def one_report(url: str, out: Path, *, cache: bool, change_points: bool, last: i
     start = time.perf_counter()
     store = open_store(url, must_exist=True)
     try:
-        data = site.load_site(store, change_points=change_points, last=last, cache=cache)
-        evidence = getattr(site, "load_evidence", None)  # the compare / samples pages, where this tree has them
-        if evidence is not None:
-            began = time.perf_counter()
-            data.evidence = evidence(store, data.latest, data.regressions)
-            data.timings["evidence"] = time.perf_counter() - began
-        site.render(data, out, store=store, incremental=cache)  # as build_report: pages unchanged are kept
+        data = site_inputs.load_site(store, change_points=change_points, last=last, cache=cache)
+        began = time.perf_counter()  # the compare / samples pages
+        data.evidence = site_evidence.load_evidence(store, data.latest, data.regressions)
+        data.timings["evidence"] = time.perf_counter() - began
+        report.render(data, out, store=store, incremental=cache)  # as build_report: pages unchanged are kept
     finally:
         store.close()
     return {"timings": data.timings, "in_process_s": time.perf_counter() - start,
@@ -475,8 +474,8 @@ def main() -> None:
         if args.check:
             store = open_store(url)
             try:
-                cached = site.load_site(store, change_points=args.change_points, last=args.last)
-                plain = site.load_site(store, change_points=args.change_points, last=args.last, cache=False)
+                cached = site_inputs.load_site(store, change_points=args.change_points, last=args.last)
+                plain = site_inputs.load_site(store, change_points=args.change_points, last=args.last, cache=False)
             finally:
                 store.close()
             same = cached.histories == plain.histories and cached.regressions == plain.regressions

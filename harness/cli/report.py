@@ -54,7 +54,7 @@ def report(
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions, a
     compare page per chip (its run against the previous run) and per regression, the samples behind them."""
     began = time.perf_counter()
-    from harness.render.site import build_report  # loads scipy: only when this command runs
+    from harness.pipeline.report import ReportOptions, build_report  # loads scipy: only when this command runs
 
     notes: list[str] = []
     if timings:  # what the caches reused and computed, and the pages kept (their INFO lines)
@@ -71,8 +71,9 @@ def report(
     try:
         if repo is not None and git.is_repo(repo):
             link_repository(store, git.identity(repo), git.toplevel(repo))
-        index = build_report(store, out, change_points=change_points, last=last, commit=commit,
-                             commit_url=commit_url, repo=repo, cache=cache, timings=phases)
+        options = ReportOptions(change_points=change_points, last=last, commit=commit, commit_url=commit_url,
+                                repo=repo, cache=cache)
+        index = build_report(store, out, options, timings=phases)
     finally:
         store.close()
     console.print(f"report: {index.resolve()}")

@@ -321,7 +321,7 @@ def _print_row(label: str, row, detail: str) -> None:
 
 def _render_report(db_url: str, folder: Path) -> None:
     """Render the HTML report from the database and say where it is."""
-    from harness.render.site import build_report  # loads scipy (the statistics stack): only when used
+    from harness.pipeline.report import build_report  # loads scipy (the statistics stack): only when used
 
     db_store = outbox.open_store(db_url)
     try:

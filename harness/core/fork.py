@@ -1,5 +1,5 @@
 """Work in a forked process: ``ForkedWork`` runs a function there and hands back what it sends, in order;
-``can_fork`` says where that is safe. The report's analysis (``harness.render.site``), its history pages
+``can_fork`` says where that is safe. The report's analysis (``harness.pipeline.report``), its history pages
 (``harness.render.pages``) and the chips of a full analysis (``harness.analysis.cache``) use it to share the
 cores."""
 

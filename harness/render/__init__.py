@@ -1,1 +1,1 @@
-"""Render: load analysed data and hand plain records to reports/ (Jinja2) to write the static site."""
+"""Render: write the static site from plain records (``harness.analysis.site_inputs``); no database query."""

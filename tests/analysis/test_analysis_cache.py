@@ -18,13 +18,13 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
-from harness.analysis import cache
+from harness.analysis import cache, site_evidence, site_inputs
 from harness.analysis.history import detect_many
 from harness.core import stats
 from harness.core.job import JobResult
+from harness.pipeline import report
 from harness.record import analysis_cache, bundle, outbox, query, store
 from harness.record.models import AnalysisCache, Chip, Commit, Run
-from harness.render import site
 from testkit.analysis import add_run, bench_job, checks, grid_results, sha_of, timings
 from testkit.migrations import downgraded
 from testkit.paths import ROOT
@@ -342,11 +342,10 @@ def test_a_cache_written_by_another_process_renders_the_same_pages(db, tmp_path)
         assert session.scalar(select(AnalysisCache.id).limit(1)) is not None  # that process stored its analysis
     found = analysed(db)[2]
     assert all(reused and not computed for reused, computed in found.cells.values())
-    site.build_report(db, tmp_path / "b")  # reads what the other process stored
-    plain = site.load_site(db, cache=False)  # then as build_report goes on
-    if hasattr(site, "load_evidence"):
-        plain.evidence = site.load_evidence(db, plain.latest, plain.regressions)
-    site.render(plain, tmp_path / "c")
+    report.build_report(db, tmp_path / "b")  # reads what the other process stored
+    plain = site_inputs.load_site(db, cache=False)  # then as build_report goes on
+    plain.evidence = site_evidence.load_evidence(db, plain.latest, plain.regressions)
+    report.render(plain, tmp_path / "c")
     a, b, c = (_pages(tmp_path / name) for name in "abc")
     assert a == b == c and len(a) > 5
 
@@ -391,8 +390,8 @@ def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_ch
     chips = query.chip_keys(db)
 
     def both() -> tuple[cache.JobCatalogue, cache.JobCatalogue]:
-        return (cache.job_catalogue(db, chips, site.SHOWN_KINDS),
-                cache.job_catalogue(db, chips, site.SHOWN_KINDS, use_cache=False))
+        return (cache.job_catalogue(db, chips, site_inputs.SHOWN_KINDS),
+                cache.job_catalogue(db, chips, site_inputs.SHOWN_KINDS, use_cache=False))
 
     read: list[tuple[str, list[str] | None]] = []
     original = analysis_cache.chip_jobs
@@ -695,12 +694,12 @@ def test_the_reports_analysis_stores_its_cache_rows_after_its_history_pages(db, 
     """In the report's forked analysis the chip's rows (16 MB at 1,000 commits) are written after the history pages
     are sent, not before the regression list; the report returns once they are stored."""
     from harness.core import fork
-    from harness.render import pages as render_pages
+    from harness.render import history as render_pages
 
     if not fork.can_fork() or not db.shared_by_processes:
         pytest.skip("the report forks no analysis here")
     build(db, commits=8)
-    site.build_report(db, tmp_path / "site")
+    report.build_report(db, tmp_path / "site")
     finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
     events = tmp_path / "events"
     flush, render = cache.common.flush, render_pages.HistoryPages.render
@@ -711,7 +710,7 @@ def test_the_reports_analysis_stores_its_cache_rows_after_its_history_pages(db, 
 
     monkeypatch.setattr(cache.chips, "flush", lambda store, chip, *a: noted(f"rows {chip}") or flush(store, chip, *a))
     monkeypatch.setattr(render_pages.HistoryPages, "render", lambda self: (render(self), noted("pages"))[0])
-    site.build_report(db, tmp_path / "site")
+    report.build_report(db, tmp_path / "site")
     lines = [line.split() for line in events.read_text().splitlines()]
     assert [what for what, *_ in lines] == ["pages", "rows"] and lines[0][-1] == lines[1][-1] != str(os.getpid())
     with db.session() as session:  # stored by the time the report returned

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.analysis.site_inputs import SHOWN_KINDS, _shown_runs
 from harness.record import query
-from harness.render.site import SHOWN_KINDS, _shown_runs
 from testkit.analysis import checks, grid_results
 from testkit.lineage import add_commit, git, new_repo, record_run
 

@@ -8,9 +8,10 @@ from datetime import datetime
 
 import pytest
 
+from harness.analysis.site_evidence import commit_urls
 from harness.core.errors import HarnessError
+from harness.pipeline.report import ReportOptions, build_report
 from harness.record.query import RunBrief
-from harness.render.site import build_report, commit_urls
 from harness.spec.weburl import check_template, commit_url_template, is_remote
 from reports.render import chip_page_name, history_page_name
 from testkit.e2e import git, harness
@@ -100,7 +101,7 @@ def test_every_sha_of_the_site_links_to_the_recorded_remote(tmp_path, monkeypatc
     store = build_store(f"sqlite:///{tmp_path / 'r.db'}")
     try:
         out = tmp_path / "site"
-        build_report(store, out, change_points=False)
+        build_report(store, out, ReportOptions(change_points=False))
     finally:
         store.close()
     web = "https://github.com/octo/kernels/commit/"

@@ -19,13 +19,14 @@ import pytest
 from sqlalchemy import func, select, update
 
 from harness.analysis.compare import compare
+from harness.analysis.site_evidence import MAX_REGRESSION_COMPARES
 from harness.core.chip import ChipIdentity
 from harness.core.job import JobResult, KernelJob, shape_label
+from harness.pipeline.report import ReportOptions, build_report
 from harness.record import query
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.outbox import open_store
 from harness.record.store import Store, create_run, finish_run, record_result
-from harness.render.site import MAX_REGRESSION_COMPARES, build_report
 from reports.evidence import compare_page_name, samples_page_name, series_anchor
 from reports.render import chip_page_name
 
@@ -84,7 +85,7 @@ def site(tmp_path_factory) -> dict:
     store = build_store(url)
     try:
         out = folder / "site"
-        build_report(store, out, change_points=False, commit_url="https://git.example.com/kernels/commit/{sha}")
+        build_report(store, out, ReportOptions(change_points=False, commit_url="https://git.example.com/kernels/commit/{sha}"))
         heads = {chip: query.latest_run(store, chip) for chip in (APPLE.key, NVIDIA.key)}
         bases = {chip: query.previous_run_id(store, run.id) for chip, run in heads.items()}
         reports = {chip: compare(store, bases[chip], heads[chip].id) for chip in heads}
@@ -245,10 +246,10 @@ def test_a_regression_before_the_shown_run_gets_its_own_compare_page(tmp_path, m
         runs = {sha: query.resolve_ref(store, sha, NVIDIA.key).runs[NVIDIA.key] for sha in SHAS}
         report = compare(store, SHAS[0], SHAS[1], chip=NVIDIA.key)
         out = tmp_path / "site"
-        build_report(store, out, change_points=False)
-        monkeypatch.setattr("harness.render.site.MAX_REGRESSION_COMPARES", 0)  # the cap: no page, and it says so
+        build_report(store, out, ReportOptions(change_points=False))
+        monkeypatch.setattr("harness.analysis.site_evidence.MAX_REGRESSION_COMPARES", 0)  # the cap: no page, said
         capped = tmp_path / "capped"
-        build_report(store, capped, change_points=False)
+        build_report(store, capped, ReportOptions(change_points=False))
     finally:
         store.close()
     own = compare_page_name(NVIDIA.key, runs[SHAS[0]], runs[SHAS[1]])
@@ -289,7 +290,7 @@ def test_changes_held_against_a_shifted_run_are_marked_held(db, tmp_path):
     held = [row for row in report.rows if row.more_runs_needed]
     assert held and all(row.verdict == "inconclusive" for row in held)
     assert report.counts["regressed"] == report.counts["improved"] == 0
-    build_report(db, tmp_path / "site", change_points=False)
+    build_report(db, tmp_path / "site", ReportOptions(change_points=False))
     html = (tmp_path / "site" / compare_page_name("chip-a", [base], [head])).read_text()
     assert f'{len(held)} change{"s" if len(held) != 1 else ""} held</span>' in html
     assert html.count(">held</span> 2 more base runs") == len(held)

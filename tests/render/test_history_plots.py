@@ -9,16 +9,12 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta
 
 from harness.analysis.records import ChangeFlag, HistoryPoint, RegressionEvidence, SeriesHistory
+from harness.analysis.site_inputs import SiteData
 from harness.record.query import SeriesKey
 from harness.render.pages import write_site
-from reports.render import (
-    COMMIT_AXIS_TITLE,
-    commit_anchor,
-    history_page_name,
-    history_pages,
-    kernel_history_page_name,
-)
-from reports.svg import PALETTE, Series, log_ticks, overlay_plot, pick_unit
+from reports.history import COMMIT_AXIS_TITLE, history_pages, kernel_history_page_name
+from reports.render import commit_anchor, history_page_name
+from reports.svg import PALETTE, PlotOptions, Series, log_ticks, overlay_plot, pick_unit
 
 NS = {"s": "http://www.w3.org/2000/svg"}
 CHIPS = ("nvidia-h200-sm90", "apple-m4-pro-20c")
@@ -113,7 +109,8 @@ def test_every_plot_has_a_log_axis_layer_sharing_the_hover_texts():
     assert low > mid > high and math.isclose(low - mid, mid - high, rel_tol=1e-2)
     lin = heights(0)
     assert math.isclose(lin["sdpa"] - lin["flash_bq8_bk16"], 2 * (lin["flash_bq16_bk32"] - lin["sdpa"]), rel_tol=1e-2)
-    one_axis = parse(overlay_plot([Series("v", [0, 1], [1.0, 2.0], [None] * 2, [None] * 2, str, str)], n_x=2, log=True))
+    one = Series("v", [0, 1], [1.0, 2.0], [None] * 2, [None] * 2, str, str)
+    one_axis = parse(overlay_plot([one], PlotOptions(n_x=2, log=True)))
     assert [g.get("class") for g in one_axis.findall("./s:g", NS)][0] == "log"
     assert [f"{t:.0e}" for t in log_ticks(1e-4, 1e-1)] == ["1e-04", "1e-03", "1e-02", "1e-01"]  # only decades
     assert [f"{t:g}" for t in log_ticks(0.1, 1.0)] == ["0.1", "0.2", "0.5", "1"]
@@ -152,7 +149,7 @@ def test_a_single_point_series_is_an_error_bar_not_a_band_and_says_1_commit(tmp_
     assert len(set(xs)) == 3 and 300 < min(xs) < max(xs) < 420
     chip = {"key": CHIPS[0], "backend": "cuda", "device_name": "H200", "architecture": "sm_90", "gpu_cores": None,
             "memory_bytes": None, "record": {"os": "Linux", "mlx_version": "0.32"}}
-    write_site(tmp_path, [chip], {CHIPS[0]: None}, {}, "sqlite:///x.db", histories=single)
+    write_site(tmp_path, SiteData([chip], {CHIPS[0]: None}, db_label="sqlite:///x.db", histories=single))
     html = (tmp_path / history_page_name("flash_prefill", CHIPS[0])).read_text()
     assert "1 commit" in html and "1 commits" not in html
 
@@ -209,10 +206,10 @@ def test_pages_per_chip_keep_their_names_and_a_kernel_on_two_chips_gets_a_page_o
 
 
 def test_series_overlay_without_legend_and_no_data():
-    empty = overlay_plot([], n_x=0)
+    empty = overlay_plot([], PlotOptions(n_x=0))
     assert "no data" in str(empty)
-    one = overlay_plot([Series("v", [0, 1], [1.0, 2.0], [None, None], [None, None], str, lambda i: "#")], n_x=2,
-                       legend=False, y_units=None, y_format=lambda v: f"{v:.1f} u")
+    one = overlay_plot([Series("v", [0, 1], [1.0, 2.0], [None, None], [None, None], str, lambda i: "#")],
+                       PlotOptions(n_x=2, legend=False, y_units=None, y_format=lambda v: f"{v:.1f} u"))
     svg = parse(one)
     assert svg.find(".//s:g[@class='legend-entry']", NS) is None
     assert "1.0 u" in [t.text for t in svg.findall(".//s:text[@class='tick']", NS)]
@@ -221,7 +218,7 @@ def test_series_overlay_without_legend_and_no_data():
 def test_a_plot_is_drawn_on_its_own_chips_axis_the_same_on_every_page():
     """A chip's plot on the page of every chip is its own page's plot, byte for byte, and a new commit on another
     chip changes the page's commit table, not that plot (so an incremental build need not draw it again)."""
-    from reports.render import history_plans, plot_svgs
+    from reports.history import history_plans, plot_svgs
 
     def drawn(data):
         pages = {p.name: p for p in history_pages(data, [])}

@@ -19,14 +19,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.analysis import site_evidence, site_inputs
 from harness.analysis.records import CompareRow, HistoryPoints
+from harness.analysis.site_manifests import Manifest, SiteManifests
+from harness.core import fork
+from harness.pipeline import report
+from harness.pipeline.report import ReportOptions, build_report
 from harness.record import analysis_cache, query
 from harness.record.outbox import open_store
-from harness.render import pages, site
-from harness.render.site import build_report
+from harness.render import evidence as render_evidence
+from harness.render import fingerprint
+from harness.render import history as render_history
 from reports.evidence import compare_page_name
-from reports.render import chip_page_name, history_page_name, kernel_history_page_name
+from reports.history import kernel_history_page_name
+from reports.render import chip_page_name, history_page_name
 from tests.render.test_compare_page import APPLE, NVIDIA, SHAS, add_run, build_store
+
+
+def _forks(monkeypatch: pytest.MonkeyPatch, can_fork: object) -> None:
+    """Whether the report may fork: the analysis' process (``harness.pipeline.report``) and the history pages'."""
+    monkeypatch.setattr(report, "can_fork", can_fork)
+    monkeypatch.setattr(render_history, "can_fork", can_fork)
+
 
 URL_TEMPLATE = "https://git.example.com/kernels/commit/{sha}"
 NEW_SHA = "c" * 40
@@ -41,7 +55,7 @@ class _Frozen(datetime):
 @pytest.fixture(autouse=True)
 def frozen_clock(monkeypatch):
     """Every build stamps the same time, so that builds at different minutes are comparable byte for byte."""
-    monkeypatch.setattr(site, "datetime", _Frozen)
+    monkeypatch.setattr(report, "datetime", _Frozen)
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -53,7 +67,7 @@ def mtimes(folder: Path) -> dict[str, int]:
 
 
 def build(store, out: Path, **kwargs) -> None:
-    build_report(store, out, change_points=False, commit_url=URL_TEMPLATE, **kwargs)
+    build_report(store, out, ReportOptions(change_points=False, commit_url=URL_TEMPLATE, **kwargs))
 
 
 @pytest.fixture
@@ -96,7 +110,7 @@ def test_the_chip_pages_evidence_is_rendered_before_the_regression_list_is_taken
     """``build_report`` renders the chip pages' compare and samples pages while the analysis goes on (they do not
     depend on it), the rest after: the same files as a build that renders every page at the end."""
     events: list[str] = []
-    render_early, regressions = pages.EvidencePages.render, site.SiteAnalysis.regressions
+    render_early, regressions = render_evidence.EvidencePages.render, report.SiteAnalysis.regressions
 
     def early(self, evidence):  # noqa: ANN001, ANN202 - the method's own
         events.append(f"early: {len(evidence.compares)} compares, {len(evidence.samples)} samples")
@@ -107,15 +121,15 @@ def test_the_chip_pages_evidence_is_rendered_before_the_regression_list_is_taken
         events.append("regressions")
         return regressions(self, timings)
 
-    monkeypatch.setattr(pages.EvidencePages, "render", early)
-    monkeypatch.setattr(site.SiteAnalysis, "regressions", taken)
+    monkeypatch.setattr(render_evidence.EvidencePages, "render", early)
+    monkeypatch.setattr(report.SiteAnalysis, "regressions", taken)
     add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
     build(store, tmp_path / "site")
     assert events[:2] == ["early: 2 compares, 8 samples", "rendered [('compare', 2), ('samples', 8)]"]
     assert events[2] == "regressions"
-    data = site.load_site(store, change_points=False)  # analysed here, every page rendered at the end
-    data.evidence = site.load_evidence(store, data.latest, data.regressions, commit_url=URL_TEMPLATE)
-    site.render(data, tmp_path / "at-the-end", store=store)
+    data = site_inputs.load_site(store, change_points=False)  # analysed here, every page rendered at the end
+    data.evidence = site_evidence.load_evidence(store, data.latest, data.regressions, commit_url=URL_TEMPLATE)
+    report.render(data, tmp_path / "at-the-end", store=store)
     assert files(tmp_path / "site") == files(tmp_path / "at-the-end")
     assert data.pages.rendered["compare"] > 2  # the regression pairs' pages besides the chip pages'
 
@@ -146,8 +160,9 @@ def test_a_changed_input_is_rendered_again(store, tmp_path):
     written = mtimes(out)
     history = out / history_page_name("flash_prefill", APPLE.key)
     history.write_text("edited by hand", encoding="utf-8")  # a page changed since: rendered again
-    build_report(store, out, change_points=False, commit_url="https://other.example.com/{sha}")  # every link
-    build_report(store, tmp_path / "fresh", change_points=False, commit_url="https://other.example.com/{sha}")
+    other = ReportOptions(change_points=False, commit_url="https://other.example.com/{sha}")
+    build_report(store, out, other)  # every link
+    build_report(store, tmp_path / "fresh", other)
     assert files(out) == files(tmp_path / "fresh")
     kept = {name for name, ns in mtimes(out).items() if written.get(name) == ns}
     assert not {name for name in kept if not name.startswith("samples-")}  # each names a commit with its link
@@ -158,16 +173,16 @@ def test_a_regression_list_change_reaches_the_history_page(store, tmp_path):
     """A history page links each of its regressions by its place in the list: a new regression ahead of it moves
     it, and the page is rendered again though its series did not change."""
     out = tmp_path / "site"
-    data = site.load_site(store, change_points=False)
-    data.evidence = site.load_evidence(store, data.latest, data.regressions)
-    site.render(data, out, store=store)
+    data = site_inputs.load_site(store, change_points=False)
+    data.evidence = site_evidence.load_evidence(store, data.latest, data.regressions)
+    report.render(data, out, store=store)
     assert data.pages.rendered["history"] == 2
     regression = next(r for r in data.regressions if r.kind == "performance")
     moved = dataclasses.replace(regression, chip="other-chip", kernel="other_kernel")
     data.regressions = [moved, *data.regressions]
-    site.render(data, out, store=store)
+    report.render(data, out, store=store)
     assert data.pages.rendered["history"] == 1 and data.pages.kept["history"] == 1  # the chip with the regression
-    site.render(data, tmp_path / "fresh")
+    report.render(data, tmp_path / "fresh")
     assert files(out) == files(tmp_path / "fresh")
 
 
@@ -184,11 +199,11 @@ def test_nothing_new_renders_only_the_summary_pages(store, tmp_path):
 def test_no_cache_renders_every_page_and_stores_no_manifest(store, tmp_path):
     out = tmp_path / "site"
     build(store, out)
-    assert analysis_cache.read_entries(store, pages.SiteManifests.CHIP, pages.SiteManifests.KIND)
+    assert analysis_cache.read_entries(store, SiteManifests.CHIP, SiteManifests.KIND)
     written = mtimes(out)
     build(store, out, cache=False)
     assert all(ns != written[name] for name, ns in mtimes(out).items())
-    assert not analysis_cache.read_entries(store, pages.SiteManifests.CHIP, pages.SiteManifests.KIND)
+    assert not analysis_cache.read_entries(store, SiteManifests.CHIP, SiteManifests.KIND)
     build(store, out)  # the next build knows nothing of the folder: every page again
     assert all(ns != written[name] for name, ns in mtimes(out).items())
 
@@ -207,7 +222,7 @@ def test_a_page_the_manifest_never_listed_is_left_alone(store, tmp_path):
 
 
 def test_fingerprint_is_exact_and_independent_of_set_order():
-    digest = pages.Fingerprint
+    digest = fingerprint.Fingerprint
     assert digest({"b", "a", "c"}).hexdigest() == digest({"c", "a", "b"}).hexdigest()
     assert digest(0.0).hexdigest() != digest(-0.0).hexdigest()
     assert digest([1, 2]).hexdigest() != digest((1, 2)).hexdigest()
@@ -220,7 +235,7 @@ def test_fingerprint_is_exact_and_independent_of_set_order():
 def test_records_fingerprinted_by_their_text_are_exact():
     key = query.SeriesKey("flash_prefill", "sdpa", "float16", "B=1", "chip")
     row = CompareRow(key, "unchanged", 1.0, 0.99, 1.01, 0.5, 0.6, 24, 24, 0, 1e-4, 1e-4)
-    digest = pages.Fingerprint
+    digest = fingerprint.Fingerprint
     assert digest(row).hexdigest() == digest(dataclasses.replace(row)).hexdigest()
     assert digest(row).hexdigest() != digest(dataclasses.replace(row, ratio=1.0000000000000002)).hexdigest()
     assert digest(row).hexdigest() != digest(dataclasses.replace(row, key=key._replace(chip="other"))).hexdigest()
@@ -233,18 +248,18 @@ def test_history_points_fingerprint_reads_the_commits_not_the_table_layout():
     points = HistoryPoints(table, [0, 2], [1.0, 2.0], [0.9, 1.9], [1.1, 2.1], [3, 3])
     shuffled = HistoryPoints([table[2], ("d" * 40, "four", "main", when), table[0]], [2, 0], [1.0, 2.0], [0.9, 1.9],
                              [1.1, 2.1], [3, 3])
-    assert pages.Fingerprint(points).hexdigest() == pages.Fingerprint(shuffled).hexdigest()
+    assert fingerprint.Fingerprint(points).hexdigest() == fingerprint.Fingerprint(shuffled).hexdigest()
     renamed = HistoryPoints([table[0], table[1], ("c" * 40, "3", "main", when)], [0, 2], [1.0, 2.0], [0.9, 1.9],
                             [1.1, 2.1], [3, 3])
-    assert pages.Fingerprint(points).hexdigest() != pages.Fingerprint(renamed).hexdigest()
+    assert fingerprint.Fingerprint(points).hexdigest() != fingerprint.Fingerprint(renamed).hexdigest()
     moved = HistoryPoints(table, [0, 2], [1.0, 2.5], [0.9, 1.9], [1.1, 2.1], [3, 3])
-    assert pages.Fingerprint(points).hexdigest() != pages.Fingerprint(moved).hexdigest()
+    assert fingerprint.Fingerprint(points).hexdigest() != fingerprint.Fingerprint(moved).hexdigest()
 
 
 def test_an_unreadable_manifest_renders_every_page(tmp_path):
-    assert pages.Manifest.from_bytes(b"not zlib").pages == {}
-    manifest = pages.Manifest({"x.html": ("f" * 64, 3, 1)})
-    assert pages.Manifest.from_bytes(manifest.to_bytes()) == manifest
+    assert Manifest.from_bytes(b"not zlib").pages == {}
+    manifest = Manifest({"x.html": ("f" * 64, 3, 1)})
+    assert Manifest.from_bytes(manifest.to_bytes()) == manifest
     (tmp_path / "x.html").write_text("abc", encoding="utf-8")
     assert not manifest.fresh(tmp_path, "x.html", "f" * 64)  # the file's time is not the one recorded
     stat = (tmp_path / "x.html").stat()
@@ -255,9 +270,9 @@ def test_an_unreadable_manifest_renders_every_page(tmp_path):
 def test_store_manifest_is_per_folder(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
     try:
-        manifests = pages.SiteManifests(store)
-        manifests.write(tmp_path / "a", pages.Manifest({"p.html": ("x", 1, 2)}))
-        manifests.write(tmp_path / "b", pages.Manifest({"q.html": ("y", 1, 2)}))
+        manifests = report.site_manifests(store)
+        manifests.write(tmp_path / "a", Manifest({"p.html": ("x", 1, 2)}))
+        manifests.write(tmp_path / "b", Manifest({"q.html": ("y", 1, 2)}))
         assert manifests.read(tmp_path / "a").pages == {"p.html": ("x", 1, 2)}
         manifests.forget(tmp_path / "a")
         assert manifests.read(tmp_path / "a").pages == {}
@@ -271,17 +286,19 @@ def test_the_page_of_every_chip_takes_a_kept_chip_pages_plots_from_its_file(stor
     from its kept page (and still equals a full build, above)."""
     from reports import svg
 
-    monkeypatch.setattr(pages, "can_fork", lambda: False)  # drawn in this process, where the calls are counted
+    _forks(monkeypatch, lambda: False)  # drawn in this process, where the calls are counted
     out = tmp_path / "site"
     build(store, out)
     add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
     drawn: list[str] = []
     original = svg.overlay_plot
-    monkeypatch.setattr(svg, "overlay_plot", lambda *a, **k: drawn.append(k["plot_id"]) or original(*a, **k))
+    monkeypatch.setattr(svg, "overlay_plot", lambda series, opts: drawn.append(opts.plot_id) or original(series, opts))
     build(store, out)
     every = (out / kernel_history_page_name("flash_prefill")).read_text(encoding="utf-8")
-    apple = pages.page_plots((out / history_page_name("flash_prefill", APPLE.key)).read_text(encoding="utf-8"))
-    nvidia = pages.page_plots((out / history_page_name("flash_prefill", NVIDIA.key)).read_text(encoding="utf-8"))
+    def plots(chip: str) -> dict:
+        return render_history.page_plots((out / history_page_name("flash_prefill", chip)).read_text(encoding="utf-8"))
+
+    apple, nvidia = plots(APPLE.key), plots(NVIDIA.key)
     assert apple and nvidia and all(plot in every for plot in (*apple.values(), *nvidia.values()))
     assert sorted(drawn) == sorted(nvidia)  # each of the chip's plots once (its page), none of the other chip's
 
@@ -295,41 +312,41 @@ def test_a_history_is_digested_once_per_build_and_exactly():
                            np.array([1e-3, 2e-3]), np.array([0.9e-3, 1.9e-3]), np.array([1.1e-3, 2.1e-3]),
                            np.array([10, 10]))
     history = SeriesHistory(query.SeriesKey("k", "v", "float16", "S=1", "chip"), points, ())
-    memo = pages.FingerprintMemo()
-    first = pages.Fingerprint({"chip": [history]}, memo=memo).hexdigest()
+    memo = fingerprint.FingerprintMemo()
+    first = fingerprint.Fingerprint({"chip": [history]}, memo=memo).hexdigest()
     assert list(memo.records) == [id(history)]
-    assert pages.Fingerprint({"chip": [history]}, memo=memo).hexdigest() == first
-    assert pages.Fingerprint({"chip": [history]}, memo=pages.FingerprintMemo()).hexdigest() == first
+    assert fingerprint.Fingerprint({"chip": [history]}, memo=memo).hexdigest() == first
+    assert fingerprint.Fingerprint({"chip": [history]}, memo=fingerprint.FingerprintMemo()).hexdigest() == first
     moved = dataclasses.replace(history, points=HistoryPoints(
         points._commits, points.rows, np.array([1e-3, np.nextafter(2e-3, 1.0)]), points.ci_low, points.ci_high,
         points.n))
-    assert pages.Fingerprint({"chip": [moved]}, memo=memo).hexdigest() != first
+    assert fingerprint.Fingerprint({"chip": [moved]}, memo=memo).hexdigest() != first
 
 
 def _record_renderer_pid(monkeypatch, where: Path) -> None:
     """Each time the history pages are rendered, the rendering process's pid is appended to ``where``."""
-    original = pages.HistoryPages.render
+    original = render_history.HistoryPages.render
 
     def recorded(self):  # noqa: ANN001, ANN202 - the method's own
         with where.open("a") as out:
             out.write(f"{os.getpid()}\n")
         return original(self)
 
-    monkeypatch.setattr(pages.HistoryPages, "render", recorded)
+    monkeypatch.setattr(render_history.HistoryPages, "render", recorded)
 
 
 def test_history_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
     pids = tmp_path / "pids"
     _record_renderer_pid(monkeypatch, pids)
-    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    _forks(monkeypatch, lambda: True)
     build(store, tmp_path / "forked")
-    monkeypatch.setattr(pages, "can_fork", lambda: False)
+    _forks(monkeypatch, lambda: False)
     build(store, tmp_path / "inline")
     forked, inline = pids.read_text().split()
     assert int(forked) != os.getpid() and int(inline) == os.getpid()
     assert files(tmp_path / "forked") == files(tmp_path / "inline")
     add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))  # incremental: the manifests merge
-    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    _forks(monkeypatch, lambda: True)
     build(store, tmp_path / "forked")
     build(store, tmp_path / "fresh")
     assert files(tmp_path / "forked") == files(tmp_path / "fresh")
@@ -347,19 +364,19 @@ def test_the_other_pages_are_written_before_the_report_waits_for_the_history_pag
     are rendered while the history pages' process (or, without one, this one later) writes them."""
     out = tmp_path / "site"
     seen: list[tuple[str, bool]] = []
-    for kind in (pages.HistoryPages, pages.DeliveredHistoryPages):
+    for kind in (render_history.HistoryPages, render_history.DeliveredHistoryPages):
         def finish(self, into, original=kind.finish):  # noqa: ANN001, ANN202 - the method's own
             seen.append(((out / "index.html").exists(), (out / chip_page_name(APPLE.key)).exists()))
             return original(self, into)
         monkeypatch.setattr(kind, "finish", finish)
-    monkeypatch.setattr(pages, "can_fork", lambda: forks)
+    _forks(monkeypatch, lambda: forks)
     build(store, out)
     assert seen == [(True, True)]  # one wait, after both were written
 
 
 def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
     parent = os.getpid()
-    original = pages.HistoryPages.render
+    original = render_history.HistoryPages.render
 
     def fails_in_the_child(self):  # noqa: ANN001, ANN202 - the method's own
         if os.getpid() != parent:
@@ -367,18 +384,18 @@ def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch
             raise RuntimeError("the child dies")
         return original(self)
 
-    monkeypatch.setattr(pages.HistoryPages, "render", fails_in_the_child)
-    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    monkeypatch.setattr(render_history.HistoryPages, "render", fails_in_the_child)
+    _forks(monkeypatch, lambda: True)
     build(store, tmp_path / "site")
     assert "history pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
-    monkeypatch.setattr(pages, "can_fork", lambda: False)
+    _forks(monkeypatch, lambda: False)
     build(store, tmp_path / "inline")
     assert files(tmp_path / "site") == files(tmp_path / "inline")
 
 
 def test_a_build_that_fails_leaves_no_process_behind(store, tmp_path, monkeypatch):
     started: list[int] = []
-    original = pages.ForkedWork.__init__
+    original = fork.ForkedWork.__init__
 
     def init(self, work):  # noqa: ANN001, ANN202 - the method's own
         original(self, work)
@@ -387,9 +404,9 @@ def test_a_build_that_fails_leaves_no_process_behind(store, tmp_path, monkeypatc
     def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("evidence failed")
 
-    monkeypatch.setattr(pages.ForkedWork, "__init__", init)
-    monkeypatch.setattr(pages, "can_fork", lambda: True)
-    monkeypatch.setattr(site, "load_evidence", broken)
+    monkeypatch.setattr(fork.ForkedWork, "__init__", init)
+    _forks(monkeypatch, lambda: True)
+    monkeypatch.setattr(report, "load_evidence", broken)
     with pytest.raises(RuntimeError, match="evidence failed"):
         build(store, tmp_path / "site")
     assert len(started) == 1
@@ -401,21 +418,21 @@ def test_a_failed_analysis_process_is_made_good_here(store, tmp_path, monkeypatc
     """The analysis and the history pages run in a forked process; where it dies before sending the regression
     list, the report analyses and draws here (its history pages alone in a process of their own)."""
     parent = os.getpid()
-    original = site.analyse
+    original = report.analyse
 
     def fails_in_the_child(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         if os.getpid() != parent:
             raise RuntimeError("no analysis there")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(site, "analyse", fails_in_the_child)
-    monkeypatch.setattr(pages, "can_fork", lambda: True)
+    monkeypatch.setattr(report, "analyse", fails_in_the_child)
+    _forks(monkeypatch, lambda: True)
     pids = tmp_path / "pids"
     _record_renderer_pid(monkeypatch, pids)
     build(store, tmp_path / "site")
     assert "analysis: its process failed (RuntimeError: no analysis there); analysed here instead" in caplog.text
     assert int(pids.read_text()) != parent  # the history pages still drawn in a process of their own
-    monkeypatch.setattr(pages, "can_fork", lambda: False)
+    _forks(monkeypatch, lambda: False)
     build(store, tmp_path / "inline")
     assert files(tmp_path / "site") == files(tmp_path / "inline")
 
@@ -425,17 +442,17 @@ def test_no_fork_while_another_thread_runs(monkeypatch):
 
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     monkeypatch.setattr(sys, "platform", "linux")
-    assert pages.can_fork() == hasattr(os, "fork")
+    assert fork.can_fork() == hasattr(os, "fork")
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
     try:
-        assert not pages.can_fork()  # the child would inherit whatever lock that thread holds
+        assert not fork.can_fork()  # the child would inherit whatever lock that thread holds
     finally:
         stop.set()
         other.join()
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert not pages.can_fork()  # Metal (MLX) does not survive a fork
+    assert not fork.can_fork()  # Metal (MLX) does not survive a fork
 
 
 def test_an_in_memory_database_is_analysed_here(tmp_path):
@@ -455,13 +472,13 @@ def test_the_forked_analysis_writes_its_cache_on_both_backends(db_url, tmp_path,
     and on PostgreSQL, and the site equals one built in a single process."""
     handle = build_store(db_url)
     try:
-        monkeypatch.setattr(pages, "can_fork", lambda: True)
+        _forks(monkeypatch, lambda: True)
         build(handle, tmp_path / "forked")
         caplog.clear()
         with caplog.at_level("INFO", logger="harness.analysis.cache"):
             build(handle, tmp_path / "forked")  # the cache the child stored, reused (its note logged here)
         assert "chips reused whole 2" in caplog.text
-        monkeypatch.setattr(pages, "can_fork", lambda: False)
+        _forks(monkeypatch, lambda: False)
         build(handle, tmp_path / "inline")
         assert files(tmp_path / "forked") == files(tmp_path / "inline")
     finally:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from harness.analysis.site_inputs import SiteData
 from harness.record.query import RunView
 from harness.render.pages import write_site
-from reports.render import chip_page_name, fmt_rate, fmt_time, variant_rows
+from reports.chip import variant_rows
+from reports.render import chip_page_name, fmt_rate, fmt_time
 
 
 def bench(variant: str, median: float, shape: str = "S=64") -> dict:
@@ -43,7 +45,7 @@ def test_user_text_is_escaped(tmp_path):
            "tolerance": 0.1}
     run = RunView("r1", "cpu-x", "abc", evil, evil, True, "s", "complete", datetime.now(UTC), None, None, None, 1,
                   "host", [job])
-    index = write_site(tmp_path, [chip], {"cpu-x": run}, {}, "sqlite:///x.db")
+    index = write_site(tmp_path, SiteData([chip], {"cpu-x": run}, db_label="sqlite:///x.db"))
     for page in (index, tmp_path / chip_page_name("cpu-x")):
         html = page.read_text()
         assert "<script>alert(1)</script>" not in html
@@ -55,7 +57,7 @@ def test_a_history_page_orders_commits_as_the_series_do_not_by_start_time():
     from types import SimpleNamespace as NS
 
     from harness.analysis.records import HistoryPoint, HistoryPoints
-    from reports.render import _commit_axis
+    from reports.history import _commit_axis
 
     def point(sha: str, minute: int) -> HistoryPoint:
         return HistoryPoint(sha, "", "", datetime(2026, 1, 1, 0, minute), 1.0, 0.9, 1.1, 10)

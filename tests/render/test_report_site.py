@@ -21,10 +21,11 @@ import pytest
 from harness.analysis.regressions import regressions as find_regressions
 from harness.core.chip import ChipIdentity
 from harness.core.job import JobResult, KernelJob
+from harness.pipeline.report import ReportOptions, build_report
 from harness.record.outbox import open_store
 from harness.record.store import Store, create_run, finish_run, record_result, set_peaks
-from harness.render.site import build_report
-from reports.render import chip_page_name, commit_anchor, history_page_name, kernel_history_page_name, page_script
+from reports.history import kernel_history_page_name
+from reports.render import chip_page_name, commit_anchor, history_page_name, page_script
 from testkit.e2e import git, harness, write_suite
 from testkit.paths import ROOT
 
@@ -248,7 +249,7 @@ def test_db_url_is_masked(site, tmp_path):
     store = open_store(site["url"])
     try:
         masked = Store(store.engine, "postgresql+psycopg://ci:hunter2@db.example/results")
-        index = build_report(masked, tmp_path / "masked", change_points=False)
+        index = build_report(masked, tmp_path / "masked", ReportOptions(change_points=False))
     finally:
         store.close()
     html = index.read_text()
@@ -258,7 +259,7 @@ def test_db_url_is_masked(site, tmp_path):
 def test_last_n_commits_limits_histories_and_says_so(site, tmp_path):
     store = open_store(site["url"])
     try:
-        index = build_report(store, tmp_path / "last", last=4)
+        index = build_report(store, tmp_path / "last", ReportOptions(last=4))
     finally:
         store.close()
     history = (tmp_path / "last" / history_page_name("flash_prefill", NVIDIA.key)).read_text()

@@ -10,19 +10,12 @@ from types import SimpleNamespace
 
 from harness.analysis.records import ChangeFlag, RegressionEvidence, SeriesHistory
 from harness.record.query import SeriesKey
-from reports.render import (
-    _axis,
-    _svg_series,
-    chip_views,
-    range_url,
-    regression_groups,
-    regression_id,
-    shape_order,
-    sparkline,
-    threshold_band,
-    variant_rollup,
-)
-from reports.svg import PALETTE, overlay_plot
+from reports.chip import chip_views
+from reports.history import _axis, _svg_series, shape_order, threshold_band
+from reports.regressions import range_url, regression_groups, regression_id
+from reports.sparkline import sparkline
+from reports.svg import PALETTE, PlotOptions, overlay_plot
+from reports.variants import variant_rollup
 
 
 def cell(chip, variant, shape, outcome, ratio):
@@ -128,5 +121,5 @@ def test_the_threshold_band_sits_around_the_level_since_the_last_change():
     assert threshold_band(history("sdpa", [1.0, 1.01])) is None  # under the noise meter's floor of 3 commits
     series = _svg_series(history("sdpa", steady, change_at=4), _axis([history("sdpa", steady)]),
                          {"sdpa": ("#000", "")}, True, "gpu", [])
-    svg_text = str(overlay_plot([series], n_x=len(steady), log=None))
+    svg_text = str(overlay_plot([series], PlotOptions(n_x=len(steady), log=None)))
     assert svg_text.count('class="threshold"') == 2 and "detects ±" in svg_text  # linear and log layers

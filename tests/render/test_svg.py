@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 from markupsafe import Markup
 
-from reports.svg import Marker, history_plot, legend, nice_ticks
+from reports.svg import Marker, PlotOptions, Series, history_plot, legend, nice_ticks
 
 EVIL = "<script>alert(1)</script>"
 NS = {"s": "http://www.w3.org/2000/svg"}
@@ -16,9 +16,10 @@ NS = {"s": "http://www.w3.org/2000/svg"}
 
 def plot(n: int, max_points: int = 120, markers=(), title=lambda i: f"commit {i}", **kwargs) -> Markup:
     y = [1e-3 * (1.3 if i >= n // 2 else 1.0) for i in range(n)]
-    return history_plot(list(range(n)), y, [v * 0.98 for v in y], [v * 1.02 for v in y], n_x=n,
-                        y_format=lambda v: f"{v * 1e3:.2f} ms", point_title=title, point_href=lambda i: f"#c-{i}",
-                        markers=markers, max_points=max_points, x_labels=[f"sha{i}" for i in range(n)], **kwargs)
+    one = Series("", list(range(n)), y, [v * 0.98 for v in y], [v * 1.02 for v in y], title, lambda i: f"#c-{i}",
+                 markers=tuple(markers))
+    return history_plot(one, PlotOptions(n_x=n, y_format=lambda v: f"{v * 1e3:.2f} ms", max_points=max_points,
+                                         x_labels=[f"sha{i}" for i in range(n)], **kwargs))
 
 
 def points_of(svg: ET.Element, tag: str) -> list[tuple[float, float]]:
@@ -75,16 +76,15 @@ def test_every_text_is_escaped():
     assert isinstance(out, Markup)
     assert "<script" not in str(out) and "&lt;script&gt;" in str(out)
     ET.fromstring(str(out))  # still well-formed XML
-    assert "<script" not in str(history_plot([0], [1.0], [None], [None], n_x=1, y_format=str,
-                                              point_title=lambda i: EVIL, point_href=lambda i: '"><script>',
-                                              x_labels=[EVIL]))
+    evil = Series("", [0], [1.0], [None], [None], lambda i: EVIL, lambda i: '"><script>')
+    assert "<script" not in str(history_plot(evil, PlotOptions(n_x=1, y_format=str, x_labels=[EVIL])))
 
 
 def test_missing_values_and_no_data():
-    out = history_plot([0, 1, 2], [None, math.nan, 2.0], [None] * 3, [None] * 3, n_x=3, y_format=str,
-                       point_title=str, point_href=lambda i: "#")
+    out = history_plot(Series("", [0, 1, 2], [None, math.nan, 2.0], [None] * 3, [None] * 3, str, lambda i: "#"),
+                       PlotOptions(n_x=3, y_format=str))
     assert len(ET.fromstring(str(out)).findall(".//s:circle", NS)) == 1
-    empty = history_plot([], [], [], [], n_x=0, y_format=str, point_title=str, point_href=str)
+    empty = history_plot(Series("", [], [], [], [], str, str), PlotOptions(n_x=0, y_format=str))
     assert "no data" in str(empty)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.site_inputs import SiteData
 from harness.render.pages import write_site
 from reports.render import STATIC, environment, page_script
 from tests.render.test_report_site import Watched, browser  # noqa: F401 - the module's Chromium fixture
@@ -42,7 +43,7 @@ def sha256_source(script: str) -> str:
 
 
 def test_every_page_allows_exactly_its_inline_script_by_hash(tmp_path):
-    write_site(tmp_path, [CHIP], {"cpu-x": None}, {}, "sqlite:///x.db")
+    write_site(tmp_path, SiteData([CHIP], {"cpu-x": None}, db_label="sqlite:///x.db"))
     pages = list(tmp_path.glob("*.html"))
     assert len(pages) >= 3
     source = (STATIC / "report.js").read_text(encoding="utf-8")
@@ -145,7 +146,7 @@ def test_in_chromium_a_long_historys_bucket_shows_its_commits_and_medians_on_hov
 
     chip = "nvidia-h200-sm90"
     long = {chip: [history(chip, "sdpa", 1.0e-3, range(300)), history(chip, "flash_bq16_bk32", 0.5e-3, range(300))]}
-    write_site(tmp_path, [{**CHIP, "key": chip}], {chip: None}, {}, "sqlite:///x.db", histories=long)
+    write_site(tmp_path, SiteData([{**CHIP, "key": chip}], {chip: None}, db_label="sqlite:///x.db", histories=long))
     w = Watched(browser)
     shot = tmp_path / "bucket-hover.png"
     try:

@@ -1,7 +1,7 @@
 """Which variant wins on which chip, as the report shows it: the cross-chip matrix page, the chip pages built from
 the newest run that has each job, per-test results of pytest selections, and the built-in suite's cross-chip grid.
 
-Synthetic runs through the real store, rendered by ``harness.render.site.build_report``:
+Synthetic runs through the real store, rendered by ``harness.pipeline.report.build_report``:
 
 - chip-a: a full run at commit 1 (flash at the shared shape and at its own shape, swiglu, the flash correctness
   matrix of every variant), then a flash-only run at commit 2 (a partial run: it must hide nothing);
@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from harness.core.job import JobResult, KernelJob, PytestJob
+from harness.pipeline.report import ReportOptions, build_report
 from harness.record import outbox
-from harness.render.site import build_report
 from kernels import REGISTRY
-from reports.render import MAX_VARIANT_COLUMNS, chip_page_name
+from reports.chip import MAX_VARIANT_COLUMNS
+from reports.render import chip_page_name
 from testkit.analysis import add_run, bench_job, sha_of, timings
 
 SHARED = {"B": 1, "H": 1, "S": 64, "D": 32}
@@ -77,8 +78,8 @@ def site(tmp_path_factory) -> dict:
             (cuda_skip, JobResult(cuda_skip.key, "skipped", detail=f"variant {CUDA} needs CUDA: CUDA not available"))]
             + selection({"tests/t.py::test_old": "failed", "tests/t.py::test_new": "failed",
                          "tests/t.py::test_skip": "skipped", "tests/t.py::test_ok": "passed"}), minutes=11)
-        build_report(store, tmp / "latest", change_points=False)
-        build_report(store, tmp / "at-2", change_points=False, commit=sha_of(2))
+        build_report(store, tmp / "latest", ReportOptions(change_points=False))
+        build_report(store, tmp / "at-2", ReportOptions(change_points=False, commit=sha_of(2)))
     finally:
         store.close()
     return {"tmp": tmp, "runs": runs, "url": url}
@@ -135,7 +136,7 @@ def test_without_a_shared_shape_the_page_says_why_nothing_diverges(tmp_path):
     try:
         add_run(store, "chip-a", 1, flash_row(rng, ONLY_A, 0.8), minutes=0)
         add_run(store, "chip-b", 1, flash_row(rng, SHARED, 1.25), minutes=1)
-        build_report(store, tmp_path / "site", change_points=False)
+        build_report(store, tmp_path / "site", ReportOptions(change_points=False))
     finally:
         store.close()
     html = (tmp_path / "site" / "variants.html").read_text(encoding="utf-8")

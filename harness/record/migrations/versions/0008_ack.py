@@ -5,7 +5,7 @@ Revises: 0007
 Create Date: 2026-12-04 23:30:00.000000
 
 ``regression_ack``: a regression of the report's list marked as seen (``harness ack ID --note TEXT``), by the id the
-regressions page shows (``reports.render.regression_id``: a digest of the regression's chip, series or check and
+regressions page shows (``reports.regressions.regression_id``: a digest of the regression's chip, series or check and
 commits, so it is the same in every build). The report shows it acknowledged, with its note, and can hide it.
 """
 

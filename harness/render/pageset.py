@@ -1,0 +1,130 @@
+"""One build's pages: the manifest bookkeeping (render, keep or delete a page), the templates and shared context."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.site_manifests import Manifest, SiteManifests
+from harness.render.fingerprint import Fingerprint
+from reports import evidence as evidence_pages
+from reports import render as site_render
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Build:
+    """How one build writes its pages: its time stamp; ``manifests``: the folder's last build is known (None: every
+    page is rendered, nothing read or stored); ``incremental``: only the pages whose fingerprint changed are rendered
+    and the new manifest is stored, else every page is and the manifest is removed (either way the pages the last
+    build wrote and this one does not make are deleted); ``stats`` counts the pages."""
+
+    generated_at: str = ""
+    manifests: SiteManifests | None = None
+    incremental: bool = True
+    stats: WriteStats | None = None
+
+
+@dataclass
+class WriteStats:
+    """Pages rendered and pages kept (fingerprint unchanged) by kind, and stale pages deleted."""
+
+    rendered: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    kept: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    deleted: int = 0
+    names: set[str] = field(default_factory=set)  # the pages rendered
+
+    def summary(self) -> str:
+        kinds = sorted(set(self.rendered) | set(self.kept))
+        return ", ".join(f"{kind} {self.rendered.get(kind, 0)} rendered / {self.kept.get(kind, 0)} kept"
+                         for kind in kinds) + f"; {self.deleted} stale deleted"
+
+
+# --- one build's pages --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PageSet:
+    """What the pages of one build into ``out`` share: the last build's manifest (``previous``), this one's and its
+    counts, the templates (``env``) and the context every page gets (``common``). ``page`` decides and writes."""
+
+    out: Path
+    previous: Manifest
+    incremental: bool
+    env: Any
+    common: dict[str, Any]
+    manifest: Manifest = field(default_factory=Manifest)
+    stats: WriteStats = field(default_factory=WriteStats)
+
+    def write(self, name: str, template: str, **context: Any) -> Path:
+        path = self.out / name
+        path.write_text(self.env.get_template(template).render(**self.common, **context), encoding="utf-8")
+        return path
+
+    def page(self, kind: str, name: str, fingerprint: Callable[[], Fingerprint] | None, render: Callable[[], Path]
+             ) -> bool:
+        """Render ``name`` unless its fingerprint is the manifest's and its file untouched (no ``fingerprint``:
+        always, listed in the manifest without one); whether it rendered."""
+        digest = fingerprint().hexdigest() if self.incremental and fingerprint is not None else ""
+        if digest and self.previous.fresh(self.out, name, digest):
+            self.manifest.pages[name] = self.previous.pages[name]
+            self.stats.kept[kind] += 1
+            return False
+        path = render()
+        self.stats.rendered[kind] += 1
+        self.stats.names.add(name)
+        if self.incremental:
+            stat = path.stat()
+            self.manifest.pages[name] = (digest, stat.st_size, stat.st_mtime_ns)
+        return True
+
+    def merge(self, pages: dict[str, tuple[str, int, int]], rendered: dict[str, int], kept: dict[str, int],
+              names: set[str]) -> None:
+        """Add what another ``PageSet`` of this build wrote (``HistoryPages``, maybe in another process)."""
+        self.manifest.pages.update(pages)
+        for kind, count in rendered.items():
+            self.stats.rendered[kind] += count
+        for kind, count in kept.items():
+            self.stats.kept[kind] += count
+        self.stats.names |= names
+
+
+def page_environment(links: evidence_pages.Links) -> Any:
+    """The templates, with ``links``' commit links and run ids."""
+    env = site_render.environment()
+    env.globals.update(commit_ref=links.commit_ref, web_link=links.web_link, run_ids=links.run_ids)
+    env.filters.update(pct_change=evidence_pages.change, pct=evidence_pages.percent,
+                       noise_text=evidence_pages.noise_text)
+    return env
+
+
+def common_context(db_label: str, generated_at: str, last: int | None) -> dict[str, Any]:
+    """What every page's template gets: the stylesheet, the database label, the build's stamp and ``last``."""
+    return {"css": (site_render.STATIC / "report.css").read_text(encoding="utf-8"), "db_label": db_label,
+            "generated_at": generated_at, "last": last}
+
+
+def finish_build(out: Path, previous: Manifest, manifest: Manifest, manifests: SiteManifests | None, incremental: bool,
+            stats: WriteStats) -> None:
+    """Delete the pages the previous build wrote and this one did not make; store the manifest (or, not
+    ``incremental``, remove it)."""
+    made = set(manifest.pages) | stats.names
+    for name in sorted(set(previous.pages) - made):
+        if "/" in name or "\\" in name or name.startswith("."):  # only the site's own page names are deleted
+            continue
+        try:
+            (out / name).unlink()
+            stats.deleted += 1
+        except FileNotFoundError:
+            pass
+    if manifests is None:
+        return
+    if incremental:
+        manifests.write(out, manifest)
+    else:
+        manifests.forget(out)
