@@ -163,7 +163,7 @@ def _settle(base: str, head: str, *, repo: str, suite: str | None, db: str | Non
     """The stored comparison with its undecided series settled (harness/pipeline/settle.py); progress on stderr."""
     from harness.pipeline.settle import SettleRequest, parse_budget, settle  # loads scipy: only with --settle
 
-    request = SettleRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label,
+    request = SettleRequest(ABRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label),
                             budget=parse_budget(budget), min_effect=min_effect, alpha=alpha)
     open_store(db, must_exist=True).close()  # a missing database is an error, not created empty
 

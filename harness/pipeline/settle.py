@@ -65,12 +65,10 @@ def parse_budget(text: str) -> Budget:
 
 @dataclass(frozen=True)
 class SettleRequest:
-    base: str
-    head: str
-    repo: str = "."
-    suite: str | None = None
-    db_url: str | None = None
-    chip_label: str | None = None
+    """What to settle: ``ab`` names the commits, repository, suite, database and chip label (its ``trials``,
+    ``series`` and ``settle`` are set by each round); the budget and thresholds are settling's own."""
+
+    ab: ABRequest
     budget: Budget = Budget(seconds=600.0)
     min_effect: float = defaults.MIN_EFFECT
     alpha: float = defaults.ALPHA
@@ -140,11 +138,12 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
            on_planned: Callable[[int], None] | None = None) -> tuple[CompareReport, list[SettleRound]]:
     """Compare BASE with HEAD on this machine's chip, then settle the undecided series (module docstring): the
     final report (stored verdicts, settled rows replaced) and the rounds measured."""
-    chip = chip_id.detect(request.chip_label).key
-    store = outbox.open_store(request.db_url)
+    ab = request.ab
+    chip = chip_id.detect(ab.chip_label).key
+    store = outbox.open_store(ab.db_url)
     try:
-        sides = (resolve_side(store, request.base, chip), resolve_side(store, request.head, chip))
-        report = compare(store, request.base, request.head, chip=chip, min_effect=request.min_effect,
+        sides = (resolve_side(store, ab.base, chip), resolve_side(store, ab.head, chip))
+        report = compare(store, ab.base, ab.head, chip=chip, min_effect=request.min_effect,
                          alpha=request.alpha, sides=sides)
     finally:
         store.close()
@@ -176,15 +175,14 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
         keys = {row.key for row in todo}
         settled_keys |= keys
         round_started = time.monotonic()
-        base_run, head_run = execute_ab(ABRequest(
-            base=base_sha, head=head_sha, repo=request.repo, suite=request.suite, db_url=request.db_url,
-            chip_label=request.chip_label, trials=trials, settle=True,
+        base_run, head_run = execute_ab(replace(
+            ab, base=base_sha, head=head_sha, trials=trials, settle=True,
             series=frozenset((k.kernel, k.variant, k.dtype, k.shape_key) for k in keys)),
             progress=progress, on_planned=on_planned)
         settling[0].append(base_run.run_id)
         settling[1].append(head_run.run_id)
         spent_trials += trials
-        store = outbox.open_store(request.db_url)
+        store = outbox.open_store(ab.db_url)
         try:
             pooled = (_settling_side(sides[0], chip, settling[0]), _settling_side(sides[1], chip, settling[1]))
             settled = compare(store, base_sha, head_sha, chip=chip, min_effect=request.min_effect,
