@@ -4,13 +4,16 @@ A copy of this checkout (base) and an empty commit on top of it (head): one `har
 of jobs/builtin.toml each, then `harness compare BASE HEAD` (stored runs alone) and `harness compare BASE HEAD
 --settle`; prints the verdict counts of both and the time --settle spent against one full run.
 
-Run: ``python scripts/settle_builtin.py [--budget 600s]`` (two full runs of the sections: many minutes on 2 cores).
+Run: ``python bench/settle_builtin.py [--budget 300s] [--timeout 3600]`` (two full runs of the sections: many
+minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,13 +22,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from testkit.e2e import copy_checkout, git, harness  # noqa: E402
+from testkit.e2e import copy_checkout, git  # noqa: E402
 from testkit.suites import benchmark_sections  # noqa: E402
+
+
+def harness(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` in ``cwd`` (testkit.e2e.harness with a longer limit: one full run of the sections
+    took 598 s on 2 cores at load 22)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", default="300s")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one harness command may take")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="settle-builtin-") as scratch:
         folder = Path(scratch)
@@ -41,16 +53,17 @@ def main() -> None:
         for sha in (base, head):
             started = time.perf_counter()
             done = harness("run", "--repo", str(repo), "--commit", sha, "--suite", str(suite), "--db", db,
-                           "--no-report", cwd=folder)
+                           "--no-report", cwd=folder, timeout=args.timeout)
             run_s.append(time.perf_counter() - started)
             print(f"harness run at {sha[:12]}: exit {done.returncode}, {run_s[-1]:.0f} s", flush=True)
             if done.returncode not in (0, 1):
                 raise SystemExit(done.stderr[-1500:])
-        plain = json.loads(harness("compare", base, head, "--db", db, "--format", "json", cwd=folder).stdout)
+        plain = json.loads(harness("compare", base, head, "--db", db, "--format", "json", cwd=folder,
+                                   timeout=args.timeout).stdout)
         print(f"stored runs alone: {plain['counts']}", flush=True)
         started = time.perf_counter()
         done = harness("compare", base, head, "--settle", "--repo", str(repo), "--suite", str(suite), "--db", db,
-                       "--budget", args.budget, "--format", "json", cwd=folder)
+                       "--budget", args.budget, "--format", "json", cwd=folder, timeout=args.timeout)
         settle_s = time.perf_counter() - started
         print("\n".join(line for line in done.stderr.splitlines() if line.startswith("settle")))
         settled = json.loads(done.stdout)
