@@ -23,6 +23,7 @@ from harness.cli.tables import (
     print_json,
     pvalue,
     ratio,
+    runs_a_side,
     seconds,
     stdout_console,
     to_settle,
@@ -213,10 +214,10 @@ def _settle_on_cluster(request, address: str, say):
             ray.shutdown()
 
 
-def _held_notes(rows) -> list[str]:
+def _held_notes(report) -> list[str]:
     """Per chip, the flags held as inconclusive because they did not stand out from their run's common shift."""
     held: dict[str, list] = {}
-    for row in rows:
+    for row in report.rows:
         if row.more_runs_needed and row.verdict == "inconclusive":
             held.setdefault(row.key.chip, []).append(row)
     notes = []
@@ -225,8 +226,9 @@ def _held_notes(rows) -> list[str]:
         moved = (f"its series moved together by x{statistics.median(shifts):.2f}" if shifts
                  else "no other series tells a change from a shift of the whole run")
         runs = max(row.more_runs_needed for row in chip_rows)
-        notes.append(f"{chip_key}: {len(chip_rows)} change(s) held as inconclusive: one run a side and no history "
-                     f"floor, and {moved}; {runs} more base run{'s' if runs != 1 else ''} give the floor")
+        notes.append(f"{chip_key}: {len(chip_rows)} change(s) held as inconclusive: {runs_a_side(report, chip_key)} "
+                     f"and no history floor, and {moved}; {runs} more base "
+                     + ("runs give" if runs != 1 else "run gives") + " the floor")
     return notes
 
 
@@ -276,7 +278,7 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
         notes.append(f"{report.only_base} series only on base, {report.only_head} only on head (not compared)")
     if paced := sum(row.host_paced for row in report.rows):
         notes.append(f"{paced} series host-paced: {HOST_PACED_NOTE}")
-    notes.extend(_held_notes(report.rows))
+    notes.extend(_held_notes(report))
     for chip_key in sorted({row.key.chip for row in report.rows if not timing_fit(row.key.chip)}):
         notes.append(f"{chip_key} is a virtual GPU: its timings carry no verdict (inconclusive), its correctness "
                      "counts; time on real hardware (docs/macs.md)")
