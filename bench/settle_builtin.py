@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,23 +36,43 @@ def harness(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProces
                           text=True, timeout=timeout)
 
 
+def stored_run_s(db_file: Path, sha: str) -> float | None:
+    """Seconds of the complete, non-settling run of ``sha`` stored in ``db_file`` (None: none there)."""
+    if not db_file.is_file():
+        return None
+    with sqlite3.connect(db_file) as conn:
+        row = conn.execute('select r.started_at, r.finished_at from run r join "commit" c on c.id = r.commit_id '
+                           "where c.sha = ? and r.status = 'complete' and not r.settling", (sha,)).fetchone()
+    if row is None:
+        return None
+    return (datetime.fromisoformat(row[1]) - datetime.fromisoformat(row[0])).total_seconds()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", default="300s")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one harness command may take")
+    parser.add_argument("--folder", help="work here, not in a temporary folder, and keep it: a commit that already "
+                                         "has a complete run there is not run again (its stored duration counts)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="settle-builtin-") as scratch:
-        folder = Path(scratch)
+        folder = Path(args.folder) if args.folder else Path(scratch)
         repo = folder / "repo"
-        repo.mkdir()
-        base = copy_checkout(repo, "base")
-        git(repo, "commit", "-q", "--allow-empty", "-m", "head: nothing changed")
-        head = git(repo, "rev-parse", "HEAD")
+        if not (repo / ".git").is_dir():
+            repo.mkdir(parents=True)
+            copy_checkout(repo, "base")
+            git(repo, "commit", "-q", "--allow-empty", "-m", "head: nothing changed")
+        base, head = git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")
         suite = folder / "benchmarks.toml"
-        suite.write_text(benchmark_sections((ROOT / "jobs" / "builtin.toml").read_text()))
+        if not suite.is_file():
+            suite.write_text(benchmark_sections((ROOT / "jobs" / "builtin.toml").read_text()))
         db = f"sqlite:///{folder / 'builtin.db'}"
         run_s = []
         for sha in (base, head):
+            if (stored := stored_run_s(folder / "builtin.db", sha)) is not None:
+                run_s.append(stored)
+                print(f"harness run at {sha[:12]}: stored, complete, {stored:.0f} s", flush=True)
+                continue
             started = time.perf_counter()
             done = harness("run", "--repo", str(repo), "--commit", sha, "--suite", str(suite), "--db", db,
                            "--no-report", cwd=folder, timeout=args.timeout)
