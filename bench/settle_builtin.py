@@ -90,6 +90,13 @@ def main() -> None:
         print("\n".join(line for line in done.stderr.splitlines() if line.startswith("settle")))
         settled = json.loads(done.stdout)
         counts, total = settled["counts"], len(settled["rows"])
+        for row in settled["rows"]:  # what is left undecided, and on what evidence
+            if row["verdict"] in ("inconclusive", "regressed", "improved"):
+                key = row["key"]
+                print(f"  {row['verdict']}: {key['kernel']}/{key['variant']} {key['dtype']} {key['shape_key']}: "
+                      f"x{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}], trials "
+                      f"{row['trials_base']}/{row['trials_head']}, basis {row['basis']}, "
+                      f"more trials {row['more_trials_needed']}, more runs {row['more_runs_needed']}", flush=True)
         flagged = counts["regressed"] + counts["improved"]
         print(f"compare --settle: exit {done.returncode}, {counts}; {flagged / total:.1%} flagged, "
               f"{counts['inconclusive'] / total:.1%} inconclusive of {total} series; --settle took {settle_s:.0f} s "
