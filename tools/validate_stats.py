@@ -447,7 +447,7 @@ def section_c(args: argparse.Namespace) -> None:
                 if done.returncode != 0:
                     print(f"(c) harness run at {sha[:12]} failed ({done.returncode}): {done.stderr[-500:]}")
                     return
-                runs.append(re.search(r"run ([0-9a-f]{32})", done.stderr).group(1))
+                runs.append(re.search(r"run ([0-9a-f]{32})", done.stdout + done.stderr).group(1))
         elapsed = time.perf_counter() - started
         compared = _harness(folder, "compare", *runs, "--db", db_url, "--format", "json")
         report = json.loads(compared.stdout)

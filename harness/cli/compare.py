@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -22,6 +23,7 @@ from harness.cli.tables import (
     print_json,
     pvalue,
     ratio,
+    runs_a_side,
     seconds,
     stdout_console,
     to_settle,
@@ -58,7 +60,9 @@ HELP = "\n\n".join((
     "--settle compares the stored runs on this machine's chip, then re-measures only the series left inconclusive "
     "(held against their run's shift, short of trials, or straddling the band): BASE and HEAD interleaved ABBA, "
     "stored as settling runs of the two commits (never a tip or a history point), decided again on those, round "
-    "after round until every series is decided or --budget is spent (default 600s).",
+    "after round until every series is decided or --budget is spent (default 600s). With --address HEAD:PORT it "
+    "settles on that Ray cluster: every chip with an undecided series, each round a task on a node of that chip "
+    "(docs/cluster.md); a chip with no live node is an error (exit 2) before anything is measured.",
     "Exit status (docs/exit-codes.md): 1 on any confirmed regression or correctness failure on HEAD, 0 otherwise "
     "(inconclusive changes alone: 0), 2 on bad input (such as an unknown commit, a file that is no harness "
     "database) or an unreachable database.",
@@ -94,6 +98,9 @@ def compare(
                       ] = False,
     budget: Annotated[str, typer.Option(help="With --settle: trials a side per series over all rounds (e.g. 24) "
                                              "or time measuring (e.g. 300s, 10m).")] = "600s",
+    address: Annotated[str | None, typer.Option(help="With --settle: settle on this Ray cluster (HEAD:PORT), each "
+                                                     "chip with an undecided series on a node of that chip "
+                                                     "(docs/cluster.md).")] = None,
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""
     from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
@@ -104,7 +111,7 @@ def compare(
     if settle:
         _check_settle(ab, chip, trials)
         report = _settle(base, head, repo=repo, suite=suite, db=db, chip_label=chip_label, budget=budget,
-                         min_effect=min_effect, alpha=alpha)
+                         min_effect=min_effect, alpha=alpha, address=address)
         if format == "json":
             print_json({**report.to_dict(), "single_run_hours_apart": {}})
         else:
@@ -113,9 +120,9 @@ def compare(
     if ab:
         base, head = _measure_ab(base, head, repo=repo, suite=suite, db=db, trials=trials, chip_label=chip_label,
                                  quiet=quiet)
-    elif (repo, suite, trials, chip_label, budget) != (".", None, None, None, "600s"):
+    elif (repo, suite, trials, chip_label, budget, address) != (".", None, None, None, "600s", None):
         raise HarnessError("--repo, --suite, --trials and --chip-label are for --ab or --settle (measuring afresh), "
-                           "--budget for --settle")
+                           "--budget and --address for --settle")
     store = open_store(db, must_exist=True)  # reading only: a missing database is an error, not created empty
     try:
         report = run_compare(store, base, head, chip=chip, min_effect=min_effect, alpha=alpha, same_session=ab)
@@ -159,16 +166,21 @@ def _check_settle(ab: bool, chip: str | None, trials: int | None) -> None:
 
 
 def _settle(base: str, head: str, *, repo: str, suite: str | None, db: str | None, chip_label: str | None,
-            budget: str, min_effect: float, alpha: float):
+            budget: str, min_effect: float, alpha: float, address: str | None = None):
     """The stored comparison with its undecided series settled (harness/pipeline/settle.py); progress on stderr."""
     from harness.pipeline.settle import SettleRequest, parse_budget, settle  # loads scipy: only with --settle
 
-    request = SettleRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label,
+    if address is not None and chip_label is not None:
+        raise HarnessError("--settle --address settles each chip on a node labelled with it: no --chip-label")
+    request = SettleRequest(ABRequest(base=base, head=head, repo=repo, suite=suite, db_url=db, chip_label=chip_label),
                             budget=parse_budget(budget), min_effect=min_effect, alpha=alpha)
     open_store(db, must_exist=True).close()  # a missing database is an error, not created empty
 
     def say(text: str) -> None:
         console.print(text, highlight=False, soft_wrap=True, markup=False)
+
+    if address is not None:
+        return _settle_on_cluster(request, address, say)
 
     with progress_display() as (on_planned, progress, abandon):
         try:
@@ -179,10 +191,33 @@ def _settle(base: str, head: str, *, repo: str, suite: str | None, db: str | Non
     return report
 
 
-def _held_notes(rows) -> list[str]:
+def _settle_on_cluster(request, address: str, say):
+    """--settle --address: each chip with an undecided series settled by Ray tasks on a node of that chip
+    (harness/cluster/settle.py); a chip with no live node is an error before anything is measured."""
+    import ray  # loads ray: only with --address
+
+    from harness.cluster import settle as cluster_settle
+    from harness.cluster.driver import connect
+    from harness.pipeline.settle import settle_chips, undecided_chips
+
+    request = replace(request, ab=cluster_settle.for_nodes(request.ab))
+    report, chips = undecided_chips(request)
+    if not chips:
+        say("settle: nothing undecided, nothing measured")
+        return report
+    connected = connect(address)
+    try:
+        cluster_settle.check_chips(chips)
+        return settle_chips(request, report, chips, say=say, measure_on=cluster_settle.measure_on)
+    finally:
+        if connected:
+            ray.shutdown()
+
+
+def _held_notes(report) -> list[str]:
     """Per chip, the flags held as inconclusive because they did not stand out from their run's common shift."""
     held: dict[str, list] = {}
-    for row in rows:
+    for row in report.rows:
         if row.more_runs_needed and row.verdict == "inconclusive":
             held.setdefault(row.key.chip, []).append(row)
     notes = []
@@ -191,8 +226,9 @@ def _held_notes(rows) -> list[str]:
         moved = (f"its series moved together by x{statistics.median(shifts):.2f}" if shifts
                  else "no other series tells a change from a shift of the whole run")
         runs = max(row.more_runs_needed for row in chip_rows)
-        notes.append(f"{chip_key}: {len(chip_rows)} change(s) held as inconclusive: one run a side and no history "
-                     f"floor, and {moved}; {runs} more base run{'s' if runs != 1 else ''} give the floor")
+        notes.append(f"{chip_key}: {len(chip_rows)} change(s) held as inconclusive: {runs_a_side(report, chip_key)} "
+                     f"and no history floor, and {moved}; {runs} more base "
+                     + ("runs give" if runs != 1 else "run gives") + " the floor")
     return notes
 
 
@@ -242,7 +278,7 @@ def _render(report, fmt: str, all_series: bool, apart: dict[str, float]) -> None
         notes.append(f"{report.only_base} series only on base, {report.only_head} only on head (not compared)")
     if paced := sum(row.host_paced for row in report.rows):
         notes.append(f"{paced} series host-paced: {HOST_PACED_NOTE}")
-    notes.extend(_held_notes(report.rows))
+    notes.extend(_held_notes(report))
     for chip_key in sorted({row.key.chip for row in report.rows if not timing_fit(row.key.chip)}):
         notes.append(f"{chip_key} is a virtual GPU: its timings carry no verdict (inconclusive), its correctness "
                      "counts; time on real hardware (docs/macs.md)")

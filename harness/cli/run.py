@@ -22,7 +22,7 @@ from rich.progress import (
 from rich.text import Text
 
 from harness.cli.common import DbOption, QuietOption, app, check_out_folder, console, out, styled
-from harness.cli.tables import noise_used, to_settle
+from harness.cli.tables import noise_used, runs_a_side, to_settle
 from harness.cluster.driver import progress_line, run_on_cluster
 from harness.core import defaults
 from harness.core.errors import HarnessError
@@ -294,9 +294,10 @@ def _print_verdicts(db_url: str, run_id: str, sha: str, repo: str = ".") -> None
         for row in [r for r in report.rows if r.verdict in ("regressed", "improved")][:SHOWN]:
             _print_row(row.verdict, row, f"{row.trials_base}/{row.trials_head} trials")
         for row in [r for r in report.rows if r.more_runs_needed][:SHOWN]:
-            _print_row("held", row, f"inconclusive: one run a side and no history floor, and it does not stand out "
-                                    f"from the run's other series; {row.more_runs_needed} more base run(s) give the "
-                                    f"floor")
+            _print_row("held", row, f"inconclusive: {runs_a_side(report, row.key.chip)} and no history floor, and "
+                                    f"it does not stand out from the run's other series; {row.more_runs_needed} more "
+                                    + ("base runs give" if row.more_runs_needed != 1 else "base run gives")
+                                    + " the floor")
         for row in [r for r in report.rows if r.verdict == "inconclusive" and not r.more_runs_needed][:SHOWN]:
             settle = to_settle(row)
             _print_row("inconclusive", row, f"noise {noise_used(row)}" + (f"; to settle: {settle}" if settle else ""))

@@ -113,6 +113,21 @@ def noise_used(row) -> str:
     return f"{percent(math.expm1(row.noise))} ({row.basis}){paced}"
 
 
+def runs_a_side(report, chip: str) -> str:
+    """The runs each side of ``report`` pooled on ``chip``, in words: "one run a side", "2 base runs and 1 head
+    run" (a held row's reason must not say one run a side when the base has two)."""
+    base, head = (len(side.runs.get(chip, ())) for side in (report.base, report.head))
+    if base == head == 1:
+        return "one run a side"
+    return f"{base} base run{'s' if base != 1 else ''} and {head} head run{'s' if head != 1 else ''}"
+
+
+def held_reason(report, chip: str, more_runs: int) -> str:
+    """Why a row of ``chip`` is held as inconclusive, and the base runs that give its floor."""
+    return (f"{runs_a_side(report, chip)} and no history floor; {more_runs} more base "
+            + ("runs give" if more_runs != 1 else "run gives") + " the floor")
+
+
 def to_settle(row) -> str:
     """What an inconclusive row still needs: runs of the base (its between-run noise is unknown) or trials per side."""
     from harness.core.trials import MAX_MORE_TRIALS  # loads scipy: only where a comparison was made

@@ -44,6 +44,7 @@ class ABRequest:
     # Only these series, (kernel, variant, dtype, shape key) (None: all); ``harness compare --settle``'s undecided
     series: frozenset[tuple[str, str, str, str]] | None = None
     settle: bool = False  # the runs are settling runs (``Run.settling``): read by their comparison alone
+    node: str | None = None  # the Ray node measuring (``harness compare --settle --address``): in the runs' options
 
 
 def abba(rounds: int) -> list[tuple[int, int]]:
@@ -140,7 +141,8 @@ def execute_ab(request: ABRequest, progress: Progress | None = None,
         context = RunContext(ident=ident, facts=chip_id.machine_facts(), commit=target.commit, dirty=target.dirty,
                              suite=suite.suite.name, executor="local",
                              options={"trial_seed": seed, "ab_session": session, "ab_side": ("base", "head")[index],
-                                      **({"settle": True} if request.settle else {})})
+                                      **({"settle": True} if request.settle else {}),
+                                      **({"node": request.node} if request.node else {})})
         try:
             outcomes[index] = run_planned(db, jobs, TurnExecutor(index, turns, LocalExecutor(tree=target.tree)),
                                           context, progress=progress)

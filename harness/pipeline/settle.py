@@ -10,6 +10,10 @@ interleaving cancels run-level effects, so no floor and no hold), the k-th time 
 deciding after every round must not spend more than alpha in all). It repeats, with more trials each round, until
 every series is decided or the budget is spent. Series decided by the stored runs keep their verdicts; incomparable
 series (timed in different modes) and broken ones are not re-measured (no trials settle them).
+
+On a cluster (``harness compare --settle --address``), :func:`settle_chips` does the same for every chip with an
+undecided series, each round measured by a ``Measure`` the caller gives (``harness.cluster.settle``: a Ray task on
+a node of that chip) instead of here.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from harness.pipeline.ab import ABRequest, execute_ab
 from harness.pipeline.run import Progress
 from harness.record import outbox
 
-__all__ = ["Budget", "SettleRequest", "SettleRound", "look_alpha", "parse_budget", "settle", "undecided"]
+__all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "look_alpha", "parse_budget", "settle", "settle_chips",
+           "undecided", "undecided_chips"]
 
 FIRST_ROUND_TRIALS = 4  # a lone series must also separate by rank: 4 a side at alpha 0.05 (trials.min_trials_alone)
 MAX_ROUND_TRIALS = 16
@@ -37,6 +42,9 @@ DEFAULT_BUDGET = "600s"
 # contains 1, and under load (2 cores, load 15) 4 + 4 interleaved trials of a real 2x slowdown came out "unchanged"
 # x1.46 on an interval that contains 1; a settle round more tells them apart.
 SETTLED_WITHIN = 0.25
+# One settling round elsewhere (a cluster node): the round's request -> (base run id, head run id); its second
+# argument is the seconds left of a time budget (None: a trial budget), for the measurer's timeout.
+Measure = Callable[[ABRequest, float | None], tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -65,12 +73,10 @@ def parse_budget(text: str) -> Budget:
 
 @dataclass(frozen=True)
 class SettleRequest:
-    base: str
-    head: str
-    repo: str = "."
-    suite: str | None = None
-    db_url: str | None = None
-    chip_label: str | None = None
+    """What to settle: ``ab`` names the commits, repository, suite, database and chip label (its ``trials``,
+    ``series`` and ``settle`` are set by each round); the budget and thresholds are settling's own."""
+
+    ab: ABRequest
     budget: Budget = Budget(seconds=600.0)
     min_effect: float = defaults.MIN_EFFECT
     alpha: float = defaults.ALPHA
@@ -137,14 +143,17 @@ def _settling_side(side: Side, chip: str, run_ids: list[str]) -> Side:
 
 
 def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Progress | None = None,
-           on_planned: Callable[[int], None] | None = None) -> tuple[CompareReport, list[SettleRound]]:
-    """Compare BASE with HEAD on this machine's chip, then settle the undecided series (module docstring): the
-    final report (stored verdicts, settled rows replaced) and the rounds measured."""
-    chip = chip_id.detect(request.chip_label).key
-    store = outbox.open_store(request.db_url)
+           on_planned: Callable[[int], None] | None = None,
+           measure: Measure | None = None) -> tuple[CompareReport, list[SettleRound]]:
+    """Compare BASE with HEAD on this machine's chip (``ab.chip_label`` if given), then settle the undecided series
+    (module docstring): the final report (stored verdicts, settled rows replaced) and the rounds measured. Each
+    round is measured here, or by ``measure`` where given."""
+    ab = request.ab
+    chip = chip_id.detect(ab.chip_label).key
+    store = outbox.open_store(ab.db_url)
     try:
-        sides = (resolve_side(store, request.base, chip), resolve_side(store, request.head, chip))
-        report = compare(store, request.base, request.head, chip=chip, min_effect=request.min_effect,
+        sides = (resolve_side(store, ab.base, chip), resolve_side(store, ab.head, chip))
+        report = compare(store, ab.base, ab.head, chip=chip, min_effect=request.min_effect,
                          alpha=request.alpha, sides=sides)
     finally:
         store.close()
@@ -176,15 +185,19 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
         keys = {row.key for row in todo}
         settled_keys |= keys
         round_started = time.monotonic()
-        base_run, head_run = execute_ab(ABRequest(
-            base=base_sha, head=head_sha, repo=request.repo, suite=request.suite, db_url=request.db_url,
-            chip_label=request.chip_label, trials=trials, settle=True,
-            series=frozenset((k.kernel, k.variant, k.dtype, k.shape_key) for k in keys)),
-            progress=progress, on_planned=on_planned)
-        settling[0].append(base_run.run_id)
-        settling[1].append(head_run.run_id)
+        this_round = replace(ab, base=base_sha, head=head_sha, trials=trials, settle=True,
+                             series=frozenset((k.kernel, k.variant, k.dtype, k.shape_key) for k in keys))
+        if measure is None:
+            base_run, head_run = execute_ab(this_round, progress=progress, on_planned=on_planned)
+            base_id, head_id = base_run.run_id, head_run.run_id
+        else:
+            left_s = (None if request.budget.seconds is None
+                      else max(0.0, request.budget.seconds - (time.monotonic() - started)))
+            base_id, head_id = measure(this_round, left_s)
+        settling[0].append(base_id)
+        settling[1].append(head_id)
         spent_trials += trials
-        store = outbox.open_store(request.db_url)
+        store = outbox.open_store(ab.db_url)
         try:
             pooled = (_settling_side(sides[0], chip, settling[0]), _settling_side(sides[1], chip, settling[1]))
             settled = compare(store, base_sha, head_sha, chip=chip, min_effect=request.min_effect,
@@ -193,14 +206,37 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
             store.close()
         current = _merged(current, settled, settled_keys)
         left = undecided(current.rows, settled_keys)
-        rounds.append(SettleRound(len(keys), trials, base_run.run_id, head_run.run_id,
+        rounds.append(SettleRound(len(keys), trials, base_id, head_id,
                                   time.monotonic() - round_started, len(left)))
         decided = {row.key: row.verdict for row in current.rows if row.key in keys and row not in left}
-        say(f"settle round {len(rounds)}: {rounds[-1].seconds:.0f} s, settling runs {base_run.run_id[:12]} (base) "
-            f"and {head_run.run_id[:12]} (head); decided {len(decided)}"
+        say(f"settle round {len(rounds)}: {rounds[-1].seconds:.0f} s, settling runs {base_id[:12]} (base) "
+            f"and {head_id[:12]} (head); decided {len(decided)}"
             + (" (" + ", ".join(f"{v} {sum(1 for x in decided.values() if x == v)}"
                                 for v in ("regressed", "improved", "unchanged") if v in decided.values()) + ")"
                if decided else "") + f", {len(left)} still undecided")
     if not rounds:
         say("settle: nothing undecided, nothing measured")
     return current, rounds
+
+
+def undecided_chips(request: SettleRequest) -> tuple[CompareReport, list[str]]:
+    """The stored comparison on every chip, and the chips that have a series to settle (``undecided``)."""
+    ab = request.ab
+    store = outbox.open_store(ab.db_url)
+    try:
+        report = compare(store, ab.base, ab.head, min_effect=request.min_effect, alpha=request.alpha)
+    finally:
+        store.close()
+    return report, sorted({row.key.chip for row in undecided(report.rows)})
+
+
+def settle_chips(request: SettleRequest, report: CompareReport, chips: list[str], *, say: Callable[[str], None],
+                 measure_on: Callable[[str], Measure]) -> CompareReport:
+    """``report`` (``undecided_chips``) with the series of each of ``chips`` settled, one chip after the other, each
+    round measured by ``measure_on(chip)``; budget and thresholds per chip as in :func:`settle`."""
+    for chip in chips:
+        say(f"settle: chip {chip}")
+        settled, _ = settle(replace(request, ab=replace(request.ab, chip_label=chip)), say=say,
+                            measure=measure_on(chip))
+        report = _merged(report, settled, {row.key for row in settled.rows})
+    return report

@@ -82,7 +82,7 @@ def test_run_ends_with_its_verdicts_against_the_previous_commits_run(ab_repo, tm
     text = " ".join(slower.stdout.split())
     # One series, one run a side, no history floor: a slowdown cannot be told from a shift of the whole run
     assert f"({shas[0][:12]}): 1 inconclusive" in text and "held abkern.bench:bench_work/default" in text
-    assert "2 more base run(s) give the floor" in text and "harness compare" in text
+    assert "2 more base runs give the floor" in text and "harness compare" in text
     for _ in range(2):  # the base commit run twice more: its history floor decides
         assert run(tmp_path, "run", "--repo", str(repo), "--commit", shas[0], "--db", db, "--no-report"
                    ).returncode == 0

@@ -259,6 +259,25 @@ def test_a_whole_run_shifted_by_load_is_held_and_a_kernel_that_stands_out_is_not
     assert code == 1 and regressed["verdict"] == "regressed" and regressed["key"]["variant"] == "unfused"
 
 
+def test_a_held_row_states_the_runs_each_side_really_has(sqlite_url, capsys):
+    """Two base runs of one commit, one head run shifted as a whole (x1.19): still held (no floor from 2 runs), and
+    the note gives the real counts, not "one run a side"."""
+    handle = outbox.open_store(sqlite_url)
+    rng = np.random.default_rng(4)
+    add_run(handle, "chip-a", 1, grid_results(rng, trials=4), minutes=0)
+    add_run(handle, "chip-a", 1, grid_results(rng, trials=4), minutes=5)
+    add_run(handle, "chip-a", 2, scaled(grid_results(rng, trials=4), 1.19), minutes=10)
+    handle.close()
+    code, out, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", sqlite_url, "--format", "json")
+    held = [row for row in json.loads(out)["rows"] if row["more_runs_needed"]]
+    assert code == 0 and held and all(row["verdict"] == "inconclusive" for row in held)
+    _, text, _ = cli(capsys, "compare", sha_of(1), sha_of(2), "--db", sqlite_url)
+    text = " ".join(text.split())
+    assert f"chip-a: {len(held)} change(s) held as inconclusive: 2 base runs and 1 head run and no history floor" \
+           in text and "one run a side" not in text
+    assert "1 more base run gives the floor" in text
+
+
 def test_one_run_against_one_run_hours_apart_is_marked(db_url, capsys):
     """Two single runs: their trials share one session each, so a shift of a whole run is not in the spread the
     verdict uses. 10 minutes apart says nothing; 5 hours apart, compare says so (text and JSON)."""

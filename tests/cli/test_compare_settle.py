@@ -75,7 +75,9 @@ def test_settle_finds_a_doubling_and_not_an_empty_commit_under_load(tmp_path: Pa
     (("--settle", "--ab"), "--settle and --ab"),
     (("--settle", "--trials", "3"), "no --chip or --trials"),
     (("--settle", "--budget", "soon"), "--budget 'soon'"),
-    (("--budget", "10"), "--budget for --settle"),
+    (("--budget", "10"), "--budget and --address for --settle"),
+    (("--address", "127.0.0.1:6379"), "--budget and --address for --settle"),
+    (("--settle", "--address", "127.0.0.1:6379", "--chip-label", "x"), "no --chip-label"),
 ])
 def test_settle_usage_errors_are_one_line_and_exit_2(tmp_path: Path, args, message):
     (tmp_path / "x.db").touch()
