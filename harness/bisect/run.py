@@ -55,7 +55,6 @@ from harness.bisect.selection import (
 )
 from harness.cluster.driver import connect, run_on_cluster
 from harness.core import chip as chip_id
-from harness.core import trials
 from harness.core.errors import HarnessError
 from harness.core.job import Job
 from harness.pipeline.run import ClusterRunRequest, LocalRunRequest, execute_run, sigterm_stops_runs
@@ -63,6 +62,7 @@ from harness.record.outbox import open_store
 from harness.record.runs import StoredJob, clean_runs, job_rows, job_trials
 from harness.record.store import Store
 from harness.spec import git
+from harness.stats import decide
 
 Log = Callable[[str], None]
 
@@ -113,7 +113,7 @@ class SetAsideRun(_Record):
     """A run of a commit left out of its evidence: slower than the commit's fastest runs beyond the noise."""
 
     run_id: str
-    vs_kept: trials.TrialComparison  # this run against the kept runs (ratio = this run / kept)
+    vs_kept: decide.TrialComparison  # this run against the kept runs (ratio = this run / kept)
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,8 @@ class ProbeLine(_Record):
     reason: str
     ratio_vs_good: float | None
     ratio_vs_bad: float | None
-    vs_good: trials.TrialComparison | None
-    vs_bad: trials.TrialComparison | None
+    vs_good: decide.TrialComparison | None
+    vs_bad: decide.TrialComparison | None
     n: int  # samples in the evidence
     trials: int  # trials (processes) in the evidence
     runs: int  # runs of the commit read, set-aside ones included
@@ -158,8 +158,8 @@ class BisectReport(_Record):
     last_good: CommitRef | None
     candidates: tuple[CommitRef, ...]  # the range the culprit is in (found: the culprit)
     skipped: tuple[SkippedCommit, ...]
-    evidence: trials.TrialComparison | None  # perf: culprit vs last good (ratio = culprit / last good)
-    endpoints: trials.TrialComparison | None  # perf: bad vs good
+    evidence: decide.TrialComparison | None  # perf: culprit vs last good (ratio = culprit / last good)
+    endpoints: decide.TrialComparison | None  # perf: bad vs good
     detail: str  # correctness: what failed at the culprit
     rounds: int  # k-ary rounds (confirmation steps not included)
     round_bound: int  # ceil(log_{P+1} N): the most rounds needed without skips
@@ -443,8 +443,8 @@ def _lines(context: _Context, result: bisect.BisectResult) -> tuple[ProbeLine, .
 
 
 def _report(context: _Context, result: bisect.BisectResult | None, *, target: str, status: str, message: str,
-            runs: int, reused: int, evidence: trials.TrialComparison | None = None,
-            endpoints: trials.TrialComparison | None = None, detail: str = "",
+            runs: int, reused: int, evidence: decide.TrialComparison | None = None,
+            endpoints: decide.TrialComparison | None = None, detail: str = "",
             baseline: Baseline | None = None, perf: bisect.PerfProber | None = None) -> BisectReport:
     request = context.request
     baseline = baseline or Baseline()
@@ -496,7 +496,7 @@ def _summary(result: bisect.BisectResult, what: str) -> str:
     return f"stopped after {result.rounds} round(s) (--max-rounds): the first {what} commit is one of {_range(result)}"
 
 
-def _endpoints_line(endpoints: trials.TrialComparison) -> str:
+def _endpoints_line(endpoints: decide.TrialComparison) -> str:
     ci = (f" (95% CI {endpoints.ci_low:.3f}-{endpoints.ci_high:.3f})" if math.isfinite(endpoints.ci_low) else "")
     return (f"{endpoints.verdict}, ratio {endpoints.ratio:.3f}{ci}, {endpoints.trials_base}/{endpoints.trials_head} "
             "trials")

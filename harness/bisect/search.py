@@ -50,7 +50,7 @@ Performance probes (``classify_perf``, ``PerfProber``)
 Trials, not samples.  The unit of evidence is the *trial*: one fresh process of the benchmark job, ~10
 samples.  A commit is measured by runs of its suite; each run holds ``[timing] trials`` trials (default 3) of
 the job.  Samples of one process share its level (clocks, placement, allocator, a background load), so they
-are not independent draws of the commit's speed: every comparison here is ``harness.core.trials.
+are not independent draws of the commit's speed: every comparison here is ``harness.stats.trials.
 compare_trials`` on trials (one sample array per (run, trial)), never on pooled samples, so one process can
 never decide anything (one trial a side shows no spread: inconclusive).
 
@@ -73,7 +73,7 @@ Between-run floor.  The spread of the trials of one run understates how far whol
 run's median moves ~4 % between runs).  Every commit with two or more kept runs gives the levels of its runs
 (a run's level: the mean log median of its trials); their pooled sd about each commit's mean, with
 ``sum(kept runs - 1)`` degrees of freedom (``run_floor``), is passed to ``compare_trials`` as the floor
-(``trials.Floor``) with each side's run count: the standard error of a comparison is at least
+(``runshift.Floor``) with each side's run count: the standard error of a comparison is at least
 ``floor * sqrt(1/runs_a + 1/runs_b)``, so a one-run commit is never judged more precisely than runs repeat.
 
 Endpoints (``PerfProber.confirm``).  Good and bad are measured until the good one has ``CORROBORATE`` (2)
@@ -128,8 +128,9 @@ from typing import Literal
 
 import numpy as np
 
-from harness.core import defaults, trials
-from harness.core.stats import _NOISE_FLOOR
+from harness.core import defaults
+from harness.stats import decide, runshift, trials
+from harness.stats.policy import NOISE_FLOOR
 
 __all__ = [
     "BisectResult",
@@ -167,7 +168,7 @@ class SetAside:
     """
 
     run_id: str
-    vs_kept: trials.TrialComparison
+    vs_kept: decide.TrialComparison
 
 
 @dataclass(frozen=True)
@@ -184,8 +185,8 @@ class Classification:
 
     state: State
     reason: str = ""
-    vs_good: trials.TrialComparison | None = None
-    vs_bad: trials.TrialComparison | None = None
+    vs_good: decide.TrialComparison | None = None
+    vs_bad: decide.TrialComparison | None = None
     n: int = 0
     runs: int = 0
     trials: int = 0
@@ -431,12 +432,12 @@ class PerfCall:
     """A probe's trials against both endpoints' (ratio = probe / endpoint)."""
 
     state: Literal["good", "bad", "inconclusive"]
-    vs_good: trials.TrialComparison
-    vs_bad: trials.TrialComparison
+    vs_good: decide.TrialComparison
+    vs_bad: decide.TrialComparison
 
 
 def _compare(base: TrialSamples, head: TrialSamples, *, runs: tuple[int, int] = (1, 1),
-             floor: trials.Floor | None = None, min_effect: float, alpha: float) -> trials.TrialComparison:
+             floor: runshift.Floor | None = None, min_effect: float, alpha: float) -> decide.TrialComparison:
     """``head`` against ``base`` at trial level (ratio = head / base), one series, optionally floored.
 
     Without the rank check of a lone series: a probe is classified only when it differs from one endpoint and not
@@ -447,7 +448,7 @@ def _compare(base: TrialSamples, head: TrialSamples, *, runs: tuple[int, int] = 
 
 
 def classify_perf(good: TrialSamples, bad: TrialSamples, probe: TrialSamples, *, runs: tuple[int, int, int] = (1, 1, 1),
-                  floor: trials.Floor | None = None, min_effect: float = defaults.MIN_EFFECT,
+                  floor: runshift.Floor | None = None, min_effect: float = defaults.MIN_EFFECT,
                   alpha: float = defaults.ALPHA) -> PerfCall:
     """good-like, bad-like or inconclusive: the probe's trials against each endpoint's with ``compare_trials``.
 
@@ -522,7 +523,7 @@ def rough_run_sd(groups: Iterable[Sequence[RunTrials]]) -> float | None:
     return float(np.median(scales)) if scales else None
 
 
-def run_floor(groups: Iterable[Sequence[RunTrials]]) -> trials.Floor | None:
+def run_floor(groups: Iterable[Sequence[RunTrials]]) -> runshift.Floor | None:
     """The between-run floor: the pooled sd of run levels about their commit's mean, over the commits with two or
     more (kept) runs; ``runs`` - 1 = the degrees of freedom, sum of (runs - 1).  None without such a commit."""
     squares, df = 0.0, 0
@@ -533,10 +534,10 @@ def run_floor(groups: Iterable[Sequence[RunTrials]]) -> trials.Floor | None:
             df += int(levels.size) - 1
     if df < 1:
         return None
-    return trials.Floor(max(math.sqrt(squares / df), _NOISE_FLOOR), df + 1)
+    return runshift.Floor(max(math.sqrt(squares / df), NOISE_FLOOR), df + 1)
 
 
-def describe(c: trials.TrialComparison | None, what: str) -> str:
+def describe(c: decide.TrialComparison | None, what: str) -> str:
     """'1.43x good (95% CI 1.12-1.83, regressed, 3/3 trials)' -- one comparison in words."""
     if c is None:
         return f"no comparison with {what}"
@@ -578,7 +579,7 @@ class PerfProber:
     batches: int = 0
     runs: int = 0
     reused: int = 0
-    endpoints: trials.TrialComparison | None = None
+    endpoints: decide.TrialComparison | None = None
     endpoints_settled: bool = False
     probed: set[str] = field(default_factory=set)  # the commits the search asked about (the confirmation's family)
     _cache: dict[tuple[str, int, float], _Evidence] = field(default_factory=dict, repr=False)
@@ -647,7 +648,7 @@ class PerfProber:
             self._cache[key] = _Evidence(*agreeing_runs(runs, band=band, alpha=self.alpha))
         return self._cache[key]
 
-    def floor(self) -> trials.Floor | None:
+    def floor(self) -> runshift.Floor | None:
         """The between-run floor from the kept runs of every commit measured more than once (module docstring)."""
         cached = self._derived.get("floor")
         if cached is None or cached[0] != self._version:
@@ -658,7 +659,7 @@ class PerfProber:
 
     # -- endpoints ------------------------------------------------------------------------------------------
 
-    def confirm(self) -> trials.TrialComparison | None:
+    def confirm(self) -> decide.TrialComparison | None:
         """Measure both endpoints until each has ``need`` agreeing runs and their comparison settles (module
         docstring), or the cap; the bad-vs-good comparison (``endpoints_settled`` says whether it settled).
 
@@ -684,7 +685,7 @@ class PerfProber:
                 break
         return self.endpoints
 
-    def _needs_more(self, comparison: trials.TrialComparison) -> bool:
+    def _needs_more(self, comparison: decide.TrialComparison) -> bool:
         """Inconclusive, or "unchanged" only for lack of evidence while a material slowdown is still in the CI."""
         if comparison.verdict == "inconclusive":
             return True
@@ -759,7 +760,7 @@ class PerfProber:
         again as needed)."""
         return self._classify(shas, confirming=True)
 
-    def evidence_between(self, before: str, after: str) -> trials.TrialComparison | None:
+    def evidence_between(self, before: str, after: str) -> decide.TrialComparison | None:
         """``after`` against ``before`` (ratio = after / before) on their kept trials, if both have some."""
         base, head = self.evidence(before), self.evidence(after)
         if not base.kept or not head.kept:

@@ -23,13 +23,14 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from harness.core import defaults, pacing
+from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
-from harness.core.summary import sorted_medians
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample, TrialSummary
 from harness.record.store import TRIAL_RECORD, Store
+from harness.stats import pacing
+from harness.stats.summary import sorted_medians
 
 
 @dataclass
@@ -362,7 +363,7 @@ def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.
                     ) -> dict[SeriesKey, list[float]]:
     """Each series' medians over the newest ``limit`` finished, clean runs on the given runs' chips at their commits
     or the commits' first-parent ancestors (the base branch; :func:`_history_runs`): the between-run noise of a
-    series (``harness.core.trials.history_floor``). The given runs themselves count; runs of other branches do
+    series (``harness.stats.trials.history_floor``). The given runs themselves count; runs of other branches do
     not."""
     if not run_ids:
         return {}
@@ -397,7 +398,7 @@ def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
 
 
 def host_paced_series(store: Store, run_ids: Sequence[str]) -> set[SeriesKey]:
-    """The benchmark series of the given runs that were host-paced in any of their jobs (``harness.core.pacing``:
+    """The benchmark series of the given runs that were host-paced in any of their jobs (``harness.stats.pacing``:
     the device waited for the host's calls, so the time per call is the host's pace, not the kernel's)."""
     with store.session() as session:
         rows = session.execute(_series_select(run_ids, JobRecord.backlog_calls)

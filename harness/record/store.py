@@ -30,10 +30,10 @@ from harness.core.chip import ChipIdentity
 from harness.core.errors import HarnessError, first_line
 from harness.core.job import Job, JobResult, per_test_key, unit_key
 from harness.core.proc import holder_is_gone, process_identity
-from harness.core.summary import sorted_medians, summarize
 from harness.record.identity import canonical, unify
 from harness.record.models import Chip, Commit, JobRecord, Machine, Run, Sample, TrialSummary, utcnow
 from harness.spec import git
+from harness.stats.summary import sorted_medians, summarize
 
 DEFAULT_DIR = Path("harness-out")
 DEFAULT_DB_URL = f"sqlite:///{DEFAULT_DIR / 'results.db'}"

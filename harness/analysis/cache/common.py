@@ -20,6 +20,7 @@ import numpy.typing as npt
 import scipy
 from sqlalchemy.exc import SQLAlchemyError
 
+from harness import stats as stats_package
 from harness.analysis import compare as compare_module
 from harness.analysis import history as history_module
 from harness.analysis import noise as noise_module
@@ -27,7 +28,7 @@ from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis import segment_search
 from harness.analysis import variants as variants_module
-from harness.core import defaults, distributions, stats, trials
+from harness.core import defaults
 from harness.core.errors import first_line
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
@@ -63,14 +64,22 @@ def replay_log(notes: Sequence[str]) -> None:
 FORMAT = 1  # of the payloads the modules of this package store
 # The code whose results are cached: any change to it (or to numpy / scipy) is a new version, every key changes.
 _SOURCES = (history_module, segment_search, regressions_module, records_module, compare_module, noise_module,
-            variants_module, stats, distributions, trials, defaults, query, analysis_cache, ancestry)
+            variants_module, defaults, query, analysis_cache, ancestry)
+
+
+def source_files() -> list[Path]:
+    """The files whose code computes the cached results: the modules of ``_SOURCES``, every module of the statistics
+    package (harness/stats) and this package's own."""
+    statistics = sorted(Path(stats_package.__file__ or "").parent.glob("*.py"))
+    own = sorted(Path(__file__).parent.glob("*.py"))
+    return [Path(module.__file__ or "") for module in _SOURCES] + statistics + own
 
 
 @cache
 def code_version() -> str:
     hasher = hashlib.sha256(f"format {FORMAT}; numpy {np.__version__}; scipy {scipy.__version__}".encode())
-    sources = [Path(module.__file__ or "") for module in _SOURCES] + sorted(Path(__file__).parent.glob("*.py"))
-    for source in sources:  # the analysed code and this package's own modules
+    sources = source_files()
+    for source in sources:  # the analysed code, the statistics package and this package's own modules
         try:
             hasher.update(source.read_bytes())
         except OSError:  # no source to read (a frozen install): the module's name and the package version
