@@ -31,9 +31,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.core import trials  # noqa: E402
 from harness.record import query  # noqa: E402
 from harness.record.store import open_database  # noqa: E402
+from harness.stats import trials  # noqa: E402
 from testkit.e2e import ab_repo, harness  # noqa: E402
 from testkit.load import random_load  # noqa: E402
 

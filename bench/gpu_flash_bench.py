@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.core.chip import detect  # noqa: E402
-from harness.core.summary import summarize
 from harness.execute.timing import TimingProtocol, measure_mlx  # noqa: E402
+from harness.stats.summary import summarize
 from kernels import REGISTRY  # noqa: E402
 
 PROTOCOL = TimingProtocol(warmup_s=0.5, warmup_calls=3, min_sample_s=0.05, samples=10)

@@ -7,7 +7,7 @@ and `harness compare c1 c2 --settle` (should flag nothing, exit 0), while ``--bu
 random on/off phases (testkit.load). Without --settle one run a side of a one-series suite is always inconclusive
 (held: nothing tells a change from a shift of the whole run).
 
-Run: ``python scripts/settle_under_load.py --tries 10 --burners 2`` (about a minute a try on 2 busy cores).
+Run: ``python bench/settle_under_load.py --tries 10 --burners 2`` (about a minute a try on 2 busy cores).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup, escape
 
-from harness.core import trials
+from harness.stats import noise, runshift
 from reports import svg
 from reports.render import (
     MAX_PLOT_POINTS,
@@ -501,19 +501,19 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
 def _detect_per_sd(runs: int) -> float:
     """The noise meter's detectable log change per unit of floor sd, for a floor of ``runs`` runs (its quantiles
     depend on the run count alone: ``noise_meter`` is exp(k * sd) - 1; one call per run count, not per series)."""
-    return float(np.log1p(trials.noise_meter([], trials.Floor(1.0, runs)).detectable))
+    return float(np.log1p(noise.noise_meter([], runshift.Floor(1.0, runs)).detectable))
 
 
 def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None:
     """A series' detectable-change band around its last decided level: the points since its last change point
     (all of them without one), their median (the level) and the smallest change a comparison could detect
-    against it (``trials.noise_meter`` with the between-commit spread of those points as its history floor);
+    against it (``noise.noise_meter`` with the between-commit spread of those points as its history floor);
     (first point's index, low, high, level, detectable), None under the floor's minimum of points."""
     start = 0
     for cp in series.change_points:
         start = max(start, cp.end_index if cp.kind == "drift" else cp.index)
     medians = np.asarray(series.points.median, dtype=float)[start:]
-    floor = trials.history_floor(medians)
+    floor = runshift.history_floor(medians)
     if floor is None:
         return None
     detectable = float(np.expm1(_detect_per_sd(floor.runs) * floor.sd))

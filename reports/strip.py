@@ -3,7 +3,7 @@
 x: the trials, grouped by side and run (``Column.group``: e.g. "base · run 817f18ab"), each column's points spread
 sideways by a fixed, deterministic jitter (the golden-ratio sequence over the sample's rank: the same data always
 gives the same picture); y: time per call in one unit (s, ms, µs or ns, chosen from the data) with an axis title.
-A dark bar marks each trial's median: the value a trial contributes to a verdict (``harness.core.trials`` works on
+A dark bar marks each trial's median: the value a trial contributes to a verdict (``harness.stats.trials`` works on
 the log of trial medians). Every text is escaped; the result is ``Markup``. No script, nothing fetched.
 """
 

@@ -162,9 +162,58 @@ def test_function_level_imports_are_only_for_heavy_dependencies_and_say_why():
     assert offenders == []
 
 
+STATS = "harness.stats"
+
+
+def _private_uses(sources: dict[str, str], package: str) -> list[str]:
+    """Uses, in one module, of another module's private name (``_x``, not a dunder) where that module is under
+    ``package``: ``from harness.stats.m import _x`` and ``m._x`` with ``m`` bound to such a module by an import."""
+    def under(name: str) -> bool:
+        return (name == package or name.startswith(package + ".")) and name in sources
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    found = []
+    for module, source in sources.items():
+        tree = ast.parse(source)
+        bound: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bound |= {alias.asname: alias.name for alias in node.names if alias.asname and under(alias.name)}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    if under(f"{node.module}.{alias.name}"):
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif under(node.module) and node.module != module and private(alias.name):
+                        found.append(f"{module}:{node.lineno}: from {node.module} import {alias.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and private(node.attr)
+                    and bound.get(node.value.id, module) != module):
+                found.append(f"{module}:{node.lineno}: {bound[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_a_private_name_of_the_statistics_package():
+    """harness/stats/ is the one place that decides a verdict; what its modules share is public (issue 39)."""
+    sources = {name: path.read_text() for name, path in MODULES.items()}
+    assert any(name.startswith(STATS + ".") for name in sources), "the scan found no statistics module"
+    assert _private_uses(sources, STATS) == []
+
+
+def test_the_private_name_scan_finds_both_forms():
+    sources = {"harness.stats.a": "_x = 1\n", "harness.stats.b": "from harness.stats.a import _x\n",
+               "harness.analysis.c": "from harness.stats import a\nfrom harness.stats import a as s\na._x\ns._x\n",
+               "harness.stats.d": "from harness.stats import a\na.x\n"}
+    assert _private_uses(sources, STATS) == [
+        "harness.stats.b:1: from harness.stats.a import _x", "harness.analysis.c:3: harness.stats.a._x",
+        "harness.analysis.c:4: harness.stats.a._x"]
+
+
 def test_the_layer_contract_holds():
     """import-linter's contracts (pyproject.toml): lower stages never import higher ones, kernels/ imports
-    nothing from harness/, reports/ only harness.core."""
+    nothing from harness/, reports/ only harness.core and harness.stats, harness.stats no database, rendering or
+    higher stage."""
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if lint is None:
         pytest.fail("lint-imports is not installed: the test extra provides it (import-linter)")

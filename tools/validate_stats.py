@@ -1,10 +1,10 @@
-"""Validate trial-level verdicts (harness.core.trials) against other rules on real and synthetic noise (not a test).
+"""Validate trial-level verdicts (harness.stats.trials) against other rules on real and synthetic noise (not a test).
 
 Rules compared, each deciding regressed / improved / unchanged (/ inconclusive) per series:
 
 * trials: ``compare_trials`` -- t-test on log trial medians, variances moderated across the grid, history
-  floor where given, BH across the grid, stats' decision rules (see harness.core.trials);
-* old: ``stats.compare_grid`` on the pooled samples of each side (Mann-Whitney + bootstrap, BH) -- the rule
+  floor where given, BH across the grid, stats' decision rules (see harness.stats.trials);
+* old: ``compare_grid`` (this file) on the pooled samples of each side (Mann-Whitney + bootstrap, BH) -- the rule
   the harness used before trials;
 * asv: airspeed velocity's ``asv compare`` rule (``_is_result_better`` with ``statistics.is_different``):
   flagged when median(head) / median(base) is beyond ``--asv-factor`` (default 1.1, either way) AND a
@@ -40,6 +40,7 @@ Run: ``python tools/validate_stats.py`` (about 25 s for (a) and (b), plus the tw
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -49,9 +50,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -59,7 +61,11 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.core import stats, trials  # noqa: E402
+from harness.core import defaults  # noqa: E402
+from harness.stats import decide, distributions, runshift, trials  # noqa: E402
+from harness.stats.decide import Comparison  # noqa: E402
+from harness.stats.policy import Verdict  # noqa: E402
+from harness.stats.samples import Samples, log_spread, midpoint, positive_finite, safe_exp, sorted_median  # noqa: E402
 from testkit.e2e import copy_checkout, git  # noqa: E402
 from testkit.load import random_load  # noqa: E402
 from testkit.suites import benchmark_sections  # noqa: E402
@@ -84,13 +90,322 @@ SHIFTS = (1.05, 1.10)
 
 
 # ---------------------------------------------------------------------------
+# The old rule: Mann-Whitney + bootstrap of pooled samples, BH (the harness's rule before trials; kept here as a
+# baseline, nothing in harness/ uses it)
+# ---------------------------------------------------------------------------
+
+OLD_N_BOOT = 2000  # bootstrap resamples for the ratio-of-medians interval
+OLD_MIN_SAMPLES = 5  # fewer samples on a side: inconclusive
+MAX_MORE_SAMPLES = 1000
+K = TypeVar("K", bound=Hashable)
+_EXACT_MWU_MAX_N = 100
+
+
+def mann_whitney_pvalues(
+    base_rows: npt.NDArray[np.float64], head_rows: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """Two-sided Mann-Whitney p-value per row (rows: series of equal sizes).
+
+    Exact null distribution for rows without ties and <= 100 samples per
+    side, tie-corrected normal approximation otherwise, p = 1 when all values
+    are equal; one vectorised scipy call per method.
+    """
+    pooled = np.sort(np.concatenate([base_rows, head_rows], axis=1), axis=1)
+    constant = pooled[:, -1] == pooled[:, 0]
+    has_ties = (np.diff(pooled, axis=1) == 0).any(axis=1)
+    small = max(base_rows.shape[1], head_rows.shape[1]) <= _EXACT_MWU_MAX_N
+    exact = ~constant & ~has_ties & small
+    from scipy import stats as scipy_stats  # ~1 s to load: only when samples are tested
+
+    p_values = np.ones(len(base_rows))
+    for method, rows in (("exact", exact), ("asymptotic", ~constant & ~exact)):
+        if rows.any():
+            result = scipy_stats.mannwhitneyu(
+                head_rows[rows], base_rows[rows], alternative="two-sided", method=method, axis=1
+            )
+            p_values[rows] = np.asarray(result.pvalue, dtype=np.float64)
+    return np.where(np.isfinite(p_values), p_values, 1.0)
+
+
+def _bootstrap_median_ranks(
+    n: int, rng: np.random.Generator, n_boot: int
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Order-statistic positions of the median of ``n_boot`` resamples of size n.
+
+    A resample is summarised by how often it draws each order statistic; its
+    median is the order statistic at which the running count first reaches
+    rank (n+1)//2 (and n//2+1, averaged, for even n).  The positions depend
+    only on the draws, so one set serves every series with n samples:
+    O(n_boot * n), no per-row sort.
+    """
+    draws = rng.integers(0, n, size=(n_boot, n))
+    row_offsets = (np.arange(n_boot) * n)[:, None]
+    counts = np.bincount((draws + row_offsets).ravel(), minlength=n_boot * n).reshape(n_boot, n)
+    running = np.cumsum(counts, axis=1)
+    lower = (running < (n + 1) // 2).sum(axis=1)
+    upper = (running < n // 2 + 1).sum(axis=1)
+    return lower, upper
+
+
+def _bootstrap_log_ratio_ci(
+    base_sorted: npt.NDArray[np.float64],
+    head_sorted: npt.NDArray[np.float64],
+    *,
+    alpha: float,
+    n_boot: int,
+    seed: int,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Percentile CI of log(median head / median base) per row (rows: series of equal sizes)."""
+    rng = np.random.default_rng(seed)
+    head_lower, head_upper = _bootstrap_median_ranks(head_sorted.shape[1], rng, n_boot)
+    base_lower, base_upper = _bootstrap_median_ranks(base_sorted.shape[1], rng, n_boot)
+    head_medians = midpoint(head_sorted[:, head_lower], head_sorted[:, head_upper])
+    base_medians = midpoint(base_sorted[:, base_lower], base_sorted[:, base_upper])
+    log_ratios = np.log(head_medians) - np.log(base_medians)
+    low, high = np.quantile(log_ratios, [alpha / 2.0, 1.0 - alpha / 2.0], axis=1)
+    return low, high
+
+
+
+
+def _clamp_more(count: float) -> int:
+    if not math.isfinite(count):
+        return MAX_MORE_SAMPLES
+    return int(min(MAX_MORE_SAMPLES, max(1, math.ceil(count))))
+
+
+def _more_samples_for_too_few(
+    base: npt.NDArray[np.float64],
+    head: npt.NDArray[np.float64],
+    *,
+    min_effect: float,
+    alpha: float,
+    min_samples: int,
+) -> int:
+    have = min(base.size, head.size)
+    shortfall = min_samples - have
+    sigma = log_spread(base, head)
+    if not math.isfinite(sigma) or sigma <= 0:
+        return _clamp_more(shortfall)
+    z = distributions.norm_ppf(1.0 - alpha / 2.0)
+    target = math.log1p(min_effect)
+    with np.errstate(over="ignore"):
+        needed_per_side = np.pi * np.square(z * sigma / target) if target > 0 else math.inf
+    return _clamp_more(max(shortfall, float(needed_per_side) - have))
+
+
+def _safe_log(value: float) -> float:
+    """log that maps 0 (an underflowed ratio) to -inf instead of raising."""
+    return math.log(value) if value > 0 else -math.inf
+
+
+def _more_samples_to_clear_band(
+    ratio: float, ci_low: float, ci_high: float, n_base: int, n_head: int, min_effect: float
+) -> int:
+    log_ratio = _safe_log(ratio)
+    half_width = max(log_ratio - _safe_log(ci_low), _safe_log(ci_high) - log_ratio)
+    edges = (math.log1p(min_effect), math.log1p(-min_effect) if min_effect < 1 else -math.inf)
+    distance = min(abs(log_ratio - edge) for edge in edges)
+    if not distance > 0:
+        return MAX_MORE_SAMPLES
+    effective_n = 2.0 / (1.0 / n_base + 1.0 / n_head)
+    with np.errstate(over="ignore", invalid="ignore"):
+        needed_per_side = float(effective_n * np.square(np.float64(half_width) / distance))
+    return _clamp_more(needed_per_side - min(n_base, n_head))
+
+
+def _decide(
+    ratio: float,
+    ci_low: float,
+    ci_high: float,
+    p_adjusted: float,
+    n_base: int,
+    n_head: int,
+    *,
+    min_effect: float,
+    alpha: float,
+) -> tuple[Verdict, int]:
+    """Rules 2-6 of the module docstring (rule 1 is applied by the caller)."""
+    significant = p_adjusted < alpha
+    if significant and ci_low > 1.0 + min_effect:
+        return "regressed", 0
+    if significant and ci_high < 1.0 - min_effect:
+        return "improved", 0
+    if 1.0 - min_effect <= ci_low and ci_high <= 1.0 + min_effect:
+        return "unchanged", 0
+    if not significant and 1.0 / defaults.LARGEST_UNCHANGED <= ratio <= defaults.LARGEST_UNCHANGED:
+        return "unchanged", 0
+    return "inconclusive", _more_samples_to_clear_band(ratio, ci_low, ci_high, n_base, n_head, min_effect)
+
+
+def _too_few_samples(
+    base: npt.NDArray[np.float64],
+    head: npt.NDArray[np.float64],
+    *,
+    min_effect: float,
+    alpha: float,
+    min_samples: int,
+) -> Comparison:
+    ratio = _median_ratio(base, head) if base.size and head.size else math.nan
+    more = _more_samples_for_too_few(base, head, min_effect=min_effect, alpha=alpha, min_samples=min_samples)
+    return Comparison("inconclusive", ratio, math.nan, math.nan, math.nan, math.nan, base.size, head.size, more)
+
+
+def _median_ratio(base: npt.NDArray[np.float64], head: npt.NDArray[np.float64]) -> float:
+    return safe_exp(math.log(sorted_median(np.sort(head))) - math.log(sorted_median(np.sort(base))))
+
+
+def _compare_equal_sizes(
+    base_rows: npt.NDArray[np.float64],
+    head_rows: npt.NDArray[np.float64],
+    *,
+    min_effect: float,
+    alpha: float,
+    n_boot: int,
+    seed: int,
+) -> list[Comparison]:
+    """Test and bootstrap every row at once; rows are series with the same (n_base, n_head)."""
+    base_sorted, head_sorted = np.sort(base_rows, axis=1), np.sort(head_rows, axis=1)
+    n_base, n_head = base_sorted.shape[1], head_sorted.shape[1]
+    p_values = mann_whitney_pvalues(base_sorted, head_sorted)
+    log_low, log_high = _bootstrap_log_ratio_ci(base_sorted, head_sorted, alpha=alpha, n_boot=n_boot, seed=seed)
+    comparisons = []
+    for row, p_value in enumerate(p_values.tolist()):
+        ratio = _median_ratio(base_sorted[row], head_sorted[row])
+        ci_low, ci_high = safe_exp(log_low[row]), safe_exp(log_high[row])
+        verdict, more = _decide(ratio, ci_low, ci_high, p_value, n_base, n_head, min_effect=min_effect, alpha=alpha)
+        comparisons.append(Comparison(verdict, ratio, ci_low, ci_high, p_value, p_value, n_base, n_head, more))
+    return comparisons
+
+
+def _compare_many(
+    pairs: Sequence[tuple[Samples, Samples]],
+    *,
+    min_effect: float,
+    alpha: float,
+    n_boot: int,
+    seed: int,
+    min_samples: int,
+) -> list[Comparison]:
+    """Unadjusted comparisons (``p_adjusted == p_value``), batched by sample sizes.
+
+    Every series draws its bootstrap resamples from ``default_rng(seed)``, so
+    a series' interval depends only on its own data and ``seed``, never on
+    which other series share the batch.
+    """
+    cleaned = [(positive_finite(base), positive_finite(head)) for base, head in pairs]
+    results: list[Comparison | None] = [None] * len(cleaned)
+    by_sizes: dict[tuple[int, int], list[int]] = {}
+    for position, (base, head) in enumerate(cleaned):
+        if min(base.size, head.size) < min_samples:
+            results[position] = _too_few_samples(
+                base, head, min_effect=min_effect, alpha=alpha, min_samples=min_samples
+            )
+        else:
+            by_sizes.setdefault((base.size, head.size), []).append(position)
+    for positions in by_sizes.values():
+        base_rows = np.stack([cleaned[p][0] for p in positions])
+        head_rows = np.stack([cleaned[p][1] for p in positions])
+        batch = _compare_equal_sizes(base_rows, head_rows, min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed)
+        for position, comparison in zip(positions, batch, strict=True):
+            results[position] = comparison
+    return [comparison for comparison in results if comparison is not None]
+
+
+
+
+def _is_tested(comparison: Comparison) -> bool:
+    return comparison.verdict != "broken" and math.isfinite(comparison.p_value)
+
+
+def apply_fdr(
+    comparisons: Mapping[K, Comparison],
+    *,
+    min_effect: float = defaults.MIN_EFFECT,
+    alpha: float = defaults.ALPHA,
+) -> dict[K, Comparison]:
+    """Benjamini-Hochberg-adjust the raw p-values of tested series and re-decide.
+
+    Only ``p_value`` (raw) is read, so applying it twice gives the same
+    result.  Untested series (too few samples, ``broken``) are returned
+    unchanged and do not count towards the family size.
+    """
+    tested = [key for key, comparison in comparisons.items() if _is_tested(comparison)]
+    adjusted: dict[K, float] = {}
+    if tested:
+        raw = np.array([comparisons[key].p_value for key in tested])
+        adjusted = dict(zip(tested, distributions.bh(raw).tolist(), strict=True))
+    result: dict[K, Comparison] = {}
+    for key, c in comparisons.items():
+        if key not in adjusted:
+            result[key] = c
+            continue
+        p_adjusted = adjusted[key]
+        verdict, more = _decide(
+            c.ratio, c.ci_low, c.ci_high, p_adjusted, c.n_base, c.n_head, min_effect=min_effect, alpha=alpha
+        )
+        result[key] = Comparison(verdict, c.ratio, c.ci_low, c.ci_high, c.p_value, p_adjusted, c.n_base, c.n_head, more)
+    return result
+
+
+def compare_each(
+    pairs: Mapping[K, tuple[Samples, Samples]],
+    *,
+    min_effect: float = defaults.MIN_EFFECT,
+    alpha: float = defaults.ALPHA,
+    n_boot: int = OLD_N_BOOT,
+    seed: int = 0,
+    min_samples: int = OLD_MIN_SAMPLES,
+) -> dict[K, Comparison]:
+    """``compare_samples`` on every ``key -> (base, head)``, batched, *without* multiplicity control.
+
+    Each result equals ``compare_samples`` on that pair (a family of one).
+    Meant for composing families by hand with ``apply_fdr``; for one commit's
+    grid use ``compare_grid``.
+    """
+    keys = list(pairs)
+    measured = _compare_many(
+        [pairs[key] for key in keys],
+        min_effect=min_effect,
+        alpha=alpha,
+        n_boot=n_boot,
+        seed=seed,
+        min_samples=min_samples,
+    )
+    return dict(zip(keys, measured, strict=True))
+
+
+def compare_grid(
+    pairs: Mapping[K, tuple[Samples, Samples]],
+    *,
+    min_effect: float = defaults.MIN_EFFECT,
+    alpha: float = defaults.ALPHA,
+    n_boot: int = OLD_N_BOOT,
+    seed: int = 0,
+    min_samples: int = OLD_MIN_SAMPLES,
+    broken: Collection[K] = (),
+) -> dict[K, Comparison]:
+    """``compare_samples`` on every ``key -> (base, head)``, then BH across the grid.
+
+    Every series uses the same ``seed``, so a series' interval does not depend
+    on which other series share the grid.  Keys in ``broken`` get verdict
+    ``broken`` and stay out of the BH family.
+    """
+    raw = compare_each(pairs, min_effect=min_effect, alpha=alpha, n_boot=n_boot, seed=seed, min_samples=min_samples)
+    gated = {key: dataclasses.replace(c, verdict="broken", more_samples_needed=0) if key in broken else c
+             for key, c in raw.items()}
+    return apply_fdr(gated, min_effect=min_effect, alpha=alpha)
+
+
+
+# ---------------------------------------------------------------------------
 # The rules
 # ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Context:
-    floors: dict[str, trials.Floor] | None = None
+    floors: dict[str, runshift.Floor] | None = None
     runs: dict[str, tuple[int, int]] | None = None
     separate_runs: bool = False  # the sides are separate runs, as `harness compare` of runs (trials.compare_trials)
 
@@ -108,7 +423,7 @@ def mann_whitney(samples: Mapping[str, tuple[Array, Array]]) -> dict[str, float]
     for keys in by_sizes.values():
         base_rows = np.stack([samples[k][0] for k in keys])
         head_rows = np.stack([samples[k][1] for k in keys])
-        p_values.update(zip(keys, stats.mann_whitney_pvalues(base_rows, head_rows).tolist(), strict=True))
+        p_values.update(zip(keys, mann_whitney_pvalues(base_rows, head_rows).tolist(), strict=True))
     return p_values
 
 
@@ -118,7 +433,7 @@ def direction(ratio: float, flagged: bool) -> str:
     return "regressed" if ratio > 1 else "improved"
 
 
-def compare(grid: Grid, context: Context) -> dict[str, trials.TrialComparison]:
+def compare(grid: Grid, context: Context) -> dict[str, decide.TrialComparison]:
     return trials.compare_trials(grid, floors=context.floors, runs=context.runs, separate_runs=context.separate_runs)
 
 
@@ -127,7 +442,7 @@ def rule_trials(grid: Grid, context: Context, args: argparse.Namespace) -> dict[
 
 
 def rule_old(grid: Grid, context: Context, args: argparse.Namespace) -> dict[str, str]:
-    return {key: c.verdict for key, c in stats.compare_grid(pooled(grid)).items()}
+    return {key: c.verdict for key, c in compare_grid(pooled(grid)).items()}
 
 
 def median_ratios(samples: Mapping[str, tuple[Array, Array]]) -> dict[str, float]:
@@ -326,13 +641,13 @@ def draw_side(rng: np.random.Generator, sd: float, protocol: Protocol, trials_pe
     return [1e-4 * np.exp(level + rng.normal(0.0, WITHIN_SD, SAMPLES)) for level in levels]
 
 
-def history(rng: np.random.Generator, sd: float, protocol: Protocol, trials_per_side: int) -> trials.Floor | None:
+def history(rng: np.random.Generator, sd: float, protocol: Protocol, trials_per_side: int) -> runshift.Floor | None:
     """The floor from 10 earlier base runs, each measured like a side (mean log median of its trials)."""
     medians = [
         math.exp(float(np.mean([np.log(np.median(t)) for t in draw_side(rng, sd, protocol, trials_per_side, 0.0)])))
         for _ in range(HISTORY_RUNS)
     ]
-    return trials.history_floor(medians)
+    return runshift.history_floor(medians)
 
 
 def synthetic_grid(
@@ -342,7 +657,7 @@ def synthetic_grid(
     sds = between_sds(rng, protocol.between_median, size)
     planted = set(rng.choice(size, size=int(PLANTED_FRACTION * size), replace=False).tolist()) if step else set()
     grid: Grid = {}
-    floors: dict[str, trials.Floor] = {}
+    floors: dict[str, runshift.Floor] = {}
     whole_run = rng.normal(0.0, protocol.run_shift) if protocol.run_shift else 0.0
     for i, sd in enumerate(sds):
         key = f"s{i}"
@@ -487,7 +802,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     start = time.perf_counter()
     print(
-        f"Rules: trials = compare_trials; old = stats.compare_grid on pooled samples; asv = ratio of medians beyond "
+        "Rules: trials = compare_trials; old = compare_grid (this file) on pooled samples; "
+        f"asv = ratio of medians beyond "
         f"{args.asv_factor} and Mann-Whitney p < {args.asv_p}; MWU = Mann-Whitney p < 0.05 (pooled samples)\n"
     )
     section_a(args)

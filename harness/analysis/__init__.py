@@ -1,1 +1,1 @@
-"""Analyse: compare, variant verdicts, history and regressions, built on record's queries and core.stats."""
+"""Analyse: compare, variant verdicts, history and regressions, built on record's queries and harness.stats."""

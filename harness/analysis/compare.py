@@ -1,5 +1,5 @@
 """Compare BASE with HEAD: resolve each side to its runs, then give every series on both sides (per chip) a
-verdict at trial level (``harness.core.trials.compare_trials``: the spread between job processes, floored by the
+verdict at trial level (``harness.stats.trials.compare_trials``: the spread between job processes, floored by the
 spread of the series' recent runs on the base branch; BH across the whole grid), ``broken`` where the head failed a
 correctness job of the kernel on that chip.  Samples, failures and references come from ``harness.record.query``."""
 
@@ -13,11 +13,11 @@ from datetime import datetime
 import numpy as np
 
 from harness.analysis.records import CompareReport, CompareRow, CorrectnessFailure, Side
-from harness.core import stats, trials
 from harness.core.chip import timing_fit
 from harness.core.status import each_test_once, outcome_key
 from harness.record import query
 from harness.record.store import Store
+from harness.stats import decide, policy, runshift, trials
 
 __all__ = ["VERDICT_ORDER", "compare", "order_not_proven", "resolve_side"]
 
@@ -40,8 +40,8 @@ def compare(
     base: str,
     head: str,
     chip: str | None = None,
-    min_effect: float = stats.DEFAULT_MIN_EFFECT,
-    alpha: float = stats.DEFAULT_ALPHA,
+    min_effect: float = policy.DEFAULT_MIN_EFFECT,
+    alpha: float = policy.DEFAULT_ALPHA,
     same_session: bool = False,
     sides: tuple[Side, Side] | None = None,
 ) -> CompareReport:
@@ -81,7 +81,7 @@ def compare(
                                                    or not timing_fit(key.chip)})
     host_paced = query.host_paced_series(store, base_side.run_ids) | query.host_paced_series(store, head_side.run_ids)
     rows = sorted((_row(key, c, pairs[key], key in host_paced) for key, c in verdicts.items()), key=_row_order)
-    counts = {verdict: 0 for verdict in stats.VERDICTS}
+    counts = {verdict: 0 for verdict in policy.VERDICTS}
     for row in rows:
         counts[row.verdict] += 1
     return CompareReport(base_side, head_side, tuple(rows), tuple(failures), counts,
@@ -150,13 +150,13 @@ def same_mode(first: str | None, second: str | None) -> bool:
     return not first or not second or first == second
 
 
-def series_floors(store: Store, run_ids: list[str]) -> dict[query.SeriesKey, trials.Floor]:
+def series_floors(store: Store, run_ids: list[str]) -> dict[query.SeriesKey, runshift.Floor]:
     """Each series' between-run noise from its recent runs on the base branch (where it has enough of them)."""
     return _floors(query.history_medians(store, run_ids))
 
 
-def _floors(history: Mapping[query.SeriesKey, Sequence[float]]) -> dict[query.SeriesKey, trials.Floor]:
-    floors = {key: trials.history_floor(medians) for key, medians in history.items()}
+def _floors(history: Mapping[query.SeriesKey, Sequence[float]]) -> dict[query.SeriesKey, runshift.Floor]:
+    floors = {key: runshift.history_floor(medians) for key, medians in history.items()}
     return {key: floor for key, floor in floors.items() if floor is not None}
 
 
@@ -164,7 +164,7 @@ def _pooled_median(side: list) -> float:
     return float(np.median(np.concatenate(side))) if side else float("nan")
 
 
-def _row(key: query.SeriesKey, c: trials.TrialComparison, pair: tuple[list, list], host_paced: bool) -> CompareRow:
+def _row(key: query.SeriesKey, c: decide.TrialComparison, pair: tuple[list, list], host_paced: bool) -> CompareRow:
     return CompareRow(key, c.verdict, c.ratio, c.ci_low, c.ci_high, c.p_value, c.p_adjusted, c.n_base, c.n_head,
                       c.more_samples_needed, _pooled_median(pair[0]), _pooled_median(pair[1]),
                       trials_base=c.trials_base, trials_head=c.trials_head, more_trials_needed=c.more_trials_needed,

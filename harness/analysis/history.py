@@ -1,10 +1,10 @@
 """Per-series history on one chip: each commit's level -- the median of its trials' medians, one per job process
 (over all its runs on the chip) -- with an interval, the commits in history order (along the branch's first-parent
 line, then the commits off it: see ``harness.record.query.ChipHistory``), and the change points
-``stats.detect_change_points`` finds along those levels on each line.  The chip's samples come as arrays from
+``changepoints.detect_change_points`` finds along those levels on each line.  The chip's samples come as arrays from
 ``harness.record.query.chip_history``; ``series_histories`` builds the histories from per-cell levels alone (the
-report's cache keeps those, ``harness.analysis.cache``), and ``detect_many`` is ``stats.detect_change_points`` of many
-histories at once."""
+report's cache keeps those, ``harness.analysis.cache``), and ``detect_many`` is
+``changepoints.detect_change_points`` of many histories at once."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import numpy.typing as npt
 
 from harness.analysis import segment_search
 from harness.analysis.records import ChangeFlag, HistoryPoints, SeriesHistory
-from harness.core import stats
 from harness.record import query
 from harness.record.store import Store
+from harness.stats import changepoints, policy, samples
 
 __all__ = ["by_series_key", "cell_levels", "detect_many", "history", "series_histories", "trial_levels", "with_flags"]
 
@@ -34,8 +34,8 @@ ChangeFinder = Callable[[Sequence[Sequence[npt.NDArray[np.float64]]]], list[Flag
 
 
 def _ci_ranks(n: int) -> tuple[int, int] | None:
-    """The 1-based order statistics of ``stats.median_ci``'s interval for n values (None: no interval)."""
-    _, low_rank, high_rank = stats.median_ci(np.arange(1.0, n + 1.0))  # ranks, as stats picks them
+    """The 1-based order statistics of ``samples.median_ci``'s interval for n values (None: no interval)."""
+    _, low_rank, high_rank = samples.median_ci(np.arange(1.0, n + 1.0))  # ranks, as stats picks them
     return (int(low_rank), int(high_rank)) if math.isfinite(low_rank) else None
 
 
@@ -50,8 +50,8 @@ def trial_levels(data: query.ChipHistory, cells: npt.NDArray[np.int64]
                  ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per flat cell index: the median of its trial medians, and its interval.
 
-    With ``MIN_TRIALS_FOR_CI`` trials or more the interval is ``stats.median_ci`` over the trial medians (the spread
-    of its processes: their min and max up to 5 trials); with fewer it is ``stats.median_ci`` of the pooled samples
+    With ``MIN_TRIALS_FOR_CI`` trials or more the interval is ``samples.median_ci`` over the trial medians (the spread
+    of its processes: their min and max up to 5 trials); with fewer it is ``samples.median_ci`` of the pooled samples
     (a single process shows only its own noise).  Vectorised per trial count and per sample count; each cell's values
     depend on its own samples only.
     """
@@ -114,7 +114,7 @@ def cell_levels(data: query.ChipHistory
 # Change points of many histories at once
 # ---------------------------------------------------------------------------------------------------------------
 
-_DETECT = stats.detect_change_points.__kwdefaults__  # its model's parameters: penalty, min_segment, ...
+_DETECT = changepoints.detect_change_points.__kwdefaults__  # its model's parameters: penalty, min_segment, ...
 _BATCH = 256  # histories of one length searched together (memory: 6 x _BATCH x n doubles)
 _MIN_BATCH = 16  # below this a batch shares too little of the per-step cost to be worth a thread of its own
 _WORKERS = 8  # threads at most
@@ -123,7 +123,7 @@ _WORKERS = 8  # threads at most
 def _optimal_segments_many(values: npt.NDArray[np.float64], segment_penalty: npt.NDArray[np.float64],
                            slope_penalty: npt.NDArray[np.float64], *, min_segment: int, min_drift_length: int,
                            compiled: bool = True) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
-    """``stats._optimal_segments`` of each row of ``values`` (one penalty pair per row), the same floating-point
+    """``changepoints.optimal_segments`` of each row of ``values`` (one penalty pair per row), the same floating-point
     operations on the same numbers: per row and end, the chosen start (``previous``) and whether that segment is
     linear.  ``compiled`` (and numba importable): ``segment_search.search``, one compiled pass per end; else a step
     of the search for every row at once in numpy.  The starts the search skips (``best`` not finite: 1 up to
@@ -194,22 +194,23 @@ def _optimal_segments_many(values: npt.NDArray[np.float64], segment_penalty: npt
     return previous, is_linear
 
 
-def detect_many(histories: Sequence[npt.NDArray[np.float64]], *, min_effect: float = stats.DEFAULT_MIN_EFFECT,
-                alpha: float = stats.DEFAULT_ALPHA) -> list[list[stats.ChangePoint]]:
-    """``stats.detect_change_points`` of each history (same results): its O(n^2) optimal-partitioning search runs
+def detect_many(histories: Sequence[npt.NDArray[np.float64]], *, min_effect: float = policy.DEFAULT_MIN_EFFECT,
+                alpha: float = policy.DEFAULT_ALPHA) -> list[list[changepoints.ChangePoint]]:
+    """``changepoints.detect_change_points`` of each history (same results): its O(n^2) optimal-partitioning search runs
     for all histories of one length together (``_optimal_segments_many``), which shares the per-step cost of
     numpy calls (~3x faster on 1000-commit histories), the batches on all cores (threads: numpy releases the GIL);
     the rest is ``detect_change_points``' own steps."""
     penalty, min_segment, min_drift = _DETECT["penalty"], _DETECT["min_segment"], _DETECT["min_drift_length"]
     prepared: dict[int, list[tuple[int, npt.NDArray[np.float64], npt.NDArray[np.intp], float]]] = {}
     for h, medians in enumerate(histories):
-        log_values, positions = stats._valid_history(medians)
+        log_values, positions = changepoints.valid_history(medians)
         n = log_values.size
         if n < 2 * min_segment:
             continue
-        sigma = stats._robust_noise(log_values)
-        per_parameter = penalty * sigma * sigma * (1.0 + stats._SMALL_SAMPLE_INFLATION / math.sqrt(n)) * math.log(n)
-        prepared.setdefault(n, []).append((h, stats._winsorise(log_values, sigma), positions, per_parameter))
+        sigma = changepoints.robust_noise(log_values)
+        inflation = 1.0 + changepoints.SMALL_SAMPLE_INFLATION / math.sqrt(n)
+        per_parameter = penalty * sigma * sigma * inflation * math.log(n)
+        prepared.setdefault(n, []).append((h, changepoints.winsorise(log_values, sigma), positions, per_parameter))
     batches = []  # each a list of histories of one length, at most _BATCH, about one per core when few
     workers = max(1, min(os.cpu_count() or 1, _WORKERS))
     for group in prepared.values():
@@ -226,13 +227,13 @@ def detect_many(histories: Sequence[npt.NDArray[np.float64]], *, min_effect: flo
             searched = list(pool.map(search, batches))
     else:
         searched = [search(batch) for batch in batches]
-    found: list[list[stats.ChangePoint]] = [[] for _ in histories]
+    found: list[list[changepoints.ChangePoint]] = [[] for _ in histories]
     for batch, (previous, is_linear) in zip(batches, searched, strict=True):
         for row, (h, cleaned, positions, threshold) in enumerate(batch):
             segments, stop = [], cleaned.size
             while stop > 0:
                 begin = int(previous[row, stop])
-                segments.append(stats._Segment(begin, stop, bool(is_linear[row, stop])))
+                segments.append(changepoints.Segment(begin, stop, bool(is_linear[row, stop])))
                 stop = begin
             found[h] = _change_points(cleaned, segments[::-1], positions, threshold, min_effect=min_effect,
                                       alpha=alpha, hinge_search=min_drift)
@@ -241,27 +242,27 @@ def detect_many(histories: Sequence[npt.NDArray[np.float64]], *, min_effect: flo
 
 def _change_points(cleaned: npt.NDArray[np.float64], segments: list, positions: npt.NDArray[np.intp],
                    per_parameter: float, *, min_effect: float, alpha: float, hinge_search: int
-                   ) -> list[stats.ChangePoint]:
-    """``stats.detect_change_points`` after its segmentation: fit the segments, keep the supported steps and the
+                   ) -> list[changepoints.ChangePoint]:
+    """``changepoints.detect_change_points`` after its segmentation: fit the segments, keep the supported steps and the
     trending drifts."""
-    fitted = [stats._fit_segment(cleaned, s, min_effect=min_effect, alpha=alpha) for s in segments]
-    found: list[stats.ChangePoint] = []
+    fitted = [changepoints.fit_segment(cleaned, s, min_effect=min_effect, alpha=alpha) for s in segments]
+    found: list[changepoints.ChangePoint] = []
     for left, right in zip([None, *fitted[:-1]], fitted, strict=True):
         if left is not None:
             jump = right.start_level - left.end_level
-            supported = stats._jump_is_supported(cleaned, left, right, threshold=per_parameter,
+            supported = changepoints.jump_is_supported(cleaned, left, right, threshold=per_parameter,
                                                  hinge_search=hinge_search)
-            if abs(stats._relative_change(jump)) > min_effect and supported:
+            if abs(samples.relative_change(jump)) > min_effect and supported:
                 index = positions[right.start]
-                found.append(stats._change_point("step", index, index, left.end_level, right.start_level))
+                found.append(changepoints.change_point("step", index, index, left.end_level, right.start_level))
         if right.drifting:
             start, end = positions[right.start], positions[right.stop - 1]
-            found.append(stats._change_point("drift", start, end, right.start_level, right.end_level))
+            found.append(changepoints.change_point("drift", start, end, right.start_level, right.end_level))
     return found
 
 
-def detect_lines(series: Sequence[Sequence[npt.NDArray[np.float64]]], *, min_effect: float = stats.DEFAULT_MIN_EFFECT,
-                 alpha: float = stats.DEFAULT_ALPHA) -> list[Flags]:
+def detect_lines(series: Sequence[Sequence[npt.NDArray[np.float64]]], *, min_effect: float = policy.DEFAULT_MIN_EFFECT,
+                 alpha: float = policy.DEFAULT_ALPHA) -> list[Flags]:
     """Per series (its lines' levels, oldest first, one line after the other): the change points of each line, as
     ``history`` reports them (indices into the series' points)."""
     flat = [line for lines in series for line in lines]
@@ -285,7 +286,7 @@ def detect_lines(series: Sequence[Sequence[npt.NDArray[np.float64]]], *, min_eff
 
 def series_histories(data: query.ChipHistory, level: npt.NDArray[np.float64], low: npt.NDArray[np.float64],
                      high: npt.NDArray[np.float64], *, change_points: bool = True,
-                     min_effect: float = stats.DEFAULT_MIN_EFFECT, alpha: float = stats.DEFAULT_ALPHA,
+                     min_effect: float = policy.DEFAULT_MIN_EFFECT, alpha: float = policy.DEFAULT_ALPHA,
                      find: ChangeFinder | None = None) -> list[SeriesHistory]:
     """The histories of ``data``'s series from each flat cell's level and interval (``cell_levels``: only
     ``data``'s commits, series, history order and sample counts are read). ``find`` finds the change points
@@ -328,8 +329,8 @@ def history(
     include_dirty: bool = False,
     last: int | None = None,
     change_points: bool = True,
-    min_effect: float = stats.DEFAULT_MIN_EFFECT,
-    alpha: float = stats.DEFAULT_ALPHA,
+    min_effect: float = policy.DEFAULT_MIN_EFFECT,
+    alpha: float = policy.DEFAULT_ALPHA,
 ) -> list[SeriesHistory]:
     """Per series on ``chip``: its commits in history order, each commit's level and interval, and change points.
 
@@ -340,7 +341,7 @@ def history(
     over all its clean runs on the chip (``include_dirty`` adds runs of dirty trees) -- since each process sits at
     a level of its own; ``n`` counts its samples; the interval is ``trial_levels``'.
     ``last`` keeps the last N commits of the main line (and the commits off it run since).
-    ``change_points=False`` skips ``stats.detect_change_points``, which costs O(n^2) per series (~0.01 s per
+    ``change_points=False`` skips ``changepoints.detect_change_points``, which costs O(n^2) per series (~0.01 s per
     series at 1000 commits, searched together: ``detect_many``).
     """
     query.check_chip(store, chip)

@@ -1,6 +1,6 @@
 """The noise meter: per chip and series, the spread inside a job process, between the processes (trials) of a run,
 and between runs (the series' recent history on the base branch), and the smallest change a comparison could
-detect (``harness.core.trials.noise_meter``). Read by `harness noise`, the chip pages of the report and compare."""
+detect (``harness.stats.trials.noise_meter``). Read by `harness noise`, the chip pages of the report and compare."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 
 from harness.analysis.compare import resolve_side, series_floors
 from harness.analysis.records import ChipNoise, NoiseReport, NoiseRow
-from harness.core import trials
 from harness.record import query
 from harness.record.store import Store
+from harness.stats import noise
 
 __all__ = ["LEVELS", "chip_noise_rows", "noise_report"]
 
@@ -43,7 +43,7 @@ def chip_noise_rows(store: Store, run_ids: Sequence[str]) -> list[NoiseRow]:
     rows = []
     for key, series in sorted(measured.items()):
         floor = floors.get(key)
-        meter = trials.noise_meter(series.trials, floor)
+        meter = noise.noise_meter(series.trials, floor)
         rows.append(NoiseRow(key, float(np.median(np.concatenate(series.trials))), meter.trials, meter.within,
                              meter.between_trial, meter.between_run, floor.runs if floor else 0, meter.detectable,
                              modes.get(key, "")))

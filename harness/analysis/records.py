@@ -143,7 +143,7 @@ class CompareRow(_Plain):
     basis: str = ""  # the spread that decided: "trials" (between processes), "history" (between runs), "none"
     noise: float = float("nan")  # that spread, as a log sd per trial or run
     detectable: float = float("nan")  # the smallest relative change this comparison could detect
-    host_paced: bool = False  # either side's device waited for its host (harness.core.pacing): a kernel-only
+    host_paced: bool = False  # either side's device waited for its host (harness.stats.pacing): a kernel-only
     # change may not show, and the time follows the host's pace
     more_runs_needed: int = 0  # of the base, for a history floor, where trials cannot settle it
     run_shift: float | None = None  # a flag held: the common shift of its run's other series (ratio; None: none)
@@ -206,7 +206,7 @@ class VariantCell(_Plain):
     more_samples_needed: int
     run_ids: tuple[str, ...] = ()  # the runs compared: the newest that measured both series, or every run of --commit
     sha: str = ""  # their commit
-    host_paced: bool = False  # the variant or its default was host-paced (harness.core.pacing)
+    host_paced: bool = False  # the variant or its default was host-paced (harness.stats.pacing)
 
 
 @dataclass(frozen=True)
@@ -478,7 +478,7 @@ class ChipNoise(_Plain):
     series: int
     with_history: int
     levels: dict[str, tuple[float, float]]  # level -> (median, p90) over series (nan when no series has it)
-    host_paced: int = 0  # series whose device waited for the host (harness.core.pacing)
+    host_paced: int = 0  # series whose device waited for the host (harness.stats.pacing)
 
 
 @dataclass(frozen=True)

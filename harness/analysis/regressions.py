@@ -1,7 +1,7 @@
 """The regression list: new correctness failures (the first commit of each failing stretch) and confirmed
 slowdowns, each commit judged against its previous commit on its chip (its nearest ancestor with runs there:
 ``harness.record.query.ChipHistory.previous``) as ``harness compare`` judges two commits: at trial level
-(``harness.core.trials.compare_trials``: the spread between job processes, moderated across the commit's grid and
+(``harness.stats.trials.compare_trials``: the spread between job processes, moderated across the commit's grid and
 floored by the series' between-run noise on the chip's history before the base), Benjamini-Hochberg across the
 commit's whole grid.  An exact vectorised screen computes every series' p-value as ``compare_trials`` would, so that
 only the commits with a series that can be confirmed go through it.  Histories and correctness rows come from
@@ -20,11 +20,12 @@ import numpy.typing as npt
 from harness.analysis.compare import same_mode
 from harness.analysis.history import by_series_key, trial_levels
 from harness.analysis.records import RegressionEvidence
-from harness.core import defaults, distributions, stats, trials
+from harness.core import defaults
 from harness.core.chip import timing_fit
 from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
+from harness.stats import decide, distributions, measure, moderation, policy, runshift, samples, trials
 
 __all__ = ["cell_summaries", "correctness_regressions", "modes_loader", "order_checked", "performance_regressions",
            "regressions"]
@@ -151,15 +152,15 @@ def _floor_runs(cells: _Cells, base_of: npt.NDArray[np.int64], base_commit: npt.
 
 
 def _floor_sd(levels: npt.NDArray[np.float64], filled: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    """``trials.history_floor``'s sd of each row's first ``filled`` log levels, vectorised per count; nan below its
+    """``runshift.history_floor``'s sd of each row's first ``filled`` log levels, vectorised per count; nan below its
     minimum of runs."""
     sd = np.full(filled.size, np.nan)
-    for n in np.unique(filled[filled >= trials.FLOOR_MIN_RUNS]).tolist():
+    for n in np.unique(filled[filled >= policy.FLOOR_MIN_RUNS]).tolist():
         where = np.flatnonzero(filled == n)
         rows = levels[where, :n]
         middle = np.median(rows, axis=1)
         mad = np.median(np.abs(rows - middle[:, None]), axis=1)
-        sd[where] = np.maximum(stats._MAD_TO_SIGMA * mad * trials._mad_correction(n), stats._NOISE_FLOOR)
+        sd[where] = np.maximum(policy.MAD_TO_SIGMA * mad * samples.mad_correction(n), policy.NOISE_FLOOR)
     return sd
 
 
@@ -203,21 +204,21 @@ def _pairs(data: query.ChipHistory, broken: set[tuple[int, str]], heads: npt.NDA
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _measured(cells: _Cells, counts: npt.NDArray[np.int64], pairs: _Pairs) -> trials.Measured:
+def _measured(cells: _Cells, counts: npt.NDArray[np.int64], pairs: _Pairs) -> measure.Measured:
     """``compare_trials``' per-series measurements of every pair, from the cell summaries."""
     trials_base, trials_head = cells.trials[pairs.base_cell], cells.trials[pairs.head_cell]
     df = np.maximum(trials_base - 1, 0) + np.maximum(trials_head - 1, 0)
     squares = cells.squares[pairs.base_cell] + cells.squares[pairs.head_cell]
     with np.errstate(invalid="ignore", divide="ignore"):
         variance = np.where(df > 0, squares / np.maximum(df, 1), math.nan)
-    return trials.Measured(trials_base=trials_base, trials_head=trials_head, samples_base=counts[pairs.base_cell],
+    return measure.Measured(trials_base=trials_base, trials_head=trials_head, samples_base=counts[pairs.base_cell],
                             samples_head=counts[pairs.head_cell],
                             effect=cells.mean_log[pairs.head_cell] - cells.mean_log[pairs.base_cell],
                             variance=variance, df=df)
 
 
-def _slice(measured: trials.Measured, span: slice) -> trials.Measured:
-    return trials.Measured(measured.trials_base[span], measured.trials_head[span], measured.samples_base[span],
+def _slice(measured: measure.Measured, span: slice) -> measure.Measured:
+    return measure.Measured(measured.trials_base[span], measured.trials_head[span], measured.samples_base[span],
                             measured.samples_head[span], measured.effect[span], measured.variance[span],
                             measured.df[span])
 
@@ -243,13 +244,13 @@ class _Screened:
 
     def candidates(self, min_effect: float, alpha: float) -> npt.NDArray[np.bool_]:
         """Whether ``compare_trials`` may call the pair regressed: p(FDR) < alpha and the interval above
-        1 + min_effect (``stats._decide``), each met within ``_SCREEN_SLACK``."""
+        1 + min_effect (``harness.stats.decide.decide``), each met within ``_SCREEN_SLACK``."""
         with np.errstate(invalid="ignore"):
             return (self.p_adjusted < alpha * (1 + _SCREEN_SLACK)) & (
                 self.ci_low > (1.0 + min_effect) * (1 - _SCREEN_SLACK))
 
 
-def _screen(measured: trials.Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.float64],
+def _screen(measured: measure.Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.float64],
             floor_runs: npt.NDArray[np.int64], runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], *,
             alpha: float) -> _Screened:
     """The same steps on the same numbers as ``compare_trials`` of each family: the moderation prior per family
@@ -261,15 +262,15 @@ def _screen(measured: trials.Measured, pairs: _Pairs, floor_sd: npt.NDArray[np.f
     for start, stop in zip(pairs.bounds[:-1].tolist(), pairs.bounds[1:].tolist(), strict=True):
         if stop > start:
             span = slice(start, stop)
-            prior = trials._fit_prior(measured.variance[span], healthy_df[span])
-            variance[span], total_df[span] = trials._moderate(_slice(measured, span), prior)
+            prior = moderation.fit_prior(measured.variance[span], healthy_df[span])
+            variance[span], total_df[span] = moderation.moderate(_slice(measured, span), prior)
     has_floor = np.isfinite(floor_sd)
     with np.errstate(invalid="ignore"):
         floor_term = np.where(has_floor, floor_sd**2 * (1.0 / np.maximum(runs[0], 1) + 1.0 / np.maximum(runs[1], 1)),
                               0.0)
     floor_df = np.where(has_floor, np.maximum(1.0, floor_runs - 1.0), 0.0)
-    spread = trials._spread(measured, variance, total_df, floor_term, floor_df, floor_sd)
-    tested = trials._test(measured.effect, spread, alpha)
+    spread = measure.spread_of(measured, variance, total_df, floor_term, floor_df, floor_sd)
+    tested = measure.t_test(measured.effect, spread, alpha)
     in_family = (np.array(spread.basis) != "none") & np.isfinite(tested.p_value) & ~pairs.broken
     return _Screened(_bh_per_family(tested.p_value, in_family, pairs.bounds), tested.ci_low)
 
@@ -300,7 +301,7 @@ class _Judged:
 
     def family(self, commit: int, trials_of: dict[int, list[npt.NDArray[np.float64]]] | None = None, *,
                min_effect: float, alpha: float, modes: dict[int, str] | None = None
-               ) -> dict[int, trials.TrialComparison]:
+               ) -> dict[int, decide.TrialComparison]:
         """``compare_trials`` of the commit's whole grid (pair index -> comparison); ``trials_of``: the trials of
         every cell of its pairs (``family_cells``; default: from ``data``'s samples); ``modes``: their timing modes
         (pairs timed differently are ``incomparable``, as in ``harness compare``)."""
@@ -311,7 +312,7 @@ class _Judged:
         if trials_of is None:
             trials_of = {cell: self.data.trials(cell) for cell in self.family_cells(commit)}
         floors = {i: floor for i in members
-                  if (floor := trials.history_floor(np.exp(self.history_levels[i, :self.history_runs[i]])))}
+                  if (floor := runshift.history_floor(np.exp(self.history_levels[i, :self.history_runs[i]])))}
         return trials.compare_trials(
             {i: (trials_of[int(self.pairs.base_cell[i])], trials_of[int(self.pairs.head_cell[i])]) for i in members},
             floors=floors, runs={i: (int(self.runs[0][i]), int(self.runs[1][i])) for i in members},
@@ -455,8 +456,8 @@ def regressions(
     *,
     include_dirty: bool = False,
     last: int | None = None,
-    min_effect: float = stats.DEFAULT_MIN_EFFECT,
-    alpha: float = stats.DEFAULT_ALPHA,
+    min_effect: float = policy.DEFAULT_MIN_EFFECT,
+    alpha: float = policy.DEFAULT_ALPHA,
 ) -> list[RegressionEvidence]:
     """New correctness failures first, then confirmed regressions, then the slowdowns whose order ancestry does not
     prove (kind "unproven": ``order_checked``), per chip in history order.
@@ -466,7 +467,7 @@ def regressions(
     with its own previous point (the nearest such ancestor that has samples of it), as ``harness compare`` compares
     two commits -- ``trials.compare_trials`` on each side's trials (one per run and job process), BH across the
     commit's whole grid, series of a kernel that failed correctness at the commit ``broken`` and out of the family.
-    A series' history floor is ``trials.history_floor`` of its newest ``defaults.HISTORY_RUNS`` runs before the
+    A series' history floor is ``runshift.history_floor`` of its newest ``defaults.HISTORY_RUNS`` runs before the
     base commit, up the series' previous points (each run's level: the mean log median of its trials, as a side
     is measured), so that a series with a history is judged against its between-run noise even when each side
     has a single trial.  Only commits where an exact screen (the same p-values and intervals, vectorised) finds a

@@ -1,7 +1,8 @@
 """Variant verdicts: each tuning variant against its kernel's default variant, per (kernel, dtype, shape, chip),
-with BH across the whole matrix (``stats.variant_verdict_grid``); the divergent variants (win on one chip, lose on
-another), the best variant of each cell, the variants a chip has no verdict for and why (``VariantGap``), the tuning
-drift between two commits, and the kernels' default variants (``default_variants``, from ``kernels.REGISTRY``).
+with BH across the whole matrix (``harness.stats.trials.variant_measured_grid``); the divergent variants (win on one
+chip, lose on another), the best variant of each cell, the variants a chip has no verdict for and why
+(``VariantGap``), the tuning drift between two commits, and the kernels' default variants (``default_variants``, from
+``kernels.REGISTRY``).
 Each cell compares trials of one run (the chip's newest that measured the variant and its default), so a newer
 partial run never hides a kernel.  Runs, samples and failures come from ``harness.record.query``."""
 
@@ -23,11 +24,12 @@ from harness.analysis.records import (
     VariantGap,
     VariantMatrix,
 )
-from harness.core import stats, trials
 from harness.core.chip import timing_fit
 from harness.record import query
 from harness.record.query import SeriesKey
 from harness.record.store import Store
+from harness.stats import measure as trial_measure
+from harness.stats import policy, trials, variants
 
 __all__ = ["OUTCOME_ORDER", "MeasureCells", "default_variants", "measure_cells", "tuning_drift", "variant_matrix"]
 
@@ -107,15 +109,16 @@ def _cell_runs(presence: _Presence, defaults: Mapping[str, str], pooled: bool) -
 
 
 MeasureCells = Callable[[Store, str, Mapping[Cell, tuple[str, ...]], Mapping[str, str]],
-                        tuple[list[Cell], trials.Measured]]
-"""One chip's cells -> the cells with trials on both sides, in key order, and their ``trials.measure``
+                        tuple[list[Cell], trial_measure.Measured]]
+"""One chip's cells -> the cells with trials on both sides, in key order, and their ``trial_measure.measure``
 (``measure_cells``, or the analysis cache's ``VariantCells``)."""
 
 
 def measure_cells(store: Store, chip: str, cells: Mapping[Cell, tuple[str, ...]], defaults: Mapping[str, str]
-                  ) -> tuple[list[Cell], trials.Measured]:
+                  ) -> tuple[list[Cell], trial_measure.Measured]:
     """The cells of one chip (cell -> its runs) whose variant and default both have trials in the cell's runs, in
-    key order, and ``trials.measure`` of their (default, variant) trials: what the matrix reads of the samples."""
+    key order, and ``harness.stats.measure.measure`` of their (default, variant) trials: what the matrix reads of the
+    samples."""
     by_run = {run: query.series_trials(store, [run]) for run in sorted({r for runs in cells.values() for r in runs})}
 
     def trials_of(runs: tuple[str, ...], kernel: str, variant: str, dtype: str, shape_key: str
@@ -131,10 +134,10 @@ def measure_cells(store: Store, chip: str, cells: Mapping[Cell, tuple[str, ...]]
         if baseline and values:
             keys.append(cell)
             pairs.append((baseline, values))
-    return keys, trials.measure(pairs)
+    return keys, trial_measure.measure(pairs)
 
 
-def _cell(key: Cell, default: str, verdict: stats.VariantVerdict, runs: tuple[str, ...], sha: str, *,
+def _cell(key: Cell, default: str, verdict: variants.VariantVerdict, runs: tuple[str, ...], sha: str, *,
           host_paced: bool = False) -> VariantCell:
     kernel, dtype, shape_key, variant, chip = key
     return VariantCell(kernel=kernel, variant=variant, dtype=dtype, shape_key=shape_key, chip=chip,
@@ -168,8 +171,8 @@ def _gap_reason(presence: _Presence, series: Series, default: str, commit: str |
 def variant_matrix(
     store: Store,
     commit: str | None = None,
-    min_effect: float = stats.DEFAULT_MIN_EFFECT,
-    alpha: float = stats.DEFAULT_ALPHA,
+    min_effect: float = policy.DEFAULT_MIN_EFFECT,
+    alpha: float = policy.DEFAULT_ALPHA,
     defaults: Mapping[str, str] | None = None,
     series: Mapping[SeriesKey, bool] | None = None,
     measure: MeasureCells | None = None,
@@ -219,29 +222,29 @@ def variant_matrix(
         if any((run, kernel, name) in failed for run in runs for name in (variant, default)):
             broken.add(cell)
         # A variant and its default measured in the same runs, their trials interleaved: the spread between trials
-        # is the noise of the comparison (harness.core.trials); series timed in different modes are not compared.
+        # is the noise of the comparison (harness.stats.trials); series timed in different modes are not compared.
         if not same_mode(mode_of(runs, kernel, default, dtype, shape_key, chip) or None,
                          mode_of(runs, kernel, variant, dtype, shape_key, chip) or None) or not timing_fit(chip):
             mixed.add(cell)  # or a virtual GPU's: its timings carry no verdict
-    verdicts = trials.variant_measured_grid(keys, trials.concat_measured(parts), min_effect=min_effect, alpha=alpha,
-                                            broken=broken, incomparable=mixed)
+    verdicts = trials.variant_measured_grid(keys, trial_measure.concat_measured(parts), min_effect=min_effect,
+                                            alpha=alpha, broken=broken, incomparable=mixed)
     cells = {key: _cell(key, defaults[key[0]], verdict, cell_runs[key], presence.shas[cell_runs[key][0]],
                         host_paced=any(SeriesKey(key[0], name, key[1], key[2], key[4]) in host_paced
                                        for name in (key[3], defaults[key[0]])))
              for key, verdict in sorted(verdicts.items())}
-    per_chip: dict[tuple[str, tuple[str, str], str], dict[str, stats.VariantVerdict]] = {}
+    per_chip: dict[tuple[str, tuple[str, str], str], dict[str, variants.VariantVerdict]] = {}
     for (kernel, dtype, shape_key, variant, chip), verdict in verdicts.items():
         per_chip.setdefault((kernel, (dtype, shape_key), variant), {})[chip] = verdict
     divergent = [
         DivergentVariant(d.kernel, d.variant, d.shape[0], d.shape[1], d.winning_chip, d.losing_chip,
                          cells[(d.kernel, *d.shape, d.variant, d.winning_chip)],
                          cells[(d.kernel, *d.shape, d.variant, d.losing_chip)])
-        for d in stats.find_divergent(per_chip)
+        for d in variants.find_divergent(per_chip)
     ]
     best = []
     for kernel in sorted({key[0] for key in per_chip}):
         kernel_cells = {key: value for key, value in per_chip.items() if key[0] == kernel}
-        for (_, (dtype, shape_key), chip), variant in sorted(stats.best_variants(kernel_cells, defaults[kernel])
+        for (_, (dtype, shape_key), chip), variant in sorted(variants.best_variants(kernel_cells, defaults[kernel])
                                                              .items()):
             evidence = cells.get((kernel, dtype, shape_key, variant, chip))
             best.append(BestVariant(kernel, dtype, shape_key, chip, variant, defaults[kernel], evidence))
@@ -286,8 +289,8 @@ def tuning_drift(
     store: Store,
     base_commit: str,
     head_commit: str,
-    min_effect: float = stats.DEFAULT_MIN_EFFECT,
-    alpha: float = stats.DEFAULT_ALPHA,
+    min_effect: float = policy.DEFAULT_MIN_EFFECT,
+    alpha: float = policy.DEFAULT_ALPHA,
     defaults: Mapping[str, str] | None = None,
 ) -> list[TuningDrift]:
     """(kernel, dtype, shape, chip) whose best variant changed between two commits (chips and shapes on both)."""
@@ -298,7 +301,7 @@ def tuning_drift(
         return {(b.kernel, b.dtype, b.shape_key, b.chip): b for b in matrix.best}
 
     best_before, best_after = best_map(before), best_map(after)
-    changes = stats.tuning_drift({k: b.variant for k, b in best_before.items()},
+    changes = variants.tuning_drift({k: b.variant for k, b in best_before.items()},
                                  {k: b.variant for k, b in best_after.items()})
     return [TuningDrift(*change.key, change.before, change.after, best_before[change.key].evidence,
                         best_after[change.key].evidence) for change in changes]

@@ -6,7 +6,7 @@ commits with these pieces, runs undecided ones again and confirms the bounds is 
 Trials, not samples.  The unit of evidence is the *trial*: one fresh process of the benchmark job, ~10
 samples.  A commit is measured by runs of its suite; each run holds ``[timing] trials`` trials (default 3) of
 the job.  Samples of one process share its level (clocks, placement, allocator, a background load), so they
-are not independent draws of the commit's speed: every comparison here is ``harness.core.trials.
+are not independent draws of the commit's speed: every comparison here is ``harness.stats.trials.
 compare_trials`` on trials (one sample array per (run, trial)), never on pooled samples, so one process can
 never decide anything (one trial a side shows no spread: inconclusive).
 
@@ -29,7 +29,7 @@ Between-run floor.  The spread of the trials of one run understates how far whol
 run's median moves ~4 % between runs).  Every commit with two or more kept runs gives the levels of its runs
 (a run's level: the mean log median of its trials); their pooled sd about each commit's mean, with
 ``sum(kept runs - 1)`` degrees of freedom (``run_floor``), is passed to ``compare_trials`` as the floor
-(``trials.Floor``) with each side's run count: the standard error of a comparison is at least
+(``runshift.Floor``) with each side's run count: the standard error of a comparison is at least
 ``floor * sqrt(1/runs_a + 1/runs_b)``, so a one-run commit is never judged more precisely than runs repeat.
 
 Probes.  A probe's kept trials ``x`` are compared with both endpoints' kept trials (``min_effect`` band,
@@ -59,8 +59,9 @@ from typing import Literal
 import numpy as np
 
 from harness.bisect.search import SetAside
-from harness.core import defaults, trials
-from harness.core.stats import _NOISE_FLOOR
+from harness.core import defaults
+from harness.stats import decide, runshift, trials
+from harness.stats.policy import NOISE_FLOOR
 
 __all__ = [
     "OUTLIER_SDS",
@@ -152,12 +153,12 @@ class PerfCall:
     """A probe's trials against both endpoints' (ratio = probe / endpoint)."""
 
     state: Literal["good", "bad", "inconclusive"]
-    vs_good: trials.TrialComparison
-    vs_bad: trials.TrialComparison
+    vs_good: decide.TrialComparison
+    vs_bad: decide.TrialComparison
 
 
 def compare_sides(base: TrialSamples, head: TrialSamples, *, runs: tuple[int, int] = (1, 1),
-                  floor: trials.Floor | None = None, min_effect: float, alpha: float) -> trials.TrialComparison:
+                  floor: runshift.Floor | None = None, min_effect: float, alpha: float) -> decide.TrialComparison:
     """``head`` against ``base`` at trial level (ratio = head / base), one series, optionally floored.
 
     Without the rank check of a lone series: a probe is classified only when it differs from one endpoint and not
@@ -168,7 +169,7 @@ def compare_sides(base: TrialSamples, head: TrialSamples, *, runs: tuple[int, in
 
 
 def classify_perf(good: TrialSamples, bad: TrialSamples, probe: TrialSamples, *, runs: tuple[int, int, int] = (1, 1, 1),
-                  floor: trials.Floor | None = None, min_effect: float = defaults.MIN_EFFECT,
+                  floor: runshift.Floor | None = None, min_effect: float = defaults.MIN_EFFECT,
                   alpha: float = defaults.ALPHA) -> PerfCall:
     """good-like, bad-like or inconclusive: the probe's trials against each endpoint's with ``compare_trials``.
 
@@ -243,7 +244,7 @@ def rough_run_sd(groups: Iterable[Sequence[RunTrials]]) -> float | None:
     return float(np.median(scales)) if scales else None
 
 
-def run_floor(groups: Iterable[Sequence[RunTrials]]) -> trials.Floor | None:
+def run_floor(groups: Iterable[Sequence[RunTrials]]) -> runshift.Floor | None:
     """The between-run floor: the pooled sd of run levels about their commit's mean, over the commits with two or
     more (kept) runs; ``runs`` - 1 = the degrees of freedom, sum of (runs - 1).  None without such a commit."""
     squares, df = 0.0, 0
@@ -254,10 +255,10 @@ def run_floor(groups: Iterable[Sequence[RunTrials]]) -> trials.Floor | None:
             df += int(levels.size) - 1
     if df < 1:
         return None
-    return trials.Floor(max(math.sqrt(squares / df), _NOISE_FLOOR), df + 1)
+    return runshift.Floor(max(math.sqrt(squares / df), NOISE_FLOOR), df + 1)
 
 
-def describe(c: trials.TrialComparison | None, what: str) -> str:
+def describe(c: decide.TrialComparison | None, what: str) -> str:
     """'1.43x good (95% CI 1.12-1.83, regressed, 3/3 trials)' -- one comparison in words."""
     if c is None:
         return f"no comparison with {what}"

@@ -51,7 +51,8 @@ from harness.bisect.perf import (
     run_floor,
 )
 from harness.bisect.search import Classification, SetAside
-from harness.core import defaults, trials
+from harness.core import defaults
+from harness.stats import decide, runshift
 
 __all__ = ["CORROBORATE", "DEFAULT_CONFIRM_RUNS", "DEFAULT_MAX_RUNS", "PerfProber"]
 
@@ -94,7 +95,7 @@ class PerfProber:
     batches: int = 0
     runs: int = 0
     reused: int = 0
-    endpoints: trials.TrialComparison | None = None
+    endpoints: decide.TrialComparison | None = None
     endpoints_settled: bool = False
     probed: set[str] = field(default_factory=set)  # the commits the search asked about (the confirmation's family)
     _cache: dict[tuple[str, int, float], _Evidence] = field(default_factory=dict, repr=False)
@@ -163,7 +164,7 @@ class PerfProber:
             self._cache[key] = _Evidence(*agreeing_runs(runs, band=band, alpha=self.alpha))
         return self._cache[key]
 
-    def floor(self) -> trials.Floor | None:
+    def floor(self) -> runshift.Floor | None:
         """The between-run floor from the kept runs of every commit measured more than once (module docstring)."""
         cached = self._derived.get("floor")
         if cached is None or cached[0] != self._version:
@@ -174,7 +175,7 @@ class PerfProber:
 
     # -- endpoints ------------------------------------------------------------------------------------------
 
-    def confirm(self) -> trials.TrialComparison | None:
+    def confirm(self) -> decide.TrialComparison | None:
         """Measure both endpoints until each has ``need`` agreeing runs and their comparison settles (module
         docstring), or the cap; the bad-vs-good comparison (``endpoints_settled`` says whether it settled).
 
@@ -201,7 +202,7 @@ class PerfProber:
                 break
         return self.endpoints
 
-    def _needs_more(self, comparison: trials.TrialComparison) -> bool:
+    def _needs_more(self, comparison: decide.TrialComparison) -> bool:
         """Inconclusive, or "unchanged" only for lack of evidence while a material slowdown is still in the CI."""
         if comparison.verdict == "inconclusive":
             return True
@@ -276,7 +277,7 @@ class PerfProber:
         again as needed)."""
         return self._classify(shas, confirming=True)
 
-    def evidence_between(self, before: str, after: str) -> trials.TrialComparison | None:
+    def evidence_between(self, before: str, after: str) -> decide.TrialComparison | None:
         """``after`` against ``before`` (ratio = after / before) on their kept trials, if both have some."""
         base, head = self.evidence(before), self.evidence(after)
         if not base.kept or not head.kept:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.analysis.records import json_safe
-from harness.core import trials
 from harness.record.runs import StoredJob
+from harness.stats import decide
 
 
 class _Record:
@@ -51,7 +51,7 @@ class SetAsideRun(_Record):
     """A run of a commit left out of its evidence: slower than the commit's fastest runs beyond the noise."""
 
     run_id: str
-    vs_kept: trials.TrialComparison  # this run against the kept runs (ratio = this run / kept)
+    vs_kept: decide.TrialComparison  # this run against the kept runs (ratio = this run / kept)
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ class ProbeLine(_Record):
     reason: str
     ratio_vs_good: float | None
     ratio_vs_bad: float | None
-    vs_good: trials.TrialComparison | None
-    vs_bad: trials.TrialComparison | None
+    vs_good: decide.TrialComparison | None
+    vs_bad: decide.TrialComparison | None
     n: int  # samples in the evidence
     trials: int  # trials (processes) in the evidence
     runs: int  # runs of the commit read, set-aside ones included
@@ -96,8 +96,8 @@ class BisectReport(_Record):
     last_good: CommitRef | None
     candidates: tuple[CommitRef, ...]  # the range the culprit is in (found: the culprit)
     skipped: tuple[SkippedCommit, ...]
-    evidence: trials.TrialComparison | None  # perf: culprit vs last good (ratio = culprit / last good)
-    endpoints: trials.TrialComparison | None  # perf: bad vs good
+    evidence: decide.TrialComparison | None  # perf: culprit vs last good (ratio = culprit / last good)
+    endpoints: decide.TrialComparison | None  # perf: bad vs good
     detail: str  # correctness: what failed at the culprit
     rounds: int  # k-ary rounds (confirmation steps not included)
     round_bound: int  # ceil(log_{P+1} N): the most rounds needed without skips

@@ -53,12 +53,12 @@ from harness.bisect.selection import (
 )
 from harness.cluster.driver import connect
 from harness.core import chip as chip_id
-from harness.core import trials
 from harness.core.errors import HarnessError
 from harness.pipeline.run import sigterm_stops_runs
 from harness.record.outbox import open_store
 from harness.record.runs import StoredJob, job_rows
 from harness.spec import git
+from harness.stats import decide
 
 # ---------------------------------------------------------------------------------------------------------------
 # Commits
@@ -206,8 +206,8 @@ class _Ending:
     message: str
     runs: int
     reused: int
-    evidence: trials.TrialComparison | None = None
-    endpoints: trials.TrialComparison | None = None
+    evidence: decide.TrialComparison | None = None
+    endpoints: decide.TrialComparison | None = None
     detail: str = ""
     baseline: Baseline | None = None
     perf: PerfProber | None = None
@@ -265,7 +265,7 @@ def _summary(result: bisect.BisectResult, what: str) -> str:
     return f"stopped after {result.rounds} round(s) (--max-rounds): the first {what} commit is one of {_range(result)}"
 
 
-def _endpoints_line(endpoints: trials.TrialComparison) -> str:
+def _endpoints_line(endpoints: decide.TrialComparison) -> str:
     ci = (f" (95% CI {endpoints.ci_low:.3f}-{endpoints.ci_high:.3f})" if math.isfinite(endpoints.ci_low) else "")
     return (f"{endpoints.verdict}, ratio {endpoints.ratio:.3f}{ci}, {endpoints.trials_base}/{endpoints.trials_head} "
             "trials")

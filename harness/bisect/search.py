@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from harness.core import trials
+from harness.stats import decide
 
 __all__ = [
     "BisectResult",
@@ -76,7 +76,7 @@ class SetAside:
     """
 
     run_id: str
-    vs_kept: trials.TrialComparison
+    vs_kept: decide.TrialComparison
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ class Classification:
 
     state: State
     reason: str = ""
-    vs_good: trials.TrialComparison | None = None
-    vs_bad: trials.TrialComparison | None = None
+    vs_good: decide.TrialComparison | None = None
+    vs_bad: decide.TrialComparison | None = None
     n: int = 0
     runs: int = 0
     trials: int = 0

@@ -18,7 +18,7 @@ HELP = "\n\n".join((
     "its trials per side could detect. A verdict can only be as sure as the largest of these allows.",
     "REF is a commit (its runs pooled) or a run id; by default each chip's latest run. Per chip the summary gives "
     "the median and 90th percentile over its series, and how many series were host-paced (the device waited for "
-    "the host's calls, so their time is the host's pace: harness.core.pacing); --series lists every series, "
+    "the host's calls, so their time is the host's pace: harness.stats.pacing); --series lists every series, "
     "noisiest first.",
 ))
 

@@ -13,11 +13,12 @@ from rich.table import Table
 
 from harness.cli.common import PlainConsole, plain
 from harness.core.errors import HarnessError
+from harness.stats.policy import MAX_MORE_TRIALS
 
 FORMATS = ("text", "json", "markdown")
 
 
-HOST_PACED_NOTE = ("the device waited for the host's calls (harness.core.pacing), so their time is the host's pace, "
+HOST_PACED_NOTE = ("the device waited for the host's calls (harness.stats.pacing), so their time is the host's pace, "
                    "which differs between processes, and a change in the kernel alone may not show (on CUDA, "
                    "[timing] mode = \"device\" times the kernel on the GPU's clock)")
 
@@ -130,8 +131,6 @@ def held_reason(report, chip: str, more_runs: int) -> str:
 
 def to_settle(row) -> str:
     """What an inconclusive row still needs: runs of the base (its between-run noise is unknown) or trials per side."""
-    from harness.core.trials import MAX_MORE_TRIALS  # loads scipy: only where a comparison was made
-
     if row.more_runs_needed:
         return f"{row.more_runs_needed} more base run{'s' if row.more_runs_needed != 1 else ''}"
     if row.basis == "history" and row.more_trials_needed >= MAX_MORE_TRIALS:

@@ -1,8 +1,8 @@
 """Every default a user can override, in one place: the verdicts' thresholds and the timing protocol.
 
-The statistics (harness.core.stats), the suite schema (harness.spec.suite), the timing protocol
+The statistics (harness.stats), the suite schema (harness.spec.suite), the timing protocol
 (harness.execute.timing) and the CLI options all read them from here; the reasons for each value are in
-harness.core.stats's docstring (thresholds) and harness.execute.timing's (timing).
+docs/statistics.md (thresholds) and harness.execute.timing's docstring (timing).
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ MIN_EFFECT = 0.02  # the smallest relative change in a median that is reported a
 ALPHA = 0.05  # false discovery rate across a grid (Benjamini-Hochberg), or one test's level
 BISECT_MAX_RUNS = 5  # harness bisect, perf: new runs of one commit at most while it is undecided
 BISECT_CONFIRM_RUNS = 4  # harness bisect, perf: agreeing runs the named culprit (and the bad endpoint) need
-N_BOOT = 2000  # bootstrap resamples for the ratio-of-medians interval
 # An observed ratio beyond x2 or /2 is never "unchanged": not significant means its noise is too wide to tell (in
 # CI, x2+ slower code on a 3-run floor of a loaded machine came out "unchanged"). Identical H200 runs reach x1.55.
 LARGEST_UNCHANGED = 2.0
-MIN_SAMPLES = 5  # fewer samples on a side: inconclusive
 HISTORY_RUNS = 20  # a series' noise floor: the spread of its medians over at most this many recent base-branch runs
 
 # Timing protocol (per benchmark job)

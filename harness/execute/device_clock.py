@@ -1,7 +1,7 @@
 """Timing queued calls on the device's own clock (timing mode ``device``; CUDA only).
 
 Pipelined timing measures the device only while the device is the bottleneck; a short kernel whose calls the host
-builds and launches more slowly than the device runs them is timed at the host's pace (``harness.core.pacing``).
+builds and launches more slowly than the device runs them is timed at the host's pace (``harness.stats.pacing``).
 This takes the host out, as NVBench's blocking kernel does: a one-thread *hold* kernel spins on the GPU's
 ``%globaltimer`` for ``hold_s`` while the host queues ``k`` calls behind it, then a *stamp* kernel reads the clock.
 The device then runs the ``k`` calls back to back whatever the host's pace, and ``stamp - end of hold`` is their

@@ -50,7 +50,7 @@ to every call, and it tells a slow host from a slow kernel.
 A pipelined sample also records the device's *backlog*: the calls it still had to run when the host had issued the
 last one (``Measurement.backlog_calls``, the median over samples). Device-paced kernels keep a queue; host-paced
 ones (a call is built and launched more slowly than the device runs it) leave none, and their time per call is the
-host's pace, not the kernel's (``harness.core.pacing``: the measurements and the threshold).
+host's pace, not the kernel's (``harness.stats.pacing``: the measurements and the threshold).
 
 :func:`measure` times any callable with a given ``sync`` (a plain Python callable with a no-op sync too: its mode
 then makes no difference); :func:`measure_mlx` times an MLX function with the protocol's mode.
@@ -64,9 +64,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
-from harness.core import defaults, pacing
+from harness.core import defaults
 from harness.execute import device_clock
 from harness.execute.device_clock import Span
+from harness.stats import pacing
 
 MODES = ("auto", "pipelined", "per-call", "device")
 DEVICE_CALLS = (4, 12)  # "device": a sample is the slope of the device time between this many queued calls (fewer
@@ -113,7 +114,7 @@ class Measurement:
     pilot_spread_pipelined: float | None = None  # "auto"'s pilot: relative spread (IQR / median) of each mode;
     pilot_spread_per_call: float | None = None  # None when no pilot ran
     backlog_calls: float | None = None  # pipelined: the calls still queued when the host had issued a sample's
-    # last one (median over samples); None per-call or with too few calls a sample (harness.core.pacing)
+    # last one (median over samples); None per-call or with too few calls a sample (harness.stats.pacing)
 
 
 def relative_spread(samples: list[float]) -> float:

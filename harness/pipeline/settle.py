@@ -26,11 +26,12 @@ from dataclasses import dataclass, replace
 from harness.analysis.compare import VERDICT_ORDER, compare, resolve_side
 from harness.analysis.records import CompareReport, CompareRow, Side
 from harness.core import chip as chip_id
-from harness.core import defaults, stats
+from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.pipeline.ab import ABRequest, execute_ab
 from harness.pipeline.run import Progress
 from harness.record import outbox
+from harness.stats import policy
 
 __all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "look_alpha", "parse_budget", "settle", "settle_chips",
            "undecided", "undecided_chips"]
@@ -132,7 +133,7 @@ def _merged(first: CompareReport, settled: CompareReport, keys: set) -> CompareR
     rows = sorted((by_key.get(row.key, row) for row in first.rows),
                   key=lambda r: (VERDICT_ORDER.index(r.verdict), r.key.chip, r.key.kernel, r.key.variant,
                                  r.key.dtype, r.key.shape_key))
-    counts = {verdict: 0 for verdict in stats.VERDICTS}
+    counts = {verdict: 0 for verdict in policy.VERDICTS}
     for row in rows:
         counts[row.verdict] += 1
     return replace(first, rows=tuple(rows), counts=counts)

@@ -153,7 +153,7 @@ class JobRecord(Base):
     timing_mode: Mapped[str] = mapped_column(String(16), default="", server_default="")  # pipelined / per-call
     round_trip_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # host round trip, measured apart
     # pipelined: calls still queued on the device when the host had issued a sample's last one (the least over
-    # the job's trials); below harness.core.pacing.HOST_PACED_BACKLOG the host set the pace
+    # the job's trials); below harness.stats.pacing.HOST_PACED_BACKLOG the host set the pace
     backlog_calls: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

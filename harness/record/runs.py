@@ -2,7 +2,7 @@
 queries a bisect needs: which clean runs of a commit exist on a chip (:func:`clean_runs`), every job row of some
 runs (:func:`job_rows`, as :class:`StoredJob` tuples) and the timing samples of some jobs, pooled
 (:func:`job_samples`) or per trial (:func:`job_trials`: one list per independent process, which is what a bisect
-compares; see :mod:`harness.core.trials`). Everything returned is plain data (strings, tuples, lists of floats):
+compares; see :mod:`harness.stats.trials`). Everything returned is plain data (strings, tuples, lists of floats):
 no ORM object or session leaves this module, so the caller needs neither sqlalchemy nor the models."""
 
 from __future__ import annotations

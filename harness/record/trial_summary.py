@@ -14,8 +14,8 @@ import numpy.typing as npt
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from harness.core.summary import sorted_medians, summarize
 from harness.record.models import JobRecord, Sample, TrialSummary
+from harness.stats.summary import sorted_medians, summarize
 
 
 def trial_summaries(rows: Sequence[Sequence[Any]]) -> list[tuple[int, int, int, int, float]]:

@@ -61,14 +61,14 @@ def plan_jobs(suite: Suite, chip_class: str, plugin_dir: str = "") -> list[Job]:
 
 
 def _enough_trials_alone(jobs: list[Job]) -> list[Job]:
-    """With fewer benchmark series than ``trials.MIN_SERIES_TO_MODERATE`` there is no grid to borrow a spread from:
+    """With fewer benchmark series than ``policy.MIN_SERIES_TO_MODERATE`` there is no grid to borrow a spread from:
     each series is judged on its own trials, and a change must also show by rank, which takes
     ``trials.min_trials_alone()`` (4) trials a side. So such a suite measures at least that many (a suite asking for
     a single trial, no spread at all, keeps it)."""
-    from harness.core import trials  # scipy: only when a suite is planned (the CLI starts without it)
+    from harness.stats import policy, trials  # scipy: only when a suite is planned (the CLI starts without it)
 
     least = trials.min_trials_alone()
-    if not 0 < sum(job.kind == "benchmark" for job in jobs) < trials.MIN_SERIES_TO_MODERATE:
+    if not 0 < sum(job.kind == "benchmark" for job in jobs) < policy.MIN_SERIES_TO_MODERATE:
         return jobs
     return [replace(job, timing={**job.timing, "trials": least})  # type: ignore[call-arg]
             if job.kind == "benchmark" and 2 <= job.trials < least else job for job in jobs]

@@ -20,11 +20,11 @@ from sqlalchemy.exc import OperationalError
 
 from harness.analysis import cache, site_evidence, site_inputs
 from harness.analysis.history import detect_many
-from harness.core import stats
 from harness.core.job import JobResult
 from harness.pipeline import report
 from harness.record import analysis_cache, bundle, outbox, query, store
 from harness.record.models import AnalysisCache, Chip, Commit, Run
+from harness.stats import changepoints, policy
 from testkit.analysis import add_run, bench_job, checks, grid_results, sha_of, timings
 from testkit.migrations import downgraded
 from testkit.paths import ROOT
@@ -96,8 +96,8 @@ def test_detect_many_is_detect_change_points():
     ramp = np.r_[np.ones(20), np.linspace(1.0, 1.5, 20), np.full(20, 1.5)]
     histories += [np.ones(30), np.full(30, 2e-3), np.r_[np.ones(15), 1.5 * np.ones(15)],
                   ramp * np.exp(rng.normal(0.0, 0.005, ramp.size))]
-    for min_effect, alpha in ((stats.DEFAULT_MIN_EFFECT, stats.DEFAULT_ALPHA), (0.05, 0.01)):
-        expected = [stats.detect_change_points(h, min_effect=min_effect, alpha=alpha) for h in histories]
+    for min_effect, alpha in ((policy.DEFAULT_MIN_EFFECT, policy.DEFAULT_ALPHA), (0.05, 0.01)):
+        expected = [changepoints.detect_change_points(h, min_effect=min_effect, alpha=alpha) for h in histories]
         assert detect_many(histories, min_effect=min_effect, alpha=alpha) == expected
     assert sum(len(found) for found in expected) >= 10 and {cp.kind for f in expected for cp in f} == {"step",
                                                                                                        "drift"}
@@ -526,9 +526,10 @@ def test_the_clean_state_is_read_once_with_the_dirty_runs(db):
 def test_the_code_version_covers_the_compiled_search_and_the_distributions():
     """Both compute cached results (change points, verdicts): an edit to either must change every key."""
     from harness.analysis import segment_search
-    from harness.core import distributions
+    from harness.stats import distributions
 
-    assert segment_search in cache.common._SOURCES and distributions in cache.common._SOURCES
+    files = cache.common.source_files()
+    assert Path(segment_search.__file__) in files and Path(distributions.__file__) in files
 
 
 def test_the_code_version_covers_every_module_of_a_package():

@@ -1,5 +1,5 @@
 """The compiled segment search (``harness.analysis.segment_search``) chooses what the numpy search chooses, bit for
-bit, and ``detect_many`` with it still equals ``stats.detect_change_points`` on each history."""
+bit, and ``detect_many`` with it still equals ``changepoints.detect_change_points`` on each history."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from harness.analysis import segment_search
 from harness.analysis.history import _optimal_segments_many, detect_many
-from harness.core import stats
+from harness.stats import changepoints
 
 pytestmark = pytest.mark.skipif(not segment_search.available(), reason="numba is not importable here")
 
@@ -44,7 +44,7 @@ def test_detect_many_with_the_compiled_search_equals_detect_change_points():
     rng = np.random.default_rng(7)
     histories = [np.exp(row) for row in _histories(rng, 6, 300)] + [np.exp(rng.normal(0, 0.02, 1000))]
     histories[5][::17] = np.nan  # missing commits
-    assert detect_many(histories) == [stats.detect_change_points(h) for h in histories]
+    assert detect_many(histories) == [changepoints.detect_change_points(h) for h in histories]
     assert any(detect_many(histories))  # the planted step and drift are found
 
 

@@ -3,7 +3,7 @@
 A one-benchmark repository (testkit.e2e's abkern), one `harness run` a side, the cold start of a pull-request gate:
 the stored runs alone leave its one series inconclusive (nothing tells a change from a shift of the whole run),
 whatever the code. Under two random busy loops (testkit.load), --settle must call a ~2x slowdown regressed (exit
-1) and an empty commit unchanged (exit 0). scripts/settle_under_load.py runs the same 10 times for the figures.
+1) and an empty commit unchanged (exit 0). bench/settle_under_load.py runs the same 10 times for the figures.
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ import time
 import numpy as np
 import pytest
 
-from harness.core import pacing
-from harness.core.summary import median_ci, summarize
 from harness.execute import timing
 from harness.execute.timing import (
     TimingProtocol,
@@ -20,6 +18,8 @@ from harness.execute.timing import (
     measure_mlx,
     relative_spread,
 )
+from harness.stats import pacing
+from harness.stats.summary import median_ci, summarize
 
 
 def test_warmup_runs_first_and_each_sample_lasts_the_minimum():

@@ -1,4 +1,4 @@
-"""The planted slowdown recorded again on the H200 with each job's backlog (harness.core.pacing): two runs of
+"""The planted slowdown recorded again on the H200 with each job's backlog (harness.stats.pacing): two runs of
 bench/h200_trials/planted_gpu.toml at commit 719f91e (tests/data/recorded/h200-planted-paced-{base,head}.bundle,
 identical code, 3 trials each).
 

@@ -54,7 +54,7 @@ def test_duplicate_expansions_run_once():
 
 
 def test_a_suite_of_one_or_two_series_measures_four_trials_so_a_change_can_show_by_rank():
-    """A lone series has no grid to borrow a spread from (harness.core.trials, rank check): 3 trials a side can
+    """A lone series has no grid to borrow a spread from (harness.stats.trials, rank check): 3 trials a side can
     never separate beyond chance by rank (p >= 0.1), so the plan raises them to 4; a grid keeps the suite's 3."""
     from kernels import REGISTRY
 

@@ -36,7 +36,7 @@ What is kept, per chip (``analysis_cache.kind``):
 - ``noise``, one row per chip page's (chip, runs) (``NoiseRows``): its noise meters, keyed as a compare page is (the
   runs and their history runs with their fingerprints).
 - ``variants``, one row per chip (``VariantCells``): what the variant matrix reads of the samples of its cells on
-  the chip (each cell's trial log medians and counts, ``trials.measure``), keyed by the cells with their runs, the
+  the chip (each cell's trial log medians and counts, ``measure.measure``), keyed by the cells with their runs, the
   default variants and the runs' fingerprints; the matrix's verdicts (moderation and BH across every chip's cells)
   are computed from all chips' rows each time.
 - ``chip``, one row per chip and options (dirty runs, window, change points): the chip's whole analysis -- every

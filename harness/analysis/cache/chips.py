@@ -36,9 +36,10 @@ from harness.analysis.records import (
     RegressionEvidence,
     SeriesHistory,
 )
-from harness.core import fork, stats
+from harness.core import fork
 from harness.record import analysis_cache, query
 from harness.record.store import Store
+from harness.stats import policy
 
 # ---------------------------------------------------------------------------------------------------------------
 # A chip's whole analysis, when none of its runs changed
@@ -116,8 +117,8 @@ def _stored_chip(store: Store, chip: str, name: str, commits: list[tuple]
 
 
 def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, last: int | None = None,
-            include_dirty: bool = False, min_effect: float = stats.DEFAULT_MIN_EFFECT,
-            alpha: float = stats.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
+            include_dirty: bool = False, min_effect: float = policy.DEFAULT_MIN_EFFECT,
+            alpha: float = policy.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
             states: Mapping[str, analysis_cache.ChipState] | None = None,
             deferred_writes: list[Callable[[], None]] | None = None,
             ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence], CacheStats]:

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import scipy
 from sqlalchemy.exc import SQLAlchemyError
 
+from harness import stats as stats_package
 from harness.analysis import compare as compare_module
 from harness.analysis import history as history_module
 from harness.analysis import noise as noise_module
@@ -27,7 +28,7 @@ from harness.analysis import records as records_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis import segment_search
 from harness.analysis import variants as variants_module
-from harness.core import defaults, distributions, stats, trials
+from harness.core import defaults
 from harness.core.errors import first_line
 from harness.record import analysis_cache, ancestry, bundle, query
 from harness.record.store import Store
@@ -63,12 +64,12 @@ def replay_log(notes: Sequence[str]) -> None:
 FORMAT = 1  # of the payloads the modules of this package store
 # The code whose results are cached: any change to it (or to numpy / scipy) is a new version, every key changes.
 _SOURCES = (history_module, segment_search, regressions_module, records_module, compare_module, noise_module,
-            variants_module, stats, distributions, trials, defaults, query, analysis_cache, ancestry)
+            variants_module, stats_package, defaults, query, analysis_cache, ancestry)
 
 
 def source_files() -> list[Path]:
-    """The files ``code_version`` hashes: the analysed code (every module of a package, ``harness.record.query``'s
-    included) and this package's own modules."""
+    """The files ``code_version`` hashes: the analysed code (every module of a package: ``harness.record.query``'s,
+    the statistics package ``harness.stats``) and this package's own modules."""
     files = []
     for module in _SOURCES:
         path = Path(module.__file__ or "")

@@ -24,10 +24,10 @@ from harness.analysis.records import (
     NoiseRow,
     Side,
 )
-from harness.core import stats, trials
 from harness.core.errors import first_line
 from harness.record import analysis_cache, query
 from harness.record.store import Store
+from harness.stats import measure, policy
 
 # ---------------------------------------------------------------------------------------------------------------
 # Compare pages
@@ -86,8 +86,8 @@ class ComparePages:
     nothing it reads changed (see the module docstring, ``compare``); ``flush`` stores what was computed and drops
     the rows of pairs not shown this time. ``use_cache=False``: computed, nothing read or written."""
 
-    def __init__(self, store: Store, *, use_cache: bool = True, min_effect: float = stats.DEFAULT_MIN_EFFECT,
-                 alpha: float = stats.DEFAULT_ALPHA) -> None:
+    def __init__(self, store: Store, *, use_cache: bool = True, min_effect: float = policy.DEFAULT_MIN_EFFECT,
+                 alpha: float = policy.DEFAULT_ALPHA) -> None:
         self.store, self.use_cache, self.min_effect, self.alpha = store, use_cache, min_effect, alpha
         self.shown: dict[str, set[str]] = {}
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
@@ -203,7 +203,7 @@ _MEASURED_INTS = ("trials_base", "trials_head", "samples_base", "samples_head", 
 _MEASURED_FLOATS = ("effect", "variance")
 
 
-def _measured_out(keys: Sequence[variants_module.Cell], measured: trials.Measured) -> bytes:
+def _measured_out(keys: Sequence[variants_module.Cell], measured: measure.Measured) -> bytes:
     logs = [side for pair in measured.logs for side in pair]
     body = b"".join([*(np.ascontiguousarray(getattr(measured, name), dtype=np.int64).tobytes()
                        for name in _MEASURED_INTS),
@@ -213,7 +213,7 @@ def _measured_out(keys: Sequence[variants_module.Cell], measured: trials.Measure
     return frame(_CELLS_MAGIC, {"keys": [list(key) for key in keys]}, body)
 
 
-def _measured_in(payload: bytes) -> tuple[list[variants_module.Cell], trials.Measured] | None:
+def _measured_in(payload: bytes) -> tuple[list[variants_module.Cell], measure.Measured] | None:
     """``_measured_out``'s cells and measurements; None when unreadable."""
     try:
         if (framed := unframe(payload, _CELLS_MAGIC)) is None:
@@ -232,7 +232,7 @@ def _measured_in(payload: bytes) -> tuple[list[variants_module.Cell], trials.Mea
             return None
         sides = np.split(logs_flat, np.cumsum(sizes)[:-1]) if sizes else []
         logs = list(zip(sides[0::2], sides[1::2], strict=True))
-        return keys, trials.Measured(**columns, logs=logs)
+        return keys, measure.Measured(**columns, logs=logs)
     except (ValueError, KeyError, TypeError, struct.error):
         return None
 
@@ -246,7 +246,7 @@ class VariantCells(_ShownRows):
     KIND, NAME = "variants", "cells"
 
     def __call__(self, store: Store, chip: str, cells: Mapping[variants_module.Cell, tuple[str, ...]],
-                 defaults: Mapping[str, str]) -> tuple[list[variants_module.Cell], trials.Measured]:
+                 defaults: Mapping[str, str]) -> tuple[list[variants_module.Cell], measure.Measured]:
         if not self.use_cache:
             return variants_module.measure_cells(store, chip, cells, defaults)
         prints = self.run_prints(sorted({run for runs in cells.values() for run in runs}))

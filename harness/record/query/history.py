@@ -15,12 +15,12 @@ from sqlalchemy.orm import Session
 
 from harness.core import defaults
 from harness.core.status import CODE_FAILURES
-from harness.core.summary import sorted_medians
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.query.common import SeriesKey, joined_modes, plain_rows, run_filter, utc
 from harness.record.query.samples import load_samples
 from harness.record.store import Store
+from harness.stats.summary import sorted_medians
 
 
 @dataclass

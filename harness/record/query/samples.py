@@ -10,10 +10,10 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from harness.core.summary import sorted_medians
 from harness.record.models import Chip, JobRecord, Run, Sample, TrialSummary
 from harness.record.query.common import plain_array, plain_rows, run_filter
 from harness.record.store import TRIAL_RECORD
+from harness.stats.summary import sorted_medians
 
 _SAMPLE_ROW = np.dtype([("job", np.int64), ("seconds", np.float64), ("trial", np.int64)])
 

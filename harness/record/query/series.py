@@ -12,12 +12,13 @@ import numpy.typing as npt
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.core import defaults, pacing
+from harness.core import defaults
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
 from harness.record.query.common import SeriesKey, joined_modes, plain_rows
 from harness.record.store import Store
+from harness.stats import pacing
 
 
 class FailureRow(NamedTuple):
@@ -141,7 +142,7 @@ def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.
                     ) -> dict[SeriesKey, list[float]]:
     """Each series' medians over the newest ``limit`` finished, clean runs on the given runs' chips at their commits
     or the commits' first-parent ancestors (the base branch; :func:`_history_runs`): the between-run noise of a
-    series (``harness.core.trials.history_floor``). The given runs themselves count; runs of other branches do
+    series (``harness.stats.runshift.history_floor``). The given runs themselves count; runs of other branches do
     not."""
     if not run_ids:
         return {}
@@ -176,7 +177,7 @@ def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
 
 
 def host_paced_series(store: Store, run_ids: Sequence[str]) -> set[SeriesKey]:
-    """The benchmark series of the given runs that were host-paced in any of their jobs (``harness.core.pacing``:
+    """The benchmark series of the given runs that were host-paced in any of their jobs (``harness.stats.pacing``:
     the device waited for the host's calls, so the time per call is the host's pace, not the kernel's)."""
     with store.session() as session:
         rows = session.execute(_series_select(run_ids, JobRecord.backlog_calls)

@@ -5,7 +5,7 @@ Revises: 0005
 Create Date: 2026-12-02 00:30:00.000000
 
 ``job.backlog_calls``: for a pipelined benchmark job, the calls the device still had queued when the host had
-issued a sample's last call (the smallest over the job's trials); under ``harness.core.pacing.HOST_PACED_BACKLOG``
+issued a sample's last call (the smallest over the job's trials); under ``harness.stats.pacing.HOST_PACED_BACKLOG``
 the series was paced by its host, not its device. Rows written before read as not recorded (NULL).
 """
 

@@ -15,7 +15,7 @@ Measured on an NVIDIA H200 with MLX 0.32.4 (pipelined, default protocol, three f
 kernels keep about 18 calls queued (MLX bounds the work in flight), whatever their length -- causal SDPA at
 S=2048-8192 (56 us to 1.04 ms a call), a 4096^2 matmul (0.21 ms); host-paced ones 0.7-2.7 -- causal SDPA at S=1024
 with H=16 (27-76 us a call; its process medians spread 15-41 % between processes), a 1024^2 matmul (25-35 us),
-a chain of 50 tiny ops. :data:`HOST_PACED_BACKLOG` sits between.
+a chain of 50 tiny ops. :data:`HOST_PACED_BACKLOG` sits between. Statistics of the harness: docs/statistics.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The stored summary of a benchmark's raw samples: median, its order-statistic CI, and the relative spread.
 
-Computed where results are recorded. scipy (through harness.core.stats) is loaded on the first summary, so neither
-the job process nor the CLI's start-up pays for it.
+Computed where results are recorded, with numpy alone (no scipy). The interval's rule: docs/statistics.md,
+section 8.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from harness.stats.samples import median_ci as stats_median_ci
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ def sorted_medians(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) ->
 
 
 def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Median and the order-statistic CI of ``harness.core.stats.median_ci`` (the one the verdicts use).
+    """Median and the order-statistic CI of ``harness.stats.samples.median_ci`` (the one the verdicts use).
 
     Stored with every result, so it never raises for a short run: with fewer than 3 samples there is no
     useful interval and the bounds are min and max; no samples at all is an error.
@@ -39,8 +41,6 @@ def median_ci(samples: list[float], confidence: float = 0.95) -> tuple[float, fl
         raise ValueError("no samples")
     if values.size < 3:
         return float(np.median(values)), float(values[0]), float(values[-1])
-    from harness.core.stats import median_ci as stats_median_ci  # loads scipy: only when samples are summarised
-
     return stats_median_ci(values, confidence)
 
 

@@ -7,8 +7,8 @@ Each returns what its ``scipy.stats`` counterpart returns, bit for bit (``scipy.
 ``norm.ppf`` is ``special.ndtri``; ``bh`` is ``scipy.stats.false_discovery_control(ps, method="bh")``'s algorithm),
 including the values outside the domain (nan, the infinite ends); ``kendall_trend_p`` is ``scipy.stats.kendalltau``'s
 p-value against the index, by its normal approximation or (no ties and at most 33 values, or all but one pair in
-order) its exact distribution. tests/core/test_distributions.py holds
-them to it. Mann-Whitney imports ``scipy.stats`` when called.
+order) its exact distribution. tests/stats/test_distributions.py holds
+them to it. Mann-Whitney imports ``scipy.stats`` when called. Where each is used: docs/statistics.md.
 """
 
 from __future__ import annotations

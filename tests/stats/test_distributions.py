@@ -1,4 +1,4 @@
-"""``harness.core.distributions`` returns what ``scipy.stats`` returns, bit for bit, domain edges included."""
+"""``harness.stats.distributions`` returns what ``scipy.stats`` returns, bit for bit, domain edges included."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.core import distributions
+from harness.stats import distributions
 
 EDGES = [-np.inf, -1e300, -40.0, -3.0, -1.0, -1e-12, -0.0, 0.0, 1e-300, 0.5, 1.0, 2.5, 40.0, 1e300, np.inf, np.nan]
 DFS = [-1.0, 0.0, 1e-3, 0.5, 1.0, 2.0, 3.7, 10.0, 1e6, np.inf, np.nan]
@@ -60,19 +60,19 @@ def test_bh_refuses_what_scipy_refuses():
 
 
 def test_median_ci_ranks_equal_scipy_binomial_ones():
-    from harness.core import stats as ours
+    from harness.stats import samples as ours
 
     for confidence in (0.95, 0.9, 0.99, 0.5):
         for n in [*range(3, 400), 999, 1000, 1001, 2048]:
             below = np.arange(n // 2 + 1)
             admissible = below[stats.binom.cdf(below, n, 0.5) <= (1.0 - confidence) / 2.0 + 1e-12]
-            assert ours._lower_rank(n, confidence) == (int(admissible[-1]) + 1 if admissible.size else None)
+            assert ours.lower_rank(n, confidence) == (int(admissible[-1]) + 1 if admissible.size else None)
 
 
 def test_running_median_equals_scipy_median_filter():
     from scipy import ndimage
 
-    from harness.core import stats as ours
+    from harness.stats import changepoints as ours
 
     rng = np.random.default_rng(8)
     for n in (1, 2, 3, 4, 5, 6, 17, 1000):
@@ -121,11 +121,11 @@ def test_change_points_and_trial_verdicts_do_not_load_scipy_stats():
     code = """
 import sys
 import numpy as np
-from harness.core import stats, trials
+from harness.stats import changepoints, samples, trials
 rng = np.random.default_rng(1)
 for n in (20, 30, 200):  # ramps: the trend test, short (exact distribution) and long
-    stats.detect_change_points(np.exp(np.r_[np.zeros(n), np.linspace(0, 0.3, n)] + rng.normal(0, 0.01, 2 * n)))
-stats.median_ci(rng.normal(1, 0.1, 30))
+    changepoints.detect_change_points(np.exp(np.r_[np.zeros(n), np.linspace(0, 0.3, n)] + rng.normal(0, 0.01, 2 * n)))
+samples.median_ci(rng.normal(1, 0.1, 30))
 print("scipy.stats" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -1,0 +1,49 @@
+"""The thresholds every verdict is decided with, in one object (docs/statistics.md, section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.core import defaults
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_MIN_EFFECT",
+    "FLOOR_MIN_RUNS",
+    "MAD_TO_SIGMA",
+    "MAX_MORE_TRIALS",
+    "MIN_SERIES_TO_MODERATE",
+    "NOISE_FLOOR",
+    "VARIANT_OUTCOMES",
+    "VERDICTS",
+    "Policy",
+    "VariantOutcome",
+    "Verdict",
+]
+
+Verdict = Literal["regressed", "improved", "unchanged", "inconclusive", "broken"]
+VariantOutcome = Literal["win", "lose", "tie", "inconclusive", "broken"]
+
+VERDICTS: tuple[Verdict, ...] = ("regressed", "improved", "unchanged", "inconclusive", "broken")
+VARIANT_OUTCOMES: tuple[VariantOutcome, ...] = ("win", "lose", "tie", "inconclusive", "broken")
+
+DEFAULT_MIN_EFFECT = defaults.MIN_EFFECT
+DEFAULT_ALPHA = defaults.ALPHA
+MAX_MORE_TRIALS = 100  # "more trials needed" is capped here: not resolvable in practice
+FLOOR_MIN_RUNS = 3  # history_floor: fewer runs on the base branch give no floor
+MIN_SERIES_TO_MODERATE = 3  # series of a call with their own spread needed for a moderation prior
+MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD of a normal sample -> its standard deviation
+NOISE_FLOOR = 1e-4  # log units (0.01 %): no timing history is more precise than this
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a verdict needs: ``min_effect`` (the band [1 - m, 1 + m] a flag's interval must leave), ``alpha`` (the
+    false discovery rate, or one test's level), ``largest_unchanged`` (an observed ratio beyond it, or below its
+    inverse, is never ``unchanged``) and ``floor_min_runs`` (base-branch runs a history floor needs)."""
+
+    min_effect: float = DEFAULT_MIN_EFFECT
+    alpha: float = DEFAULT_ALPHA
+    largest_unchanged: float = defaults.LARGEST_UNCHANGED
+    floor_min_runs: int = FLOOR_MIN_RUNS
