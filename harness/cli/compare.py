@@ -28,6 +28,7 @@ from harness.cli.tables import (
     stdout_console,
     to_settle,
 )
+from harness.cluster.driver import connect
 from harness.core import defaults
 from harness.core.chip import timing_fit
 from harness.core.errors import HarnessError
@@ -196,9 +197,8 @@ def _settle_on_cluster(request, address: str, say):
     (harness/cluster/settle.py); a chip with no live node is an error before anything is measured."""
     import ray  # loads ray: only with --address
 
-    from harness.cluster import settle as cluster_settle
-    from harness.cluster.driver import connect
-    from harness.pipeline.settle import settle_chips, undecided_chips
+    from harness.cluster import settle as cluster_settle  # loads ray: only with --address
+    from harness.pipeline.settle import settle_chips, undecided_chips  # loads scipy: only with --settle
 
     request = replace(request, ab=cluster_settle.for_nodes(request.ab))
     report, chips = undecided_chips(request)
