@@ -62,7 +62,11 @@ def measure_on(chip: str) -> Measure:
     """A ``Measure`` running each round as a Ray task on a node labelled ``chip`` (module docstring)."""
     import ray  # loads ray: only with --address
 
-    from harness.execute.ray_executor import CHIP_LABEL, NODE_RESOURCE, chip_label_value  # loads ray: only with --address
+    from harness.execute.ray_executor import (  # loads ray: only with --address
+        CHIP_LABEL,
+        NODE_RESOURCE,
+        chip_label_value,
+    )
 
     task = ray.remote(num_cpus=0, max_retries=0)(measure_round)
 
