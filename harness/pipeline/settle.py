@@ -6,10 +6,11 @@ series, both commits interleaved in ABBA rounds on this machine (``harness.pipel
 stores what it measured as *settling runs* of the two commits (``Run.settling``: read by this comparison alone,
 never a chip page's tip, a history point, a floor's run or a later run's previous run), and decides those series
 again on the settling runs of both commits, pooled over the rounds, as one session (``same_session``: the
-interleaving cancels run-level effects, so no floor and no hold), the k-th time at level alpha / 2^k (``look_alpha``:
-deciding after every round must not spend more than alpha in all). It repeats, with more trials each round, until
-every series is decided or the budget is spent. Series decided by the stored runs keep their verdicts; incomparable
-series (timed in different modes) and broken ones are not re-measured (no trials settle them).
+interleaving cancels run-level effects, so no floor and no hold), the k-th time at level alpha / 2^k
+(``harness.stats.settling.look_alpha``: deciding after every round must not spend more than alpha in all). It
+repeats, with more trials each round, until every series is decided or the budget is spent. Series decided by the
+stored runs keep their verdicts; incomparable series (timed in different modes) and broken ones are not re-measured
+(no trials settle them).
 
 On a cluster (``harness compare --settle --address``), :func:`settle_chips` does the same for every chip with an
 undecided series, each round measured by a ``Measure`` the caller gives (``harness.cluster.settle``: a Ray task on
@@ -32,17 +33,14 @@ from harness.pipeline.ab import ABRequest, execute_ab
 from harness.pipeline.run import Progress
 from harness.record import outbox
 from harness.stats import policy
+from harness.stats.settling import look_alpha, to_settle
 
-__all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "look_alpha", "parse_budget", "settle", "settle_chips",
-           "undecided", "undecided_chips"]
+__all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "parse_budget", "settle", "settle_chips", "undecided",
+           "undecided_chips"]
 
 FIRST_ROUND_TRIALS = 4  # a lone series must also separate by rank: 4 a side at alpha 0.05 (trials.min_trials_alone)
 MAX_ROUND_TRIALS = 16
 DEFAULT_BUDGET = "600s"
-# A settled "unchanged" must exclude a change of 25 %: rule 5 calls a series unchanged when its interval merely
-# contains 1, and under load (2 cores, load 15) 4 + 4 interleaved trials of a real 2x slowdown came out "unchanged"
-# x1.46 on an interval that contains 1; a settle round more tells them apart.
-SETTLED_WITHIN = 0.25
 # One settling round elsewhere (a cluster node): the round's request -> (base run id, head run id); its second
 # argument is the seconds left of a time budget (None: a trial budget), for the measurer's timeout.
 Measure = Callable[[ABRequest, float | None], tuple[str, str]]
@@ -95,18 +93,12 @@ class SettleRound:
     undecided_after: int
 
 
-def _excludes_a_real_change(row: CompareRow) -> bool:
-    """An ``unchanged`` whose interval lies within [1 / (1 + w), 1 + w], w = ``SETTLED_WITHIN``."""
-    return 1.0 / (1.0 + SETTLED_WITHIN) <= row.ci_low and row.ci_high <= 1.0 + SETTLED_WITHIN
-
-
 def undecided(rows: tuple[CompareRow, ...], settling: set | frozenset = frozenset()) -> list[CompareRow]:
     """The rows that more trials of both commits, interleaved, can settle: inconclusive ones (held included) whose
     sides were timed alike, and rows being settled (keys in ``settling``) that came out ``unchanged`` only for want
-    of evidence (an interval reaching ``SETTLED_WITHIN`` beyond 1)."""
-    return [row for row in rows if row.basis != "incomparable" and (
-        row.verdict == "inconclusive"
-        or (row.key in settling and row.verdict == "unchanged" and not _excludes_a_real_change(row)))]
+    of evidence (an interval reaching ``policy.SETTLED_WITHIN`` beyond 1): ``harness.stats.settling.to_settle``."""
+    return [row for row in rows
+            if to_settle(row.verdict, row.basis, row.ci_low, row.ci_high, row.key in settling)]
 
 
 def _round_trials(rows: list[CompareRow], spent: int, budget: Budget, number: int) -> int:
@@ -118,13 +110,6 @@ def _round_trials(rows: list[CompareRow], spent: int, budget: Budget, number: in
     if budget.trials is not None:
         trials = min(trials, budget.trials - spent)
     return trials
-
-
-def look_alpha(alpha: float, look: int) -> float:
-    """The level of the ``look``-th settling decision (1-based): alpha / 2^look, so that deciding again after every
-    round (optional stopping) spends at most alpha in all. Tested at alpha each time, identical code measured
-    round after round under load came out "improved" x0.686 at its second look (12 + 12 interleaved trials)."""
-    return alpha / 2.0 ** look
 
 
 def _merged(first: CompareReport, settled: CompareReport, keys: set) -> CompareReport:
@@ -178,8 +163,8 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
         held = sum(bool(row.more_runs_needed) for row in todo)
         wide = sum(row.verdict == "unchanged" for row in todo)
         say(f"settle round {len(rounds) + 1}: {len(todo)} series undecided ({held} held against their run's shift, "
-            f"{wide} unchanged on an interval reaching x{1 + SETTLED_WITHIN:g}, {len(todo) - held - wide} short of "
-            f"trials or straddling the band): measuring {base_sha[:12]} and "
+            f"{wide} unchanged on an interval reaching x{1 + policy.SETTLED_WITHIN:g}, "
+            f"{len(todo) - held - wide} short of trials or straddling the band): measuring {base_sha[:12]} and "
             f"{head_sha[:12]} interleaved, {trials} trials a side: "
             + ", ".join(f"{r.key.kernel}/{r.key.variant} {r.key.dtype} {r.key.shape_key}" for r in todo[:5])
             + (f", ... ({len(todo)} in all)" if len(todo) > 5 else ""))

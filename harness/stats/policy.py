@@ -15,6 +15,7 @@ __all__ = [
     "MAX_MORE_TRIALS",
     "MIN_SERIES_TO_MODERATE",
     "NOISE_FLOOR",
+    "SETTLED_WITHIN",
     "VARIANT_OUTCOMES",
     "VERDICTS",
     "Policy",
@@ -35,15 +36,21 @@ FLOOR_MIN_RUNS = 3  # history_floor: fewer runs on the base branch give no floor
 MIN_SERIES_TO_MODERATE = 3  # series of a call with their own spread needed for a moderation prior
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD of a normal sample -> its standard deviation
 NOISE_FLOOR = 1e-4  # log units (0.01 %): no timing history is more precise than this
+# A settled "unchanged" must exclude a change of 25 %: rule 5 calls a series unchanged when its interval merely
+# contains 1, and under load (2 cores, load 15) 4 + 4 interleaved trials of a real 2x slowdown came out "unchanged"
+# x1.46 on an interval that contains 1; a settle round more tells them apart.
+SETTLED_WITHIN = 0.25
 
 
 @dataclass(frozen=True)
 class Policy:
     """What a verdict needs: ``min_effect`` (the band [1 - m, 1 + m] a flag's interval must leave), ``alpha`` (the
     false discovery rate, or one test's level), ``largest_unchanged`` (an observed ratio beyond it, or below its
-    inverse, is never ``unchanged``) and ``floor_min_runs`` (base-branch runs a history floor needs)."""
+    inverse, is never ``unchanged``), ``floor_min_runs`` (base-branch runs a history floor needs) and
+    ``settled_within`` (a settled ``unchanged`` stands only on an interval within [1 / (1 + w), 1 + w])."""
 
     min_effect: float = DEFAULT_MIN_EFFECT
     alpha: float = DEFAULT_ALPHA
     largest_unchanged: float = defaults.LARGEST_UNCHANGED
     floor_min_runs: int = FLOOR_MIN_RUNS
+    settled_within: float = SETTLED_WITHIN

@@ -1,4 +1,4 @@
-"""harness.pipeline.settle's rules without measuring: the budget, the level of each look, what counts undecided."""
+"""harness.pipeline.settle without measuring: the budget, what counts undecided (rules: tests/stats/test_settling)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 
 from harness.analysis.records import CompareRow
 from harness.core.errors import HarnessError
-from harness.pipeline.settle import SETTLED_WITHIN, Budget, look_alpha, parse_budget, undecided
+from harness.pipeline.settle import Budget, parse_budget, undecided
 from harness.record.query import SeriesKey
+from harness.stats.policy import SETTLED_WITHIN
 
 
 def test_the_budget_is_trials_or_time():
@@ -16,11 +17,6 @@ def test_the_budget_is_trials_or_time():
     for bad in ("soon", "0", "-3", ""):
         with pytest.raises(HarnessError):
             parse_budget(bad)
-
-
-def test_every_look_together_spends_at_most_alpha():
-    assert sum(look_alpha(0.05, k) for k in range(1, 30)) < 0.05
-    assert look_alpha(0.05, 1) == 0.025
 
 
 def row(verdict: str, low: float, high: float, basis: str = "trials", name: str = "k") -> CompareRow:
