@@ -18,6 +18,7 @@ from harness.core.status import each_test_once, outcome_key
 from harness.record import query
 from harness.record.store import Store
 from harness.stats import decide, policy, runshift, trials
+from harness.stats.modes import same_mode
 
 __all__ = ["VERDICT_ORDER", "compare", "order_not_proven", "resolve_side"]
 
@@ -141,13 +142,6 @@ def hours_apart(report: CompareReport, starts: Mapping[str, datetime | None]) ->
         if gap is not None and gap >= HOURS_APART_S:
             found[chip] = gap
     return found
-
-
-def same_mode(first: str | None, second: str | None) -> bool:
-    """Whether two series were timed alike: pipelined and per-call timings differ by the host round trip and by how
-    busy the GPU is kept (3x for a 30 us kernel on an H200, 5-15 % at 1-3 ms), so they are never compared. A side
-    whose mode was not recorded (before modes were) or that mixes modes ("a+b") is only alike an identical one."""
-    return not first or not second or first == second
 
 
 def series_floors(store: Store, run_ids: list[str]) -> dict[query.SeriesKey, runshift.Floor]:

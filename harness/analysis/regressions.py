@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from harness.analysis.compare import same_mode
 from harness.analysis.history import by_series_key, trial_levels
 from harness.analysis.records import RegressionEvidence
 from harness.core import defaults
@@ -26,6 +25,7 @@ from harness.core.status import is_code_failure
 from harness.record import query
 from harness.record.store import Store
 from harness.stats import decide, distributions, measure, moderation, policy, runshift, samples, trials
+from harness.stats.modes import same_mode
 
 __all__ = ["cell_summaries", "correctness_regressions", "modes_loader", "order_checked", "performance_regressions",
            "regressions"]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import numpy.typing as npt
 
-from harness.analysis.compare import resolve_side, same_mode
+from harness.analysis.compare import resolve_side
 from harness.analysis.records import (
     BestVariant,
     CorrectnessFailure,
@@ -30,6 +30,7 @@ from harness.record.query import SeriesKey
 from harness.record.store import Store
 from harness.stats import measure as trial_measure
 from harness.stats import policy, trials, variants
+from harness.stats.modes import same_mode
 
 __all__ = ["OUTCOME_ORDER", "MeasureCells", "default_variants", "measure_cells", "tuning_drift", "variant_matrix"]
 

@@ -30,7 +30,7 @@ TRIALS = 3  # independent trials (fresh processes) per benchmark job and run, in
 TIMING_MODE = "pipelined"  # "pipelined": async_eval, one sync per sample; "per-call": wait for each call; "auto":
 # per job, a pilot picks per-call where pipelining raises the spread (launch-bound op chains). Not the default: on
 # the H200 the pilot picked differently from run to run for 16 of 104 series, and the two modes' timings differ by
-# 5-15 % (ms kernels) to 3x (30 us kernels), so such series cannot be compared (harness.analysis.compare.same_mode)
+# 5-15 % (ms kernels) to 3x (30 us kernels), so such series cannot be compared (harness.stats.modes.same_mode)
 ROUND_BATCH = 24  # a job process times up to this many benchmark jobs of one round (amortises MLX start-up)
 # Job processes of one round that start and compile their source kernels together (one core each), then time in
 # turn. The H200's built-in benchmark sections (16 cores), 3 trials: 16 at once 482.5 s, 4 at once not done in
