@@ -3,5 +3,6 @@ timings, no database and no rendering. The model, each rule and its validation: 
 
 Modules: ``policy`` (the thresholds), ``samples`` (robust summaries of samples), ``decide`` (the decision rules),
 ``trials`` (trial-level comparison and moderation), ``runshift`` (history floor, run-shift hold), ``noise`` (the
-noise meter), ``variants`` (variant verdicts), ``changepoints``, ``distributions``, ``pacing``, ``summary``.
+noise meter), ``variants`` (variant verdicts), ``modes`` (timing modes alike), ``settling`` (the settle rules),
+``changepoints``, ``distributions``, ``pacing``, ``summary``.
 """
