@@ -31,12 +31,12 @@ from harness.core import defaults
 from harness.core.errors import HarnessError
 from harness.pipeline.ab import ABRequest, execute_ab
 from harness.pipeline.run import Progress
-from harness.record import outbox
+from harness.record import outbox, query
 from harness.stats import policy
 from harness.stats.settling import look_alpha, to_settle
 
-__all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "parse_budget", "settle", "settle_chips", "undecided",
-           "undecided_chips"]
+__all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "fit_round", "parse_budget", "settle", "settle_chips",
+           "undecided", "undecided_chips"]
 
 FIRST_ROUND_TRIALS = 4  # a lone series must also separate by rank: 4 a side at alpha 0.05 (trials.min_trials_alone)
 MAX_ROUND_TRIALS = 16
@@ -112,6 +112,18 @@ def _round_trials(rows: list[CompareRow], spent: int, budget: Budget, number: in
     return trials
 
 
+def fit_round(series: int, trials: int, trial_s: float | None, left_s: float) -> tuple[int, int]:
+    """(trials a side, series) of a round that fits ``left_s`` seconds, ``trial_s`` the seconds of one trial of one
+    series on both sides (None: unknown, nothing cut): its trials cut first, down to 1, then its series (0 0: not
+    even one trial of one series fits)."""
+    if trial_s is None or trial_s <= 0:
+        return trials, series
+    fit = int(left_s / trial_s)  # trials of one series, both sides, that fit
+    if fit >= series:
+        return min(trials, fit // series), series
+    return (1, fit) if fit else (0, 0)
+
+
 def _merged(first: CompareReport, settled: CompareReport, keys: set) -> CompareReport:
     """``first`` with the rows of ``keys`` taken from ``settled``: verdicts, counts and exit status recomputed."""
     by_key = {row.key: row for row in settled.rows if row.key in keys}
@@ -141,6 +153,8 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
         sides = (resolve_side(store, ab.base, chip), resolve_side(store, ab.head, chip))
         report = compare(store, ab.base, ab.head, chip=chip, min_effect=request.min_effect,
                          alpha=request.alpha, sides=sides)
+        # a first round is sized from the stored runs of both commits (a later one from the round before it)
+        stored_s = [query.trial_seconds(store, side.run_ids) for side in sides]
     finally:
         store.close()
     base_sha, head_sha = sides[0].sha, sides[1].sha  # a run id stands for its commit: settling measures commits
@@ -153,10 +167,19 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
             say(f"settle: budget of {request.budget} spent with {len(todo)} series undecided")
             break
         trials = _round_trials(todo, spent_trials, request.budget, len(rounds))
-        if request.budget.seconds is not None and rounds:  # a round that would overrun the time left is cut
-            per_trial = rounds[-1].seconds / rounds[-1].trials
+        if request.budget.seconds is not None:  # a round that would overrun the time left is cut
             left_s = request.budget.seconds - (time.monotonic() - started)
-            trials = min(trials, int(left_s / per_trial) if per_trial > 0 else trials)
+            if rounds:  # the round before's seconds per trial a side, for at least as many series as now
+                per_trial = rounds[-1].seconds / rounds[-1].trials * max(1.0, len(todo) / rounds[-1].series)
+                trials = min(trials, int(left_s / per_trial) if per_trial > 0 else trials)
+            else:
+                known = [seconds for seconds in stored_s if seconds is not None]
+                trial_s = 2 * max(known) if known else None  # both sides, at the slower side's pace
+                trials, fit = fit_round(len(todo), trials, trial_s, left_s)
+                if 0 < fit < len(todo):
+                    say(f"settle: {len(todo)} series undecided; a trial of each takes about {trial_s:.1f} s a "
+                        f"pair (the stored runs), so the first round measures the first {fit} of them")
+                    todo = todo[:fit]
         if trials < 1:
             say(f"settle: budget of {request.budget} spent with {len(todo)} series undecided")
             break
@@ -200,7 +223,7 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
             + (" (" + ", ".join(f"{v} {sum(1 for x in decided.values() if x == v)}"
                                 for v in ("regressed", "improved", "unchanged") if v in decided.values()) + ")"
                if decided else "") + f", {len(left)} still undecided")
-    if not rounds:
+    if not rounds and not undecided(current.rows):
         say("settle: nothing undecided, nothing measured")
     return current, rounds
 

@@ -9,7 +9,8 @@ public read API, grouped by the module that owns them:
 - ``order``: order by ancestry: the run a run is compared with (``previous_run``), whether stored ancestry puts one
   commit before another (``ancestry_proves``) and each chip's tip per suite (``chip_tip``, ``chip_tips``);
 - ``series``: the comparison reads of compare, variants and noise: the samples, history medians, timing modes and
-  correctness failures of given runs (``series_trials``, ``history_medians``, ``correctness_failures``);
+  correctness failures of given runs (``series_trials``, ``history_medians``, ``correctness_failures``), and the
+  wall seconds of their trials (``trial_seconds``, what a settle round of them may take);
 - ``presence``: which run has which job, no samples read (``job_presence``, ``job_units``, ``benchmark_series``);
 - ``history``: one chip's whole history as arrays (``chip_history``, cached per database state), its commit order,
   timing modes and correctness jobs (history and regressions);
@@ -76,6 +77,7 @@ from harness.record.query.series import (
     host_paced_series,
     series_trials,
     timing_modes,
+    trial_seconds,
 )
 
 __all__ = [
@@ -86,7 +88,7 @@ __all__ = [
     "NOT_PROVEN", "SuiteTip", "ancestry_proves", "chip_tip", "chip_tips", "previous_run", "previous_run_id",
     # series: the comparison reads
     "FailureRow", "SeriesTrials", "correctness_failures", "history_medians", "history_run_ids", "host_paced_series",
-    "series_trials", "timing_modes",
+    "series_trials", "timing_modes", "trial_seconds",
     # presence: which run has which job
     "SELECTION_KINDS", "JobPresence", "benchmark_series", "job_presence", "job_units", "measured_series",
     "runs_with_jobs", "unit_of",

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from harness.core import defaults
@@ -174,6 +174,21 @@ def timing_modes(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, str]:
                 _series_select(run_ids, JobRecord.timing_mode)):
             modes.setdefault(SeriesKey(kernel, variant, dtype, shape_key, chip), set()).add(mode or "")
     return joined_modes(modes)
+
+
+def trial_seconds(store: Store, run_ids: Sequence[str]) -> float | None:
+    """Wall seconds a benchmark job's trial took in the given finished runs, everything of a run included (start-up
+    of its job processes, its correctness jobs): their time from start to finish over their benchmark jobs' trials.
+    None where no finished run has a benchmark job."""
+    with store.session() as session:
+        runs = session.execute(select(Run.id, Run.started_at, Run.finished_at)
+                               .where(Run.id.in_(list(run_ids)), Run.finished_at.is_not(None))).all()
+        trials = dict(session.execute(select(JobRecord.run_id, func.sum(JobRecord.trials))
+                                      .where(JobRecord.run_id.in_([run.id for run in runs]),
+                                             JobRecord.kind == "benchmark").group_by(JobRecord.run_id)).all())
+    seconds = sum((run.finished_at - run.started_at).total_seconds() for run in runs if trials.get(run.id))
+    count = sum(int(trials.get(run.id) or 0) for run in runs)
+    return seconds / count if count and seconds > 0 else None
 
 
 def host_paced_series(store: Store, run_ids: Sequence[str]) -> set[SeriesKey]:
