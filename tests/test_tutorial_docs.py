@@ -37,6 +37,7 @@ def commands_and_outputs(text: str) -> list[tuple[str, list[str]]]:
 
 def normalise(line: str) -> str:
     line = re.sub(r"/\S+/kern/", "DIR/kern/", line)  # where the tutorial ran
+    line = re.sub(r"\bcpu-[a-z0-9_]+(-[a-z0-9]+)*", "<cpu chip>", line)  # the machine it ran on (an Intel or AMD)
     line = re.sub(r"\b[0-9a-f]{7,40}\b", "<id>", line.strip())
     line = re.sub(r"\d+(\.\d+)?", "<n>", line)
     return re.sub(r"\s+", " ", line)
