@@ -19,6 +19,7 @@ LIMIT=${LIMIT:-400}
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HARNESS_CACHE=$WORK/cache PYTHONPATH="$ROOT:${PYTHONPATH:-}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$WORK" "$OUT"
+sha() { git -C "$WORK/gkp" rev-parse "$1"; }  # a commit of the pairs repository
 timed() {  # $1: label, rest: harness args; stdout to $OUT/<label>.out, the rest to $OUT/<label>.log
   local label=$1 start end status; shift
   start=$(date +%s.%N)
@@ -50,7 +51,6 @@ case "$STEP" in
     for side in base null planted; do
       timed "run-$side" run --repo "$WORK/gkp" --commit "$side" --db "$DB" --no-report
     done
-    sha() { git -C "$WORK/gkp" rev-parse "$1"; }
     timed compare-null compare "$(sha base)" "$(sha null)" --db "$DB" --format json
     timed compare-planted compare "$(sha base)" "$(sha planted)" --db "$DB" --format json
     cp "$WORK/pairs.db" "$OUT/pairs.db"
@@ -61,7 +61,6 @@ case "$STEP" in
     ;;
   settle)
     DB="sqlite:///$WORK/pairs.db"
-    sha() { git -C "$WORK/gkp" rev-parse "$1"; }
     timed settle-null compare "$(sha base)" "$(sha null)" --settle --repo "$WORK/gkp" --db "$DB" --format json
     timed settle-planted compare "$(sha base)" "$(sha planted)" --settle --repo "$WORK/gkp" --db "$DB" --format json
     cp "$WORK/pairs.db" "$OUT/pairs.db"

@@ -20,7 +20,7 @@ from harness.record.store import Store
 from harness.stats import decide, policy, runshift, trials
 from harness.stats.modes import same_mode
 
-__all__ = ["VERDICT_ORDER", "compare", "order_not_proven", "resolve_side"]
+__all__ = ["VERDICT_ORDER", "compare", "for_order", "resolve_side"]
 
 VERDICT_ORDER = ("broken", "regressed", "improved", "inconclusive", "unchanged")
 """Display order of compare rows: what needs attention first."""
@@ -90,10 +90,13 @@ def compare(
                          min_effect, alpha)
 
 
-def order_not_proven(report: CompareReport) -> CompareReport:
-    """``report`` for a pair whose order ancestry does not prove (the base placed before the head by commit time,
-    as a previous run): no change is decided, each regressed or improved series is inconclusive, and the report
-    says "order not proven by ancestry" (``order_proven`` False); its exit code counts correctness failures only."""
+def for_order(report: CompareReport, proven: bool) -> CompareReport:
+    """``report`` as it is when ancestry proves its base comes before its head; else (the base placed before the
+    head by commit time, as a previous run) no change is decided: each regressed or improved series is
+    inconclusive, and the report says "order not proven by ancestry" (``order_proven`` False); its exit code counts
+    correctness failures only."""
+    if proven:
+        return report
     rows = tuple(dataclasses.replace(row, verdict="inconclusive") if row.verdict in ("regressed", "improved")
                  else row for row in report.rows)
     counts = {verdict: 0 for verdict in report.counts}

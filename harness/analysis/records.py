@@ -160,7 +160,7 @@ class CompareReport(_Plain):
     only_head: int
     min_effect: float
     alpha: float
-    order_proven: bool = True  # False: ancestry does not show base before head (``compare.order_not_proven``)
+    order_proven: bool = True  # False: ancestry does not show base before head (``compare.for_order``)
 
     @property
     def exit_code(self) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from harness.analysis.cache import ComparePages
-from harness.analysis.compare import HOURS_APART_S, order_not_proven, single_run_gap
+from harness.analysis.compare import HOURS_APART_S, for_order, single_run_gap
 from harness.analysis.records import CompareReport, CompareRow, RegressionEvidence
 from harness.core.errors import HarnessError
 from harness.record import analysis_cache, query
@@ -170,7 +170,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
         view = None
         if previous:
             report = pages.compare(previous, run.id, chip)
-            view = _compare_view(report if proven else order_not_proven(report), chip, True, by_id)
+            view = _compare_view(for_order(report, proven), chip, True, by_id)
             evidence.compares.append(view)
         wanted.append((chip, (previous,) if previous else (), (run.id,), view))
         seen.add(((previous,) if previous else (), (run.id,)))
@@ -191,7 +191,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     added: list[_Wanted] = []
     for chip, base_sha, head_sha, base, head, proven in pairs[:MAX_REGRESSION_COMPARES]:
         report = pages.compare(base_sha, head_sha, chip)
-        view = _compare_view(report if proven else order_not_proven(report), chip, False, by_id)
+        view = _compare_view(for_order(report, proven), chip, False, by_id)
         evidence.compares.append(view)
         added.append((chip, base, head, view))
     pages.flush()

@@ -269,16 +269,15 @@ SHOWN = 10  # changed series and winning variants listed at the end of a run, at
 def _print_verdicts(db_url: str, run_id: str, sha: str, repo: str = ".") -> None:
     """What the run changed: its benchmarks against the previous run on this chip (the nearest ancestor's,
     ``query.previous_run_id``), as `harness compare` judges them, and the variants that win outright."""
-    from harness.analysis.compare import compare, order_not_proven  # loads scipy: only once a run has finished
+    from harness.analysis.compare import compare, for_order  # loads scipy: only once a run has finished
     from harness.analysis.variants import variant_matrix  # loads scipy, as the line above
 
     db_store = outbox.open_store(db_url)
     try:
         previous, proven = query.previous_run(db_store, run_id)
         chip = query.get_run(db_store, run_id).chip_key
-        report = compare(db_store, previous, run_id) if previous else None
-        if report is not None and not proven:  # the previous run placed by commit time: no change decided
-            report = order_not_proven(report)
+        # a previous run placed by commit time, not ancestry: no change decided
+        report = for_order(compare(db_store, previous, run_id), proven) if previous else None
         best = [b for b in variant_matrix(db_store, sha).best if b.chip == chip and b.evidence is not None]
     finally:
         db_store.close()
