@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--budget", default="120s", help="harness compare --settle --budget")
     args = parser.parse_args()
     slow_ok = same_ok = 0
+    same_verdicts: dict[str, int] = {}
     settle_s = 0.0
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="settle-") as scratch, random_load(args.burners):
@@ -95,11 +96,13 @@ def main() -> None:
                                                                                     args.budget)
             slow_ok += code_slow == 1 and verdict_slow == "regressed"
             same_ok += code_same == 0 and verdict_same not in FLAGS
+            same_verdicts[verdict_same] = same_verdicts.get(verdict_same, 0) + 1
             settle_s += seconds
     print(f"\n{args.tries} tries, {args.burners} random on/off burner(s) on {os.cpu_count()} cores, "
           f"{time.perf_counter() - started:.0f} s ({settle_s:.0f} s in compare --settle)")
     print(f"~2x slowdown, one run a side: regressed with exit 1 in {slow_ok}/{args.tries}")
-    print(f"identical code (empty commit): exit 0, nothing flagged in {same_ok}/{args.tries}")
+    print(f"identical code (empty commit): exit 0, nothing flagged in {same_ok}/{args.tries} ("
+          + ", ".join(f"{verdict} {count}" for verdict, count in sorted(same_verdicts.items())) + ")")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ from harness.core.status import each_test_once, outcome_key
 from harness.record import query
 from harness.record.store import Store
 from harness.stats import decide, policy, runshift, trials
+from harness.stats import paired as stats_paired
 from harness.stats.modes import same_mode
 
-__all__ = ["VERDICT_ORDER", "compare", "for_order", "resolve_side"]
+__all__ = ["VERDICT_ORDER", "compare", "for_order", "resolve_side", "round_pairs"]
 
 VERDICT_ORDER = ("broken", "regressed", "improved", "inconclusive", "unchanged")
 """Display order of compare rows: what needs attention first."""
@@ -45,6 +46,7 @@ def compare(
     alpha: float = policy.DEFAULT_ALPHA,
     same_session: bool = False,
     sides: tuple[Side, Side] | None = None,
+    paired: bool = False,
 ) -> CompareReport:
     """Every benchmark series present on both sides (per chip): pooled samples, BH across the whole grid, gated.
 
@@ -55,7 +57,9 @@ def compare(
     each marked new or already failing at base; any of them fails the gate. A kernel whose correctness check failed
     on the head side on a chip has every series of it on that chip ``broken``. Comparing a commit with itself pools
     the same runs on both sides (trivially unchanged): compare two run ids to compare runs. ``sides``: ``base`` and
-    ``head`` already resolved (``resolve_side`` with ``chip``).
+    ``head`` already resolved (``resolve_side`` with ``chip``). ``paired``: the i-th base run and the i-th head run
+    were measured interleaved (ABBA, ``harness compare --settle``'s rounds): each series is decided on its pairs of
+    trials (``harness.stats.paired``), matched by round and trial number.
     """
     base_side, head_side = sides or (resolve_side(store, base, chip), resolve_side(store, head, chip))
     base_trials = query.series_trials(store, base_side.run_ids)
@@ -68,18 +72,24 @@ def compare(
     common = sorted(base_trials.keys() & head_trials.keys())
     pairs = {key: (base_trials[key].trials, head_trials[key].trials) for key in common}
     broken = {key for key in common if (key.chip, key.kernel) in broken_kernels}
-    history = {} if same_session else query.history_medians(store, base_side.run_ids)
     base_modes, head_modes = query.timing_modes(store, base_side.run_ids), query.timing_modes(store, head_side.run_ids)
-    verdicts = trials.compare_trials(pairs, floors=_floors(history), same_session=same_session,
-                                     history_runs={key: len(medians) for key, medians in history.items()},
-                                     run_groups={key: key.chip for key in common},
-                                     runs={key: (base_trials[key].runs, head_trials[key].runs) for key in common},
-                                     min_effect=min_effect, alpha=alpha, broken=broken,
-                                     # the same runs on both sides (a commit with itself) share every run effect
-                                     separate_runs=set(base_side.run_ids) != set(head_side.run_ids),
-                                     incomparable={key for key in common
-                                                   if not same_mode(base_modes.get(key), head_modes.get(key))
-                                                   or not timing_fit(key.chip)})
+    incomparable = {key for key in common
+                    if not same_mode(base_modes.get(key), head_modes.get(key)) or not timing_fit(key.chip)}
+    if paired:
+        rounds = list(zip(base_side.run_ids, head_side.run_ids, strict=True))
+        verdicts = stats_paired.compare_paired(
+            {key: round_pairs(base_trials[key], head_trials[key], rounds) for key in common},
+            min_effect=min_effect, alpha=alpha, broken=broken, incomparable=incomparable)
+    else:
+        history = {} if same_session else query.history_medians(store, base_side.run_ids)
+        verdicts = trials.compare_trials(pairs, floors=_floors(history), same_session=same_session,
+                                         history_runs={key: len(medians) for key, medians in history.items()},
+                                         run_groups={key: key.chip for key in common},
+                                         runs={key: (base_trials[key].runs, head_trials[key].runs) for key in common},
+                                         min_effect=min_effect, alpha=alpha, broken=broken,
+                                         # the same runs on both sides (a commit with itself) share every run effect
+                                         separate_runs=set(base_side.run_ids) != set(head_side.run_ids),
+                                         incomparable=incomparable)
     host_paced = query.host_paced_series(store, base_side.run_ids) | query.host_paced_series(store, head_side.run_ids)
     rows = sorted((_row(key, c, pairs[key], key in host_paced) for key, c in verdicts.items()), key=_row_order)
     counts = {verdict: 0 for verdict in policy.VERDICTS}
@@ -88,6 +98,17 @@ def compare(
     return CompareReport(base_side, head_side, tuple(rows), tuple(failures), counts,
                          len(base_trials.keys() - head_trials.keys()), len(head_trials.keys() - base_trials.keys()),
                          min_effect, alpha)
+
+
+def round_pairs(base: query.SeriesTrials, head: query.SeriesTrials,
+                rounds: Sequence[tuple[str, str]]) -> list[stats_paired.Pair]:
+    """A series' pairs of trials: in each round (a base run and the head run measured interleaved with it), the base
+    trial and the head trial of the same number (adjacent in the ABBA order); a trial without its partner is left
+    out."""
+    base_trials, head_trials = base.by_label(), head.by_label()
+    return [(base_trials[(base_run, number)], head_trials[(head_run, number)])
+            for base_run, head_run in rounds
+            for run, number in base.labels if run == base_run and (head_run, number) in head_trials]
 
 
 def for_order(report: CompareReport, proven: bool) -> CompareReport:

@@ -5,9 +5,10 @@ shift it cannot measure (held: no history floor), an interval straddling the ban
 series, both commits interleaved in ABBA rounds on this machine (``harness.pipeline.ab``, on that subset of jobs),
 stores what it measured as *settling runs* of the two commits (``Run.settling``: read by this comparison alone,
 never a chip page's tip, a history point, a floor's run or a later run's previous run), and decides those series
-again on the settling runs of both commits, pooled over the rounds, as one session (``same_session``: the
-interleaving cancels run-level effects, so no floor and no hold), the k-th time at level alpha / 2^k
-(``harness.stats.settling.look_alpha``: deciding after every round must not spend more than alpha in all). It
+again on the pairs of trials of every round so far (``compare(paired=True)``, ``harness.stats.paired``: each head
+trial against the base trial measured next to it, so load that comes and goes cancels within a pair; no floor and
+no hold), the k-th time at level alpha / 2^k (``harness.stats.settling.look_alpha``: deciding after every round must
+not spend more than alpha in all). It
 repeats, with more trials each round, until every series is decided or the budget is spent. Series decided by the
 stored runs keep their verdicts; incomparable series (timed in different modes) and broken ones are not re-measured
 (no trials settle them).
@@ -33,12 +34,12 @@ from harness.pipeline.ab import ABRequest, execute_ab
 from harness.pipeline.run import Progress
 from harness.record import outbox, query
 from harness.stats import policy
+from harness.stats.paired import min_pairs
 from harness.stats.settling import look_alpha, to_settle
 
-__all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "fit_round", "parse_budget", "settle", "settle_chips",
-           "undecided", "undecided_chips"]
+__all__ = ["Budget", "Measure", "SettleRequest", "SettleRound", "first_round_trials", "fit_round", "parse_budget",
+           "settle", "settle_chips", "undecided", "undecided_chips"]
 
-FIRST_ROUND_TRIALS = 4  # a lone series must also separate by rank: 4 a side at alpha 0.05 (trials.min_trials_alone)
 MAX_ROUND_TRIALS = 16
 DEFAULT_BUDGET = "600s"
 # One settling round elsewhere (a cluster node): the round's request -> (base run id, head run id); its second
@@ -101,10 +102,16 @@ def undecided(rows: tuple[CompareRow, ...], settling: set | frozenset = frozense
             if to_settle(row.verdict, row.basis, row.ci_low, row.ci_high, row.key in settling)]
 
 
-def _round_trials(rows: list[CompareRow], spent: int, budget: Budget, number: int) -> int:
-    """Trials a side this round: at least 4 (rank check of a lone series), doubling each round, at most 16, what the
-    rows ask for where they say, and what is left of a trial budget."""
-    wanted = max([FIRST_ROUND_TRIALS * 2 ** number,
+def first_round_trials(alpha: float) -> int:
+    """Trials a side of a first round: the fewest pairs that can pass the signed-rank test at the first look's level
+    (``harness.stats.paired.min_pairs``: 7 at alpha 0.05), so that a clear change is decided in one round."""
+    return min_pairs(look_alpha(alpha, 1))
+
+
+def _round_trials(rows: list[CompareRow], spent: int, budget: Budget, number: int, alpha: float) -> int:
+    """Trials a side this round: ``first_round_trials``, doubling each round, at most 16, what the rows ask for where
+    they say, and what is left of a trial budget."""
+    wanted = max([first_round_trials(alpha) * 2 ** number,
                   *(row.more_trials_needed for row in rows if 0 < row.more_trials_needed < 100)])
     trials = min(MAX_ROUND_TRIALS, wanted)
     if budget.trials is not None:
@@ -166,7 +173,7 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
         if request.budget.seconds is not None and time.monotonic() - started >= request.budget.seconds:
             say(f"settle: budget of {request.budget} spent with {len(todo)} series undecided")
             break
-        trials = _round_trials(todo, spent_trials, request.budget, len(rounds))
+        trials = _round_trials(todo, spent_trials, request.budget, len(rounds), request.alpha)
         if request.budget.seconds is not None:  # a round that would overrun the time left is cut
             left_s = request.budget.seconds - (time.monotonic() - started)
             if rounds:  # the round before's seconds per trial a side, for at least as many series as now
@@ -210,7 +217,7 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
         try:
             pooled = (_settling_side(sides[0], chip, settling[0]), _settling_side(sides[1], chip, settling[1]))
             settled = compare(store, base_sha, head_sha, chip=chip, min_effect=request.min_effect,
-                              alpha=look_alpha(request.alpha, len(rounds) + 1), same_session=True, sides=pooled)
+                              alpha=look_alpha(request.alpha, len(rounds) + 1), sides=pooled, paired=True)
         finally:
             store.close()
         current = _merged(current, settled, settled_keys)

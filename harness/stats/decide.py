@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -11,7 +12,8 @@ import numpy.typing as npt
 from harness.stats import distributions
 from harness.stats.policy import Policy, Verdict
 
-__all__ = ["Comparison", "TrialComparison", "benjamini_hochberg", "decide", "inside_band"]
+__all__ = ["Comparison", "TrialComparison", "as_broken", "as_incomparable", "band", "benjamini_hochberg", "decide",
+           "inside_band"]
 
 
 @dataclass(frozen=True)
@@ -49,22 +51,31 @@ class TrialComparison(Comparison):
     run_shift: float = math.nan  # held against the common shift of its run (ratio; nan: no other series to tell)
 
 
+def band(min_effect: float) -> tuple[float, float]:
+    """The ratios of an immaterial change, [1 / (1 + m), 1 + m]: symmetric in log, so swapping the sides mirrors
+    every verdict (with [1 - m, 1 + m], a head 5.5 % slower was "regressed" and, swapped, 5.2 % faster and
+    "inconclusive")."""
+    return 1.0 / (1.0 + min_effect), 1.0 + min_effect
+
+
 def inside_band(ci_low: float, ci_high: float, min_effect: float) -> bool:
-    """The whole interval within [1 - min_effect, 1 + min_effect]: any change is immaterial."""
-    return 1.0 - min_effect <= ci_low and ci_high <= 1.0 + min_effect
+    """The whole interval within the band (``band``): any change is immaterial."""
+    low, high = band(min_effect)
+    return low <= ci_low and ci_high <= high
 
 
 def decide(ratio: float, ci_low: float, ci_high: float, p_adjusted: float, policy: Policy) -> Verdict:
     """The verdict of a tested series, first match wins: significant (``p_adjusted < alpha``) with the whole interval
-    beyond the band -> regressed / improved; the interval inside the band -> unchanged; not significant, an interval
-    that contains 1 and an observed ratio within [1 / largest_unchanged, largest_unchanged] -> unchanged; else
-    inconclusive. A change whose own interval excludes 1 and leaves the band but does not survive BH is
+    beyond the band (``band``) -> regressed / improved; the interval inside the band -> unchanged; not significant,
+    an interval that contains 1 and an observed ratio within [1 / largest_unchanged, largest_unchanged] ->
+    unchanged; else inconclusive. A change whose own interval excludes 1 and leaves the band but does not survive BH is
     inconclusive, not unchanged (H200: a planted 5-15 % slowdown, CI [1.03, 1.30], p(BH) 0.06); so is an observed
     doubling or halving (in CI, code doing 8x the work came out "unchanged" against a floor of 3 loaded runs)."""
     significant = p_adjusted < policy.alpha
-    if significant and ci_low > 1.0 + policy.min_effect:
+    low, high = band(policy.min_effect)
+    if significant and ci_low > high:
         return "regressed"
-    if significant and ci_high < 1.0 - policy.min_effect:
+    if significant and ci_high < low:
         return "improved"
     if inside_band(ci_low, ci_high, policy.min_effect):
         return "unchanged"
@@ -81,3 +92,19 @@ def benjamini_hochberg(p_value: npt.NDArray[np.float64], in_family: npt.NDArray[
     if in_family.any():
         adjusted[in_family] = distributions.bh(p_value[in_family])
     return adjusted
+
+
+def as_broken(comparison: TrialComparison) -> TrialComparison:
+    """A series whose kernel failed a correctness job on the head: verdict ``broken``, nothing more to measure."""
+    return dataclasses.replace(
+        comparison, verdict="broken", p_adjusted=comparison.p_value, more_samples_needed=0, more_trials_needed=0
+    )
+
+
+def as_incomparable(comparison: TrialComparison) -> TrialComparison:
+    """A series whose sides were not timed alike: ``inconclusive`` on basis ``incomparable``, whatever its ratio (no
+    amount of trials settles it)."""
+    return dataclasses.replace(
+        comparison, verdict="inconclusive", p_adjusted=comparison.p_value, more_samples_needed=0,
+        more_trials_needed=0, basis="incomparable"
+    )

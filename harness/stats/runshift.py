@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from harness.stats import distributions
-from harness.stats.decide import TrialComparison, benjamini_hochberg
+from harness.stats.decide import TrialComparison, band, benjamini_hochberg
 from harness.stats.measure import Measured, Spread
 from harness.stats.policy import FLOOR_MIN_RUNS, MAD_TO_SIGMA, NOISE_FLOOR, Policy
 from harness.stats.samples import mad_correction
@@ -153,7 +153,7 @@ def hold_run_shifts(keys: Sequence[K], result: dict[K, TrialComparison], measure
             if comparison.verdict == "regressed":
                 clear = found.low > 1.0 + policy.min_effect and adjusted[i] <= policy.alpha
             else:
-                clear = found.high < 1.0 - policy.min_effect and adjusted[i] <= policy.alpha
+                clear = found.high < band(policy.min_effect)[0] and adjusted[i] <= policy.alpha
         else:
             continue
         if not clear:

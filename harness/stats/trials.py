@@ -3,7 +3,6 @@ series of a comparison, floored by the base branch's history, run shifts held (d
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import numpy.typing as npt
 
 from harness.core import defaults
 from harness.stats import distributions
-from harness.stats.decide import TrialComparison, benjamini_hochberg, decide
+from harness.stats.decide import TrialComparison, as_broken, as_incomparable, benjamini_hochberg, decide
 from harness.stats.measure import Measured, Spread, Tested, Trials, measure, spread_of, t_test
 from harness.stats.moderation import fit_prior, moderate
 from harness.stats.policy import MAX_MORE_TRIALS, Policy
@@ -34,7 +33,7 @@ __all__ = [
 
 K = TypeVar("K", bound=Hashable)
 
-BASES = ("trials", "history", "none", "incomparable")
+BASES = ("trials", "history", "pairs", "none", "incomparable")  # pairs: harness.stats.paired
 
 
 def _default_trials() -> int:
@@ -59,7 +58,7 @@ def _more_trials_to_clear_band(
     alpha: float,
 ) -> int:
     """Trials per side (beyond the smaller side's) at which the interval clears the nearest band edge."""
-    edges = (math.log1p(min_effect), math.log1p(-min_effect) if min_effect < 1 else -math.inf)
+    edges = (math.log1p(min_effect), -math.log1p(min_effect))  # the band (decide.band), symmetric in log
     distance = min(abs(effect - edge) for edge in edges)
     if not distance > 0 or not math.isfinite(variance):
         return MAX_MORE_TRIALS
@@ -191,17 +190,6 @@ def _rows(measured: Measured, spread: Spread, tested: Tested, variance: npt.NDAr
     return rows
 
 
-def _broken(comparison: TrialComparison) -> TrialComparison:
-    return dataclasses.replace(
-        comparison, verdict="broken", p_adjusted=comparison.p_value, more_samples_needed=0, more_trials_needed=0
-    )
-
-
-def _incomparable(comparison: TrialComparison) -> TrialComparison:
-    return dataclasses.replace(
-        comparison, verdict="inconclusive", p_adjusted=comparison.p_value, more_samples_needed=0,
-        more_trials_needed=0, basis="incomparable"
-    )
 
 
 def compare_trials(
@@ -276,9 +264,9 @@ def compare_measured(
         p_adjusted = float(adjusted[i]) if in_family[i] else row.p_value
         comparison = _decide_row(row, p_adjusted, prior.df, policy)
         if key in is_broken:
-            comparison = _broken(comparison)
+            comparison = as_broken(comparison)
         elif key in not_alike:
-            comparison = _incomparable(comparison)
+            comparison = as_incomparable(comparison)
         result[key] = comparison
     if separate_runs and not same_session:
         runs_base, _ = run_counts(keys, runs)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.pipeline.ab import ABRequest
-from harness.pipeline.settle import Budget, SettleRequest, fit_round, settle
+from harness.pipeline.settle import Budget, SettleRequest, first_round_trials, fit_round, settle
 from harness.record import outbox, query
 from harness.record.models import Run
 from testkit.analysis import add_run, grid_results, sha_of
@@ -37,7 +37,8 @@ def stored_pair(tmp_path: Path) -> str:
     return url
 
 
-@pytest.mark.parametrize(("seconds", "trials", "series"), [(1000.0, 4, 8), (100.0, 1, 8), (44.0, 1, 5), (5.0, 0, 0)])
+@pytest.mark.parametrize(("seconds", "trials", "series"),
+                         [(1000.0, first_round_trials(0.05), 8), (100.0, 1, 8), (44.0, 1, 5), (5.0, 0, 0)])
 def test_the_first_round_fits_a_time_budget(tmp_path: Path, seconds: float, trials: int, series: int):
     url, planned, said = stored_pair(tmp_path), [], []
 
@@ -56,6 +57,10 @@ def test_the_first_round_fits_a_time_budget(tmp_path: Path, seconds: float, tria
         report, rounds = settle(request, say=said.append, measure=measure)
         assert not planned and not rounds and report.counts["inconclusive"] == 8
         assert any("budget of 5 s spent with 8 series undecided" in line for line in said)
+
+
+def test_a_first_round_measures_the_fewest_pairs_that_can_decide_at_the_first_look():
+    assert first_round_trials(0.05) == 9  # 2 / 2^9 <= 0.05 * 0.2 / 2 < 2 / 2^8
 
 
 def test_fit_round_cuts_trials_then_series():

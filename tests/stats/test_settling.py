@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from harness.stats.policy import SETTLED_WITHIN, Policy
+import pytest
+
+from harness.stats.policy import SETTLE_SHARE, SETTLED_WITHIN, Policy
 from harness.stats.settling import excludes_a_real_change, look_alpha, to_settle
 
 
-def test_every_look_together_spends_at_most_alpha():
-    assert sum(look_alpha(0.05, k) for k in range(1, 30)) < 0.05
-    assert look_alpha(0.05, 1) == 0.025
+def test_every_look_together_spends_at_most_the_settle_share_of_alpha():
+    assert SETTLE_SHARE == Policy().settle_share == 0.2
+    assert sum(look_alpha(0.05, k) for k in range(1, 30)) < 0.05 * SETTLE_SHARE
+    assert look_alpha(0.05, 1) == pytest.approx(0.005)
+    assert look_alpha(0.05, 1, Policy(settle_share=1.0)) == 0.025
 
 
 def test_a_settled_unchanged_stands_only_within_a_25_percent_change():

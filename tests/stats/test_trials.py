@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 from scipy.stats import false_discovery_control
@@ -349,6 +349,7 @@ def test_2000_series_are_fast_and_deterministic() -> None:
 
 
 @settings(max_examples=40, deadline=None)
+@example(scale=1.0, shift=0.0546875, seed=15)  # 5.5 % slower: regressed; swapped, 5.2 % faster must be improved
 @given(
     scale=st.floats(1e-3, 1e3),
     shift=st.floats(-0.5, 0.5),

@@ -50,6 +50,11 @@ class SeriesTrials(NamedTuple):
 
     trials: list[npt.NDArray[np.float64]]
     runs: int  # the distinct runs they came from
+    labels: tuple[tuple[str, int], ...] = ()  # (run id, trial number) of each array of ``trials``
+
+    def by_label(self) -> dict[tuple[str, int], npt.NDArray[np.float64]]:
+        """Each trial's samples by (run id, trial number)."""
+        return dict(zip(self.labels, self.trials, strict=True))
 
 
 def series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, SeriesTrials]:
@@ -79,9 +84,11 @@ def _series_trials(store: Store, run_ids: Sequence[str]) -> dict[SeriesKey, Seri
             series.setdefault((run_id, trial), []).append(seconds)
     result = {}
     for key, trials in grouped.items():
-        arrays = [array for array in map(_positive, trials.values()) if array.size]
-        if arrays:
-            result[key] = SeriesTrials(arrays, len({run_id for run_id, _ in trials}))
+        kept = [(label, array) for label, array in zip(trials, map(_positive, trials.values()), strict=True)
+                if array.size]
+        if kept:
+            result[key] = SeriesTrials([array for _, array in kept], len({run_id for run_id, _ in trials}),
+                                       tuple(label for label, _ in kept))
     return result
 
 
