@@ -220,7 +220,7 @@ def settle(request: SettleRequest, *, say: Callable[[str], None], progress: Prog
                               alpha=look_alpha(request.alpha, len(rounds) + 1), sides=pooled, paired=True)
         finally:
             store.close()
-        current = _merged(current, settled, settled_keys)
+        current = _merged(current, settled, keys)  # a series decided at an earlier look keeps that look's verdict
         left = undecided(current.rows, settled_keys)
         rounds.append(SettleRound(len(keys), trials, base_id, head_id,
                                   time.monotonic() - round_started, len(left)))
