@@ -13,7 +13,7 @@ from scipy import special
 from harness.stats.measure import Measured
 from harness.stats.policy import MIN_SERIES_TO_MODERATE, NOISE_FLOOR
 
-__all__ = ["NO_PRIOR", "Prior", "fit_prior", "moderate"]
+__all__ = ["NO_PRIOR", "Prior", "fit_prior", "moderate", "moderate_variances"]
 
 _ZERO_VARIANCE_OFFSET = 1e-5  # limma: exactly-zero variances -> 1e-5 x the median variance
 
@@ -60,14 +60,20 @@ def fit_prior(variance: npt.NDArray[np.float64], df: npt.NDArray[np.int64]) -> P
 
 def moderate(measured: Measured, prior: Prior) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Posterior variance and its df; series with df == 0 keep nan (they do not get the prior)."""
-    df = measured.df.astype(np.float64)
+    return moderate_variances(measured.variance, measured.df, prior)
+
+
+def moderate_variances(variance: npt.NDArray[np.float64], df: npt.NDArray[np.int64],
+                       prior: Prior) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``moderate`` of plain per-series variances and their df (the pairs' differences, ``harness.stats.paired``)."""
+    own_df = df.astype(np.float64)
     if prior.df > 0:
         with np.errstate(invalid="ignore"):
-            variance = (prior.df * prior.variance + df * measured.variance) / (prior.df + df)
-        total_df = df + prior.df
+            posterior = (prior.df * prior.variance + own_df * variance) / (prior.df + own_df)
+        total_df = own_df + prior.df
     else:
-        variance, total_df = measured.variance.copy(), df
-    own = measured.df >= 1
-    variance = np.where(own, np.maximum(variance, NOISE_FLOOR**2), math.nan)
-    return variance, np.where(own, total_df, 0.0)
+        posterior, total_df = variance.copy(), own_df
+    own = df >= 1
+    posterior = np.where(own, np.maximum(posterior, NOISE_FLOOR**2), math.nan)
+    return posterior, np.where(own, total_df, 0.0)
 

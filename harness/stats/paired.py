@@ -5,7 +5,8 @@ Two commits measured interleaved (``harness compare --settle``) give, per series
 other: base round r and head round r are adjacent in the ABBA order. Load that comes and goes over seconds moves both
 trials of a pair alike; the difference of their log medians ``d`` cancels it, where pooling every trial of a side
 (an unpaired test) keeps it in the spread and, worse, counts trials of one burst as independent. The verdict reads
-the mean of ``d`` (a t interval on the pairs, BH across the series of the call) and flags a change only where the
+the mean of ``d`` (a t interval on the pairs, their variance moderated across the series of the call as
+``harness.stats.moderation`` does for trials, BH across them) and flags a change only where the
 signs of ``d`` also agree beyond chance: the exact Wilcoxon signed-rank test, distribution-free for pairs whose two
 orders are alike (ABBA alternates which commit runs first). Seven pairs are the fewest that can pass it at the first
 look's level (alpha / 2).
@@ -24,6 +25,7 @@ from harness.core import defaults
 from harness.stats import distributions
 from harness.stats.decide import TrialComparison, as_broken, as_incomparable, benjamini_hochberg, decide
 from harness.stats.measure import POWER
+from harness.stats.moderation import fit_prior, moderate_variances
 from harness.stats.policy import MAX_MORE_TRIALS, Policy
 from harness.stats.samples import Samples, positive_finite, safe_exp
 
@@ -60,15 +62,16 @@ def signed_rank_p(differences: npt.NDArray[np.float64]) -> float:
     return float(scipy_stats.wilcoxon(differences, alternative="two-sided").pvalue)
 
 
-def _more_pairs(effect: float, sd: float, have: int, policy: Policy) -> int:
-    """Pairs beyond ``have`` at which the interval clears the nearest band edge and the rank test can pass."""
+def _more_pairs(effect: float, sd: float, have: int, df: float, policy: Policy) -> int:
+    """Pairs beyond ``have`` at which the interval clears the nearest band edge and the rank test can pass (``df``:
+    the interval's now, which grows with the pairs)."""
     edges = (math.log1p(policy.min_effect), -math.log1p(policy.min_effect))  # the band, symmetric in log
     distance = min(abs(effect - edge) for edge in edges)
     floor = max(1, min_pairs(policy.alpha) - have)
     if not (distance > 0 and math.isfinite(sd)):
         return MAX_MORE_TRIALS
     total = np.arange(have + 1, have + MAX_MORE_TRIALS + 1, dtype=np.float64)
-    half = distributions.t_ppf(1.0 - policy.alpha / 2.0, total - 1.0) * sd / np.sqrt(total)
+    half = distributions.t_ppf(1.0 - policy.alpha / 2.0, df + total - have) * sd / np.sqrt(total)
     clears = np.flatnonzero(half < distance)
     return max(floor, int(total[clears[0]]) - have) if clears.size else MAX_MORE_TRIALS
 
@@ -95,18 +98,24 @@ def compare_paired(
     keys = list(pairs)
     measured = [pair_differences(pairs[key]) for key in keys]
     is_broken, not_alike = set(broken), set(incomparable)
+    healthy = np.array([key not in is_broken and key not in not_alike for key in keys], dtype=bool)
     effect = np.array([d.mean() if d.size else math.nan for d, _, _ in measured])
-    sd = np.array([d.std(ddof=1) if d.size > 1 else math.nan for d, _, _ in measured])
-    count = np.array([d.size for d, _, _ in measured], dtype=np.float64)
+    count = np.array([d.size for d, _, _ in measured], dtype=np.int64)
+    own_variance = np.array([d.var(ddof=1) if d.size > 1 else math.nan for d, _, _ in measured])
+    own_df = np.maximum(count - 1, 0)
+    # moderated across the series of the call, as trials.compare_trials does (section 2)
+    variance, total_df = moderate_variances(own_variance, own_df,
+                                            fit_prior(own_variance, np.where(healthy, own_df, 0)))
+    sd = np.sqrt(variance)
     with np.errstate(invalid="ignore", divide="ignore"):
         se = sd / np.sqrt(count)
         tested = (count > 1) & (se > 0) & np.isfinite(se)
-        df = np.where(tested, count - 1.0, math.nan)
+        df = np.where(tested, total_df, math.nan)
         p_value = np.where(tested, 2.0 * distributions.t_sf(np.abs(effect / se), df), math.nan)
         quantile = distributions.t_ppf(1.0 - alpha / 2.0, df)
         ci_low, ci_high = np.exp(effect - quantile * se), np.exp(effect + quantile * se)
         detectable = np.expm1((quantile + distributions.norm_ppf(POWER)) * se)
-    in_family = tested & np.array([key not in is_broken and key not in not_alike for key in keys], dtype=bool)
+    in_family = tested & healthy
     adjusted = benjamini_hochberg(p_value, in_family)
     result: dict[K, TrialComparison] = {}
     for i, key in enumerate(keys):
@@ -121,7 +130,7 @@ def compare_paired(
             if verdict in ("regressed", "improved") and not signed_rank_p(differences) <= alpha:
                 verdict, more = "inconclusive", max(1, min_pairs(alpha) - differences.size)
             elif verdict == "inconclusive":
-                more = _more_pairs(float(effect[i]), float(sd[i]), differences.size, policy)
+                more = _more_pairs(float(effect[i]), float(sd[i]), differences.size, float(df[i]), policy)
             comparison = TrialComparison(
                 verdict=verdict, ratio=ratio, ci_low=float(ci_low[i]), ci_high=float(ci_high[i]),
                 p_value=float(p_value[i]), p_adjusted=p_adj, n_base=samples_base, n_head=samples_head,

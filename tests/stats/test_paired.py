@@ -94,3 +94,16 @@ def test_broken_and_incomparable_stay_out_of_the_family():
                                     incomparable={"b"})
     assert decided["a"].verdict == "broken" and decided["b"].basis == "incomparable"
     assert decided["b"].verdict == "inconclusive" and decided["c"].verdict == "regressed"
+
+
+def test_the_pairs_spread_is_moderated_across_the_series_of_a_round():
+    """Six series of 4 pairs each: each borrows the others' spread (empirical Bayes, as for trials), so the interval
+    of each is narrower than that series' own 3-df interval alone."""
+    rng = np.random.default_rng(11)
+    family = {i: [(_trial(rng, 1.0) * np.exp(rng.normal(0, 0.05)), _trial(rng, 1.0) * np.exp(rng.normal(0, 0.05)))
+                  for _ in range(4)] for i in range(6)}
+    together = paired.compare_paired(family, alpha=0.005)
+    for key, pairs in family.items():
+        (alone,) = paired.compare_paired({key: pairs}, alpha=0.005).values()
+        assert together[key].ci_high / together[key].ci_low < alone.ci_high / alone.ci_low
+        assert together[key].verdict == "unchanged"
