@@ -4,8 +4,8 @@ A copy of this checkout (base) and an empty commit on top of it (head): one `har
 of jobs/builtin.toml each, then `harness compare BASE HEAD` (stored runs alone) and `harness compare BASE HEAD
 --settle`; prints the verdict counts of both and the time --settle spent against one full run.
 
-Run: ``python bench/settle_builtin.py [--budget 300s] [--timeout 3600]`` (two full runs of the sections: many
-minutes on 2 cores).
+Run: ``python bench/settle_builtin.py [--budget 300s] [--timeout 3600] [--burners 2]`` (two full runs of the
+sections: many minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from testkit.e2e import copy_checkout, git  # noqa: E402
+from testkit.load import random_load  # noqa: E402
 from testkit.suites import benchmark_sections  # noqa: E402
 
 
@@ -54,8 +55,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one harness command may take")
     parser.add_argument("--folder", help="work here, not in a temporary folder, and keep it: a commit that already "
                                          "has a complete run there is not run again (its stored duration counts)")
+    parser.add_argument("--burners", type=int, default=0, help="background processes loading the CPU at random "
+                                                                   "(testkit.load) throughout")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="settle-builtin-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="settle-builtin-") as scratch, random_load(args.burners):
         folder = Path(args.folder) if args.folder else Path(scratch)
         repo = folder / "repo"
         if not (repo / ".git").is_dir():
@@ -78,6 +81,9 @@ def main() -> None:
                            "--no-report", cwd=folder, timeout=args.timeout)
             run_s.append(time.perf_counter() - started)
             print(f"harness run at {sha[:12]}: exit {done.returncode}, {run_s[-1]:.0f} s", flush=True)
+            if done.returncode != 0:  # every job of identical code should pass: show why not
+                print("\n".join(line for line in (done.stdout + done.stderr).splitlines()
+                                if not line.startswith("progress"))[-3000:], flush=True)
             if done.returncode not in (0, 1):
                 raise SystemExit(done.stderr[-1500:])
         plain = json.loads(harness("compare", base, head, "--db", db, "--format", "json", cwd=folder,
