@@ -18,7 +18,10 @@ from testkit.paths import ROOT
 DOC = ROOT / "docs" / "tutorial.md"
 RELEASE = re.compile(r'"mlx-kernel-harness\[cpu\] @ git\+https://[^"]+"')
 MARK = "@@tutorial-command"
-MOVING = re.compile(r"^(progress: |key: |device: |architecture: |OS: |MLX: |GPU cores: |memory: |[┏┃┡│└])")
+# Lines that depend on the machine and the moment: progress, the chip's own fields, table cells, and what a run or a
+# settle round says of each series (under load a series is held in one run and short of trials in the next)
+MOVING = re.compile(r"^(progress: |key: |device: |architecture: |OS: |MLX: |GPU cores: |memory: |[┏┃┡│└]"
+                    r"|\s+(held|inconclusive) |settle round )")
 
 
 def commands_and_outputs(text: str) -> list[tuple[str, list[str]]]:
