@@ -15,6 +15,7 @@ as ``evidence`` (and ``commit_ref`` / ``web_link``): which page a chip, a regres
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -59,7 +60,13 @@ def samples_page_name(key: Any, base_runs: Iterable[str], head_runs: Iterable[st
 
 
 def series_anchor(key: Any) -> str:
-    return "s-" + _digest(key.kernel, key.variant, key.dtype, key.shape_key)
+    return _series_anchor(key.kernel, key.variant, key.dtype, key.shape_key)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _series_anchor(kernel: str, variant: str, dtype: str, shape_key: str) -> str:
+    """A series' anchor (a page names each of its series several times: its rows, its links)."""
+    return "s-" + _digest(kernel, variant, dtype, shape_key)
 
 
 def job_anchor(run_id: str, job_key: str) -> str:

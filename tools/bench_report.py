@@ -80,6 +80,8 @@ DTYPES = ("float16", "float32")
 MORE_SHAPES = {  # beyond the first 200 series: bfloat16 of all the above, then flash_prefill at D=128
     "flash_prefill": [{"B": 1, "H": 8, "S_q": s, "S_kv": s, "D": 128} for s in (128, 256, 512, 1024, 2048, 4096)]}
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
+TARGET_FULL_RATIO = 0.1  # issue 40: a full rebuild in at most 0.1x asv publish's wall time
+TARGET_AFTER_RUN_S = 2.0  # issue 40: the report after one new run in at most 2 s
 RUN_COLUMNS = ("id", "run_id", "key", "kind", "name", "kernel", "variant", "dtype", "shape", "shape_key",
                "check_name", "status", "detail", "output_tail", "max_error", "tolerance", "duration_s", "node",
                "attempts", "n_samples", "inner", "median_s", "ci_low_s", "ci_high_s", "iqr_rel", "flops",
@@ -513,6 +515,14 @@ def main() -> None:
                 print(f"  {label:46} {result['wall_s'] / asv_row['wall_s']:6.3f} "
                       f"{result['cpu_s'] / asv_row['cpu_s']:6.3f}")
         full = rows[0][1]
+        after = next((result for label, result in rows if label.startswith("harness report after one new run")), None)
+        if asv_row and after is not None:  # issue 40's two targets, from this run's figures
+            ratio = full["wall_s"] / asv_row["wall_s"]
+            met = ("met" if ratio <= TARGET_FULL_RATIO else "NOT met",
+                   "met" if after["wall_s"] <= TARGET_AFTER_RUN_S else "NOT met")
+            print(f"\ntargets (wall): full rebuild / asv publish = {full['wall_s']:.2f} / {asv_row['wall_s']:.2f} s "
+                  f"= {ratio:.3f} (target <= {TARGET_FULL_RATIO}: {met[0]}); after one new run "
+                  f"{after['wall_s']:.2f} s (target <= {TARGET_AFTER_RUN_S} s: {met[1]})")
         if "histories" in full:  # a --report-once row (the CLI's --timings does not count them)
             print(f"\nreported: {full['histories']} series histories, {full['change_points']} change points, "
                   f"{full['regressions']} regressions")

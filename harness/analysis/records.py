@@ -323,6 +323,24 @@ class HistoryPoint(_Plain):
 CommitInfo = tuple[str, str, str, datetime | None]  # sha, message, branch, started_at of a history point's commit
 
 
+_SHA_COLUMNS: dict[int, tuple[Sequence[Any], np.ndarray]] = {}  # id(commits) -> (commits, their shas)
+
+
+def _sha_column(commits: Sequence[Any]) -> np.ndarray:
+    """The shas of a chip's commit table (``HistoryPoints._commits``, shared by its series) as an object array, made
+    once per table: a series' shas are then one take of it. An entry holds its table, so that no other table can
+    have its id meanwhile; a few are kept."""
+    found = _SHA_COLUMNS.get(id(commits))
+    if found is not None and found[0] is commits:
+        return found[1]
+    column = np.empty(len(commits), dtype=object)
+    column[:] = [commit[0] for commit in commits]
+    if len(_SHA_COLUMNS) >= 16:
+        _SHA_COLUMNS.clear()
+    _SHA_COLUMNS[id(commits)] = (commits, column)
+    return column
+
+
 class HistoryPoints(Sequence[HistoryPoint]):
     """A series' points in history order, kept as columns and made into ``HistoryPoint`` records on access.
 
@@ -352,8 +370,7 @@ class HistoryPoints(Sequence[HistoryPoint]):
     def shas(self) -> list[str]:
         """Each point's commit sha (made once; do not modify the list)."""
         if self._shas is None:
-            commits = self._commits
-            self._shas = [commits[row][0] for row in self.rows.tolist()]
+            self._shas = _sha_column(self._commits)[self.rows].tolist()
         return self._shas
 
     def __len__(self) -> int:

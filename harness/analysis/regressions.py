@@ -127,10 +127,18 @@ def cell_summaries(data: query.ChipHistory) -> _Cells:
 
 
 def _floor_runs(cells: _Cells, base_of: npt.NDArray[np.int64], base_commit: npt.NDArray[np.int64],
-                series: npt.NDArray[np.int64], n_series: int, limit: int = defaults.HISTORY_RUNS
-                ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+                series: npt.NDArray[np.int64], n_series: int, limit: int = defaults.HISTORY_RUNS,
+                order: npt.NDArray[np.intp] | None = None) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Per pair: the log levels of the series' newest ``limit`` runs before its base commit, up the series' chain
-    of previous points (each point's runs newest first), and how many there are; rows padded with nan."""
+    of previous points (each point's runs newest first), and how many there are; rows padded with nan.
+    ``order``: the commits, each after its ancestors (``ChipHistory.ancestors_first``); given, and with pairs for
+    most commits, every commit's runs before it are built once from its previous point's (``_floors_of_commits``)
+    instead of walking each pair's chain: the same numbers."""
+    n_commits = base_of.shape[0]
+    if order is not None and series.size > _WALK_PAIRS_PER_COMMIT * n_commits:
+        before, count = _floors_of_commits(cells, base_of, n_series, limit, order)
+        cell = base_commit * n_series + series
+        return before[cell], count[cell]
     levels = np.full((series.size, limit), np.nan)
     filled = np.zeros(series.size, dtype=np.int64)
     at = base_of[base_commit, series]  # the point before the base
@@ -151,17 +159,66 @@ def _floor_runs(cells: _Cells, base_of: npt.NDArray[np.int64], base_commit: npt.
     return levels, filled
 
 
+_WALK_PAIRS_PER_COMMIT = 4  # fewer pairs than this per commit (a few families judged): each pair's chain walked
+
+
+def _floors_of_commits(cells: _Cells, base_of: npt.NDArray[np.int64], n_series: int, limit: int,
+                       order: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Per flat cell (commit, series): the log levels of the series' newest ``limit`` runs before the commit, up its
+    chain of previous points (each point's runs newest first; nan-padded), and how many -- the previous point's
+    runs, newest first, then what the previous point has before it. ``order``: every commit after its ancestors."""
+    before = np.full((base_of.shape[0] * n_series, limit), np.nan)
+    count = np.zeros(base_of.shape[0] * n_series, dtype=np.int64)
+    column = np.arange(limit)
+    for commit in order.tolist():
+        point = base_of[commit]
+        columns = np.flatnonzero(point >= 0)
+        if columns.size == 0:
+            continue
+        source = point[columns] * n_series + columns
+        target = commit * n_series + columns
+        runs, offset = cells.runs[source], cells.run_offsets[source]
+        if (runs == 1).all():  # the usual: one run a point
+            rows = np.empty((columns.size, limit))
+            rows[:, 0] = cells.run_levels[offset]
+            rows[:, 1:] = before[source, :limit - 1]
+        else:
+            own = column < runs[:, None]  # the point's own runs first, newest first, then those before it
+            run_index = np.where(own, offset[:, None] + runs[:, None] - 1 - column, 0)
+            earlier = np.where(own, 0, column - runs[:, None])
+            rows = np.where(own, cells.run_levels[run_index] if cells.run_levels.size else np.nan,
+                            before[source[:, None], earlier])
+        before[target] = rows
+        count[target] = np.minimum(limit, runs + count[source])
+    return before, count
+
+
 def _floor_sd(levels: npt.NDArray[np.float64], filled: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
     """``runshift.history_floor``'s sd of each row's first ``filled`` log levels, vectorised per count; nan below its
     minimum of runs."""
     sd = np.full(filled.size, np.nan)
     for n in np.unique(filled[filled >= policy.FLOOR_MIN_RUNS]).tolist():
-        where = np.flatnonzero(filled == n)
-        rows = levels[where, :n]
-        middle = np.median(rows, axis=1)
-        mad = np.median(np.abs(rows - middle[:, None]), axis=1)
-        sd[where] = np.maximum(policy.MAD_TO_SIGMA * mad * samples.mad_correction(n), policy.NOISE_FLOOR)
+        of_n = np.flatnonzero(filled == n)
+        for start in range(0, of_n.size, _FLOOR_ROWS):  # in blocks: their scratch arrays stay in the cache
+            where = of_n[start:start + _FLOOR_ROWS]
+            rows = levels[where, :n]
+            middle = _sorted_row_medians(np.sort(rows, axis=1))
+            if (lost := np.isnan(rows).any(axis=1)).any():  # np.median's nan: nan in, nan out
+                middle[lost] = np.nan
+            mad = _sorted_row_medians(np.sort(np.abs(rows - middle[:, None]), axis=1))
+            sd[where] = np.maximum(policy.MAD_TO_SIGMA * mad * samples.mad_correction(n), policy.NOISE_FLOOR)
     return sd
+
+
+_FLOOR_ROWS = 16384
+
+
+def _sorted_row_medians(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``np.median(rows, axis=1)`` of rows sorted ascending, bit for bit: the mean of the two middle values
+    (``(a + b) / 2``; an odd row's middle value, ``(a + a) / 2``, is itself), a sort of short rows being cheaper than
+    np.median's partition (a row's nan, sorted last, is the caller's to carry)."""
+    n = rows.shape[1]
+    return (rows[:, (n - 1) // 2] + rows[:, n // 2]) / 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -338,7 +395,8 @@ def _judge(data: query.ChipHistory, broken: set[tuple[int, str]], cells: _Cells 
         return None
     if cells is None:
         cells = cell_summaries(data)
-    history_levels, history_runs = _floor_runs(cells, base_of, pairs.base_commit, pairs.series, n_series)
+    history_levels, history_runs = _floor_runs(cells, base_of, pairs.base_commit, pairs.series, n_series,
+                                               order=data.ancestors_first())
     runs = (cells.runs[pairs.base_cell], cells.runs[pairs.head_cell])
     screened = _screen(_measured(cells, data.counts.ravel(), pairs), pairs, _floor_sd(history_levels, history_runs),
                        history_runs, runs, alpha=alpha)

@@ -52,8 +52,17 @@ def t_ppf(q: Any, df: Any) -> Any:
     out[good_df & (q == 0)] = -np.inf
     out[good_df & (q == 1)] = np.inf
     inside = good_df & (q > 0) & (q < 1)
-    out[inside] = special.stdtrit(df[inside], q[inside])
+    q_inside, df_inside = q[inside], df[inside]
+    if q_inside.size >= _DISTINCT_AT and (q_inside == q_inside[0]).all():  # one level, df repeated (a screen's
+        # families): each distinct df's quantile once -- an elementwise function, so the same numbers
+        distinct, where = np.unique(df_inside, return_inverse=True)
+        out[inside] = special.stdtrit(distinct, np.full(distinct.size, q_inside[0]))[where.reshape(-1)]
+    else:
+        out[inside] = special.stdtrit(df_inside, q_inside)
     return _out(out)
+
+
+_DISTINCT_AT = 4096  # t_ppf of at least this many values at one level: computed per distinct df
 
 
 def norm_ppf(q: Any) -> Any:

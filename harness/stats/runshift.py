@@ -39,11 +39,19 @@ def history_floor(run_medians: Sequence[float], min_runs: int = FLOOR_MIN_RUNS) 
     values = values[np.isfinite(values) & (values > 0)]
     if values.size < max(min_runs, 2):
         return None
-    logs = np.log(values)
-    mad = float(np.median(np.abs(logs - np.median(logs))))
+    logs = np.sort(np.log(values))
+    deviations = np.sort(np.abs(logs - _middle(logs)))
+    mad = float(_middle(deviations))
     sd = MAD_TO_SIGMA * mad * mad_correction(int(values.size))
     return Floor(max(sd, NOISE_FLOOR), int(values.size))
 
+
+
+def _middle(ordered: npt.NDArray[np.float64]) -> np.float64:
+    """``np.median`` of a sorted 1-d array of finite values, bit for bit (the mean of its middle two, ``(a + b) / 2``;
+    ``(a + a) / 2`` is ``a``), without np.median's partition and checks (a screen takes thousands)."""
+    n = ordered.size
+    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
 
 
 def floor_terms(

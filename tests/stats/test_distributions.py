@@ -34,6 +34,15 @@ def test_t_sf_and_ppf_equal_scipy_on_grids_and_edges():
     assert distributions.t_ppf(0.975, 3.0) == stats.t.ppf(0.975, 3.0)
 
 
+
+def test_t_ppf_of_many_dfs_at_one_level_equals_scipy():
+    """A screen's quantiles: one level, hundreds of thousands of dfs, few distinct (computed once each)."""
+    rng = np.random.default_rng(6)
+    df = np.repeat(rng.uniform(0.1, 60, 50), 200) + rng.integers(0, 3, 10_000)
+    df[rng.integers(df.size, size=len(DFS))] = DFS
+    for q in (0.975, np.full(df.size, 0.2), 1.0, 0.0):
+        _same(distributions.t_ppf(q, df), stats.t.ppf(q, df))
+
 def test_norm_ppf_and_pdf_equal_scipy():
     q = np.concatenate([QS, np.random.default_rng(4).uniform(0, 1, 500)])
     _same(distributions.norm_ppf(q), stats.norm.ppf(q))

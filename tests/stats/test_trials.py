@@ -16,8 +16,9 @@ from scipy.stats import false_discovery_control
 from harness.stats import decide, policy, trials, variants
 from harness.stats.decide import TrialComparison
 from harness.stats.noise import NoiseMeter, noise_meter
-from harness.stats.policy import MAX_MORE_TRIALS
+from harness.stats.policy import MAD_TO_SIGMA, MAX_MORE_TRIALS, NOISE_FLOOR
 from harness.stats.runshift import Floor, history_floor
+from harness.stats.samples import mad_correction
 from harness.stats.trials import BASES, compare_trials, variant_trials_grid
 
 BASE_SECONDS = 1.5e-4  # a typical kernel time; only ratios matter
@@ -373,6 +374,19 @@ def test_verdicts_ignore_units_and_swap_with_the_sides(scale: float, shift: floa
 # ---------------------------------------------------------------------------
 # History floor
 # ---------------------------------------------------------------------------
+
+
+def test_history_floor_is_the_median_floor_bit_for_bit() -> None:
+    """history_floor's medians (sorted middles) are np.median's, ties and odd and even counts included."""
+    rng = np.random.default_rng(2)
+    for t in range(3000):
+        values = np.exp(rng.normal(rng.uniform(-10, 3), 10 ** rng.uniform(-5, 0), int(rng.integers(3, 25))))
+        if t % 5 == 0:
+            values[1] = values[0]
+        logs = np.log(values)
+        mad = float(np.median(np.abs(logs - np.median(logs))))
+        sd = max(MAD_TO_SIGMA * mad * mad_correction(values.size), NOISE_FLOOR)
+        assert history_floor(values) == Floor(sd, values.size)
 
 
 def test_history_floor_needs_min_runs_of_valid_medians() -> None:

@@ -184,9 +184,12 @@ def load_cells(store: Store, chip: str, commits: list[tuple], *, include_dirty: 
     if missing:  # their trials' summaries: the families load the samples of the commits they judge
         data, has_jobs = analysis_cache.commit_history(store, chip, missing, include_dirty=include_dirty,
                                                        samples_below=history_module.MIN_TRIALS_FOR_CI)
+        named: dict[int, tuple[str, bytes]] = {}  # most commits share one series tuple (``commit_cells``)
         for commit_id, cells in commit_cells(data, has_jobs).items():
             found[commit_id] = cells
-            series_name, text = _series_digest(cells.series)
+            if (known := named.get(id(cells.series))) is None:
+                known = named[id(cells.series)] = _series_digest(cells.series)
+            series_name, text = known
             if catalogues.get(series_name) is None:  # not stored yet, or stored unreadable
                 catalogues[series_name] = cells.series
                 new_series[series_name] = analysis_cache.Entry(series_name, text)

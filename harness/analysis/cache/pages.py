@@ -36,13 +36,23 @@ from harness.stats import measure, policy
 
 def _plain(value: Any) -> Any:
     """A compare report as JSON values, floats exact (nan and inf kept: ``json`` writes them as NaN / Infinity)."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    names = _FIELD_NAMES.get(kind)
+    if names is None and is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(value))
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):  # SeriesKey (a named tuple) too: a list of its fields
         return [_plain(v) for v in value]
     return value
+
+
+_SCALARS = frozenset({float, int, str, bool, type(None)})  # returned as they are (not their subclasses: numpy's)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a dataclass type's field names, in order
 
 
 def _report_out(report: CompareReport) -> bytes:

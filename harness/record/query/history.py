@@ -59,6 +59,15 @@ class ChipHistory:
     def nearest_with(self, present: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
         """Per commit and column of ``present`` (n_commits, k): the nearest commit up the commit's ``previous``
         chain (its ancestors with runs, nearest first) where ``present`` holds; -1 where none does."""
+        out = np.full(present.shape, -1, dtype=np.int64)
+        for commit in self.ancestors_first().tolist():
+            before = int(self.previous[commit])
+            if before >= 0:
+                out[commit] = np.where(present[before], before, out[before])
+        return out
+
+    def ancestors_first(self) -> npt.NDArray[np.intp]:
+        """The commit indices by their depth up the ``previous`` chains (stably): each after its ancestors."""
         n = len(self.commits)
         depth = np.zeros(n, dtype=np.int64)
         for start in range(n):
@@ -71,12 +80,7 @@ class ChipHistory:
             for j in reversed(path):
                 level += 1
                 depth[j] = level
-        out = np.full(present.shape, -1, dtype=np.int64)
-        for commit in np.argsort(depth, kind="stable").tolist():  # ancestors before their descendants
-            before = int(self.previous[commit])
-            if before >= 0:
-                out[commit] = np.where(present[before], before, out[before])
-        return out
+        return np.argsort(depth, kind="stable")
 
     def cell_rows(self, cells: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.float64]:
         """Pooled samples (every trial's) of flat cell indices that all have n samples, each row sorted:

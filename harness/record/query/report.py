@@ -49,24 +49,25 @@ class JobSamples(NamedTuple):
 
 def job_samples(store: Store, run_ids: Sequence[str], kernels: Iterable[str] | None = None) -> list[JobSamples]:
     """The raw samples of every benchmark job (of ``kernels`` only, when given) of the given runs that stored any,
-    in job order."""
+    in job order. Two reads: the jobs, then their samples as numbers alone (a job's names once, not per sample)."""
     if not run_ids:
         return []
-    statement = (
-        select(JobRecord.id, JobRecord.run_id, JobRecord.key, JobRecord.kernel, JobRecord.variant,
-               JobRecord.dtype, JobRecord.shape_key, Chip.key, Sample.trial, Sample.idx, Sample.seconds)
-        .select_from(Sample).join(JobRecord, Sample.job_id == JobRecord.id)
-        .join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
-        .where(JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")
-        .order_by(JobRecord.id, Sample.trial, Sample.idx))
+    jobs_of_runs = (JobRecord.run_id.in_(list(run_ids)), JobRecord.kind == "benchmark")
     if kernels is not None:  # ``|| ''``: SQLite then reads the runs' jobs, not every job of the kernels (an index)
-        statement = statement.where((JobRecord.kernel + "").in_(sorted(kernels)))
+        jobs_of_runs += ((JobRecord.kernel + "").in_(sorted(kernels)),)
     with store.session() as session:
-        rows = plain_rows(session, statement)
+        named = {row[0]: row[1:] for row in plain_rows(session, (
+            select(JobRecord.id, JobRecord.run_id, JobRecord.key, JobRecord.kernel, JobRecord.variant,
+                   JobRecord.dtype, JobRecord.shape_key, Chip.key)
+            .select_from(JobRecord).join(Run, JobRecord.run_id == Run.id).join(Chip, Run.chip_id == Chip.id)
+            .where(*jobs_of_runs)))}
+        rows = plain_rows(session, (
+            select(Sample.job_id, Sample.trial, Sample.idx, Sample.seconds)
+            .select_from(Sample).join(JobRecord, Sample.job_id == JobRecord.id)
+            .where(*jobs_of_runs).order_by(Sample.job_id, Sample.trial, Sample.idx)))
         jobs = []
-        for _, group in groupby(rows, key=itemgetter(0)):
-            group = list(group)
-            first = group[0]
-            jobs.append(JobSamples(first[1], first[2], SeriesKey(*first[3:8]),
-                                   [(int(trial), int(idx), float(seconds)) for *_, trial, idx, seconds in group]))
+        for job_id, group in groupby(rows, key=itemgetter(0)):
+            run_id, key, *series = named[job_id]
+            jobs.append(JobSamples(run_id, key, SeriesKey(*series),
+                                   [(int(trial), int(idx), float(seconds)) for _, trial, idx, seconds in group]))
         return jobs

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -83,17 +85,20 @@ def load_cell_trials(session: Session, chip: str, commit_ids: Sequence[int], *, 
     account for their ``n_samples`` (written before the summaries existed, or by other means); the other trials
     have ``trial_starts`` -1.  With samples to read for most jobs, this is ``load_samples``."""
     chip_jobs = _chip_jobs(session, chip, commit_ids, include_dirty=include_dirty, all_runs=False, kernel=None)
+    packed = session.get_bind().dialect.name == "sqlite"  # a job's series as one JSON text: 1 string a row, not 4
+    series_columns = (JobRecord.id, JobRecord.run_id, func.json_array(*_JOB_SERIES[2:])) if packed else _JOB_SERIES
     job_rows = plain_rows(session, chip_jobs.jobs(
-        select(*_JOB_SERIES, func.coalesce(JobRecord.n_samples, 0), func.coalesce(TrialSummary.n, -1),
+        select(*series_columns, func.coalesce(JobRecord.n_samples, 0), func.coalesce(TrialSummary.n, -1),
                TrialSummary.trials).outerjoin(TrialSummary, TrialSummary.job_id == JobRecord.id)))
-    index = _job_index(job_rows, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids))
+    index = _job_index(job_rows, chip_jobs.run_commit, chip_jobs.run_index, len(commit_ids), packed=packed)
     job_ids, job_cell = index.job_ids, index.job_cells
-    unread = np.fromiter((row[6] != row[7] for row in job_rows), dtype=bool, count=len(job_rows))
+    n_column = 3 if packed else 6  # the job's n_samples, then its summary's n and trials
+    unread = np.fromiter((row[n_column] != row[n_column + 1] for row in job_rows), dtype=bool, count=len(job_rows))
     if unread.sum() * 2 > job_ids.size:
         return load_samples(session, chip, commit_ids, include_dirty=include_dirty)
     payloads, sizes, width = [], [], TRIAL_RECORD.itemsize
     for i in np.flatnonzero(~unread).tolist():
-        payload = job_rows[i][8]
+        payload = job_rows[i][n_column + 2]
         if len(payload) % width:  # not a summary this harness wrote: read the samples
             unread[i] = True
         else:
@@ -197,23 +202,24 @@ class _JobIndex(NamedTuple):
 
 
 def _job_index(job_rows: Sequence[tuple], run_commit: dict[str, int], run_index: dict[str, int],
-               n_commits: int) -> _JobIndex:
-    """``job_rows``: (job id, run id, kernel, variant, dtype, shape key, ...)."""
-    series_index: dict[tuple[str, str, str, str], int] = {}
-    job_ids = np.empty(len(job_rows), dtype=np.int64)
-    job_cells = np.empty(len(job_rows), dtype=np.int64)
-    job_commit = np.empty(len(job_rows), dtype=np.int64)
-    job_run = np.empty(len(job_rows), dtype=np.int64)
-    for i, row in enumerate(job_rows):
-        job_ids[i] = row[0]
-        job_commit[i] = run_commit[row[1]]
-        job_run[i] = run_index[row[1]]
-        job_cells[i] = series_index.setdefault(tuple(row[2:6]), len(series_index))
+               n_commits: int, *, packed: bool = False) -> _JobIndex:
+    """``job_rows``: (job id, run id, kernel, variant, dtype, shape key, ...); ``packed``: (job id, run id, the JSON
+    array of kernel, variant, dtype and shape key, ...)."""
+    series_index: dict[Any, int] = {}
+    n = len(job_rows)
+    runs = list(map(itemgetter(1), job_rows))
+    job_ids = np.fromiter(map(itemgetter(0), job_rows), dtype=np.int64, count=n)
+    job_commit = np.fromiter(map(run_commit.__getitem__, runs), dtype=np.int64, count=n)
+    job_run = np.fromiter(map(run_index.__getitem__, runs), dtype=np.int64, count=n)
+    keys = map(itemgetter(2) if packed else itemgetter(2, 3, 4, 5), job_rows)
+    job_cells = np.fromiter((series_index.setdefault(key, len(series_index)) for key in keys), dtype=np.int64,
+                            count=n)
+    series = [tuple(json.loads(key)) for key in series_index] if packed else list(series_index)
     n_series = len(series_index)
     has_jobs = np.zeros((n_commits, n_series), dtype=bool)
     has_jobs[job_commit, job_cells] = True
     job_cells += job_commit * n_series
-    return _JobIndex(list(series_index), job_ids, job_cells, job_run, len(run_index), has_jobs)
+    return _JobIndex(series, job_ids, job_cells, job_run, len(run_index), has_jobs)
 
 
 def _arranged_samples(index: _JobIndex, sample_rows: Sequence[tuple] | npt.NDArray[Any]) -> SampleLayout:
