@@ -21,19 +21,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.pipeline.ab import abba  # noqa: E402
 from harness.stats import paired, trials  # noqa: E402
 from harness.stats.policy import Policy  # noqa: E402
 from harness.stats.settling import excludes_a_real_change, look_alpha  # noqa: E402
+from testkit.load import abba_session  # noqa: E402
 
 
 def session(rng: np.random.Generator, rounds: int, effect: float, busy: float, stay: float):
-    loaded, measured = bool(rng.random() < 0.5), {}
-    for side, number in abba(rounds):
-        if rng.random() > stay:
-            loaded = bool(rng.random() < 0.5)
-        measured[side, number] = np.exp(rng.normal(0, 0.03, 10)) * (busy if loaded else 1.0) * (effect if side else 1)
-    return [measured[0, r] for r in range(rounds)], [measured[1, r] for r in range(rounds)]
+    pairs = abba_session(rng, rounds, effect=effect, busy=busy, stay=stay, within=0.03)
+    return [base for base, _ in pairs], [head for _, head in pairs]
 
 
 def settle(rng, rule: str, share: float, first: int, effect: float, busy: float, stay: float, looks: int = 5) -> str:

@@ -39,3 +39,20 @@ def random_load(burners: int, *, seed: int = 0, limit_s: float = 3600.0,
         for process in processes:
             process.terminate()
             process.join(5)
+
+
+def abba_session(rng: np.random.Generator, rounds: int, *, effect: float, busy: float, stay: float,
+                 within: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A simulated ABBA session of two commits (tests and bench/settle_simulated.py): each trial 10 samples of
+    lognormal ``within`` (log sd) around its level, x ``busy`` while a load is on, the head's x ``effect``; the load
+    keeps its state from one trial to the next with probability ``stay`` (0: drawn afresh every trial). The pairs
+    (base trial r, head trial r)."""
+    from harness.pipeline.ab import abba
+
+    loaded, measured = bool(rng.random() < 0.5), {}
+    for side, number in abba(rounds):
+        if rng.random() > stay:
+            loaded = bool(rng.random() < 0.5)
+        measured[side, number] = (np.exp(rng.normal(0.0, within, 10)) * (busy if loaded else 1.0)
+                                  * (effect if side else 1.0))
+    return [(measured[0, r], measured[1, r]) for r in range(rounds)]

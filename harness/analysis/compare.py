@@ -105,10 +105,9 @@ def round_pairs(base: query.SeriesTrials, head: query.SeriesTrials,
     """A series' pairs of trials: in each round (a base run and the head run measured interleaved with it), the base
     trial and the head trial of the same number (adjacent in the ABBA order); a trial without its partner is left
     out."""
-    base_trials, head_trials = base.by_label(), head.by_label()
-    return [(base_trials[(base_run, number)], head_trials[(head_run, number)])
-            for base_run, head_run in rounds
-            for run, number in base.labels if run == base_run and (head_run, number) in head_trials]
+    head_of, head_trials = dict(rounds), head.by_label()
+    return [(samples, head_trials[head_of[run], number]) for (run, number), samples in base.by_label().items()
+            if run in head_of and (head_of[run], number) in head_trials]
 
 
 def for_order(report: CompareReport, proven: bool) -> CompareReport:

@@ -13,7 +13,7 @@ from harness.stats import distributions
 from harness.stats.policy import Policy, Verdict
 
 __all__ = ["Comparison", "TrialComparison", "as_broken", "as_incomparable", "band", "benjamini_hochberg", "decide",
-           "inside_band"]
+           "distance_to_band", "inside_band"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,13 @@ def band(min_effect: float) -> tuple[float, float]:
     every verdict (with [1 - m, 1 + m], a head 5.5 % slower was "regressed" and, swapped, 5.2 % faster and
     "inconclusive")."""
     return 1.0 / (1.0 + min_effect), 1.0 + min_effect
+
+
+def distance_to_band(effect: float, min_effect: float) -> float:
+    """How far a log ratio lies from the nearer edge of the band (``band``), in log units: what an interval's half
+    width must drop below to clear it."""
+    edge = math.log1p(min_effect)
+    return min(abs(effect - edge), abs(effect + edge))
 
 
 def inside_band(ci_low: float, ci_high: float, min_effect: float) -> bool:

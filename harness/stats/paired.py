@@ -23,8 +23,15 @@ import numpy.typing as npt
 
 from harness.core import defaults
 from harness.stats import distributions
-from harness.stats.decide import TrialComparison, as_broken, as_incomparable, benjamini_hochberg, decide
-from harness.stats.measure import POWER
+from harness.stats.decide import (
+    TrialComparison,
+    as_broken,
+    as_incomparable,
+    benjamini_hochberg,
+    decide,
+    distance_to_band,
+)
+from harness.stats.measure import Spread, t_test
 from harness.stats.moderation import fit_prior, moderate_variances
 from harness.stats.policy import MAX_MORE_TRIALS, Policy
 from harness.stats.samples import Samples, positive_finite, safe_exp
@@ -65,8 +72,7 @@ def signed_rank_p(differences: npt.NDArray[np.float64]) -> float:
 def _more_pairs(effect: float, sd: float, have: int, df: float, policy: Policy) -> int:
     """Pairs beyond ``have`` at which the interval clears the nearest band edge and the rank test can pass (``df``:
     the interval's now, which grows with the pairs)."""
-    edges = (math.log1p(policy.min_effect), -math.log1p(policy.min_effect))  # the band, symmetric in log
-    distance = min(abs(effect - edge) for edge in edges)
+    distance = distance_to_band(effect, policy.min_effect)
     floor = max(1, min_pairs(policy.alpha) - have)
     if not (distance > 0 and math.isfinite(sd)):
         return MAX_MORE_TRIALS
@@ -109,12 +115,12 @@ def compare_paired(
     sd = np.sqrt(variance)
     with np.errstate(invalid="ignore", divide="ignore"):
         se = sd / np.sqrt(count)
-        tested = (count > 1) & (se > 0) & np.isfinite(se)
-        df = np.where(tested, total_df, math.nan)
-        p_value = np.where(tested, 2.0 * distributions.t_sf(np.abs(effect / se), df), math.nan)
-        quantile = distributions.t_ppf(1.0 - alpha / 2.0, df)
-        ci_low, ci_high = np.exp(effect - quantile * se), np.exp(effect + quantile * se)
-        detectable = np.expm1((quantile + distributions.norm_ppf(POWER)) * se)
+    tested = (count > 1) & (se > 0) & np.isfinite(se)
+    zeros = np.zeros(len(keys))
+    spread = Spread(se=np.where(tested, se, math.nan), df=np.where(tested, total_df, math.nan), noise=sd / math.sqrt(2),
+                    basis=["pairs" if t else "none" for t in tested], floor_variance=zeros, floor_df=zeros)
+    t = t_test(effect, spread, alpha)
+    p_value, ci_low, ci_high, detectable, df = t.p_value, t.ci_low, t.ci_high, t.detectable, spread.df
     in_family = tested & healthy
     adjusted = benjamini_hochberg(p_value, in_family)
     result: dict[K, TrialComparison] = {}
@@ -136,7 +142,7 @@ def compare_paired(
                 p_value=float(p_value[i]), p_adjusted=p_adj, n_base=samples_base, n_head=samples_head,
                 more_samples_needed=more, trials_base=differences.size, trials_head=differences.size,
                 more_trials_needed=more, basis="pairs",
-                noise=float(sd[i]) / math.sqrt(2.0),  # one trial's log sd, the pairs' two trials independent
+                noise=float(spread.noise[i]),  # one trial's log sd, the pairs' two trials independent
                 detectable=float(detectable[i]))
         if key in is_broken:
             comparison = as_broken(comparison)

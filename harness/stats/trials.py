@@ -13,7 +13,14 @@ import numpy.typing as npt
 
 from harness.core import defaults
 from harness.stats import distributions
-from harness.stats.decide import TrialComparison, as_broken, as_incomparable, benjamini_hochberg, decide
+from harness.stats.decide import (
+    TrialComparison,
+    as_broken,
+    as_incomparable,
+    benjamini_hochberg,
+    decide,
+    distance_to_band,
+)
 from harness.stats.measure import Measured, Spread, Tested, Trials, measure, spread_of, t_test
 from harness.stats.moderation import fit_prior, moderate
 from harness.stats.policy import MAX_MORE_TRIALS, Policy
@@ -58,8 +65,7 @@ def _more_trials_to_clear_band(
     alpha: float,
 ) -> int:
     """Trials per side (beyond the smaller side's) at which the interval clears the nearest band edge."""
-    edges = (math.log1p(min_effect), -math.log1p(min_effect))  # the band (decide.band), symmetric in log
-    distance = min(abs(effect - edge) for edge in edges)
+    distance = distance_to_band(effect, min_effect)
     if not distance > 0 or not math.isfinite(variance):
         return MAX_MORE_TRIALS
     per_side = np.arange(1, MAX_MORE_TRIALS + max(have) + 1, dtype=np.float64)

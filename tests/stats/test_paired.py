@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.pipeline.ab import abba
 from harness.stats import paired, trials
 from harness.stats.settling import excludes_a_real_change
+from testkit.load import abba_session
 
 
 def _trial(rng: np.random.Generator, level: float) -> np.ndarray:
@@ -15,14 +15,7 @@ def _trial(rng: np.random.Generator, level: float) -> np.ndarray:
 
 
 def _session(rng: np.random.Generator, rounds: int, effect: float, busy: float, stay: float) -> list[paired.Pair]:
-    """Both commits' trials in ABBA order under load that is on or off (x ``busy``) and keeps its state from one
-    trial to the next with probability ``stay``: the pairs (base trial r, head trial r)."""
-    loaded, measured = bool(rng.random() < 0.5), {}
-    for side, number in abba(rounds):
-        if rng.random() > stay:
-            loaded = bool(rng.random() < 0.5)
-        measured[side, number] = _trial(rng, (busy if loaded else 1.0) * (effect if side else 1.0))
-    return [(measured[0, r], measured[1, r]) for r in range(rounds)]
+    return abba_session(rng, rounds, effect=effect, busy=busy, stay=stay, within=0.02)
 
 
 def test_min_pairs_is_the_fewest_whose_perfect_agreement_passes_the_signed_rank_test():
