@@ -187,6 +187,12 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, options
     ``{sha}``) and ``repo`` (a git repository whose remote names the web pages) say where commits link to
     (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not change since the last build
     into ``out_dir`` are kept (``harness.render.pages``; False renders every page and keeps no manifest)."""
+    with store.reading():  # only the analysis cache is written (``analysis_cache.write_entries``: ``writing``)
+        return _build_report(store, out_dir, options, timings)
+
+
+def _build_report(store: Store, out_dir: str | Path, options: ReportOptions, timings: dict[str, float] | None
+                  ) -> Path:
     change_points, last, commit, commit_url, repo, cache = (options.change_points, options.last, options.commit,
                                                             options.commit_url, options.repo, options.cache)
     if commit_url:

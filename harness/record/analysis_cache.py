@@ -80,7 +80,7 @@ def write_entries(store: Store, chip: str, kind: str, entries: Mapping[str, Entr
     now = utcnow()
     rows = [{"chip": chip, "kind": kind, "name": name, "key": entry.key, "payload": entry.payload,
              "watermark": entry.watermark, "updated_at": now} for name, entry in entries.items()]
-    with store.session() as session:
+    with store.writing() as session:
         if keep is not None:
             session.execute(delete(AnalysisCache).where(AnalysisCache.chip == chip, AnalysisCache.kind == kind,
                                                         AnalysisCache.name.not_in([*keep, *entries])))
@@ -96,7 +96,7 @@ def write_entries(store: Store, chip: str, kind: str, entries: Mapping[str, Entr
 
 def clear(store: Store, chip: str | None = None) -> int:
     """Delete the cached analysis (of one chip, or all); returns the rows deleted."""
-    with store.session() as session:
+    with store.writing() as session:
         statement = delete(AnalysisCache)
         if chip is not None:
             statement = statement.where(AnalysisCache.chip == chip)
