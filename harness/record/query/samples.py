@@ -134,6 +134,21 @@ def _rank_in_groups(cells: npt.NDArray[np.int64], runs: npt.NDArray[np.int64]) -
     return index - np.maximum.accumulate(np.where(first, index, 0))
 
 
+def _lexsorted(*keys: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+    """``np.lexsort(keys)`` (the last key sorts first) of integer keys, by a stable sort of one combined key where
+    their ranges fit in 63 bits: ~3x faster on a chip's million trials."""
+    if keys[0].size == 0:
+        return np.zeros(0, dtype=np.intp)
+    combined, room = np.zeros(keys[0].size, dtype=np.int64), 1
+    for key in reversed(keys):  # the primary key first: each next one below it
+        low, span = int(key.min()), int(key.max()) - int(key.min()) + 1
+        room *= span
+        if room >= 1 << 63:
+            return np.lexsort(keys)
+        combined = combined * span + (key.astype(np.int64) - low)
+    return np.argsort(combined, kind="stable")
+
+
 def _merged(layout: SampleLayout, summary: npt.NDArray[Any], cells: npt.NDArray[np.int64],
             runs: npt.NDArray[np.int64]) -> SampleLayout:
     """``layout`` (of the samples read) with the summarised trials (``summary`` rows, their flat cells and runs)
@@ -142,12 +157,14 @@ def _merged(layout: SampleLayout, summary: npt.NDArray[Any], cells: npt.NDArray[
     read_runs = layout.trial_runs
     # a (cell, run) is one job: its trials, read or summarised, come in trial order
     read_rank = _rank_in_groups(read_cells, read_runs)
-    order = np.lexsort((summary["trial"], runs, cells))
+    order = _lexsorted(summary["trial"], runs, cells)
     summary, cells, runs = summary[order], cells[order], runs[order]
     summary_rank = _rank_in_groups(cells, runs)
     all_cells = np.concatenate([read_cells, cells])
     all_runs = np.concatenate([read_runs, runs])
-    order = np.lexsort((np.concatenate([read_rank, summary_rank]), all_runs, all_cells))
+    # nothing read (the usual case): the summaries' order is the merged one
+    order = (_lexsorted(np.concatenate([read_rank, summary_rank]), all_runs, all_cells) if read_cells.size
+             else np.arange(cells.size))
     read_medians = sorted_medians(layout.values, layout.trial_starts, layout.trial_sizes)
     medians = np.concatenate([read_medians, summary["median"]])[order]
     starts = np.concatenate([layout.trial_starts, np.full(cells.size, -1, dtype=np.int64)])[order]
