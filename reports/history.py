@@ -291,7 +291,7 @@ def _history_page(plan: HistoryPlan, drawn: DrawnPlots | None = None) -> History
     for chip_index, (chip_key, series_list) in enumerate(chips.items()):
         regs = regs_of.get(chip_key, [])
         n_regressions += sum(1 for _, r in regs if r.kind == "performance")
-        chip_shas = {sha for s in series_list for sha in s.points.shas}
+        chip_shas = set().union(*(s.points.shas for s in series_list))
         for sha in chip_shas:
             axis.commits[axis.x_of[sha]].chips.append(chip_key)
         by_case: dict[tuple[str, str], list[Any]] = defaultdict(list)
@@ -405,17 +405,17 @@ def _series_plot(on_chip: _OnChip, dtype: str, shape_key: str, members: list[Any
     plot_id = plot_hash(chip, dtype, shape_key)
     where = f" on {chip}" if every else ""  # the page's notes; the SVG's texts always name the chip
     draw = image is None
-    used = {sha for s in drawn for sha in s.points.shas} | {
+    commits_with_points: set[str] = set().union(*(s.points.shas for s in drawn))
+    used = commits_with_points | {
         reg.head_sha for s in drawn for _, reg in broken.get((s.key.variant, dtype), []) if reg.head_sha in chip_shas}
     x_axis = _sub_axis(axis(), used) if draw else None
     plot_series, lines, changes, plot_regs, markers = [], [], [], [], []
-    commits_with_points: set[str] = set()
     for series in drawn:
         variant, points = series.key.variant, series.points
         color, dash = styles[variant]
-        shas, medians = points.shas, points.median.tolist()
-        y_at = dict(zip(shas, medians, strict=True))
-        commits_with_points.update(y_at)
+        series_regs = regs_by_series.get((variant, dtype, shape_key), [])
+        marked = series.change_points or series_regs  # the medians by commit are the markers' heights
+        y_at = dict(zip(points.shas, points.median.tolist(), strict=True)) if marked else {}
         series_markers = []
         for cp in series.change_points:
             changes.append((variant, cp))
@@ -427,7 +427,7 @@ def _series_plot(on_chip: _OnChip, dtype: str, shape_key: str, members: list[Any
                 end = x_axis.x_of.get(cp.end_sha) if cp.kind == "drift" else None
                 series_markers.append(svg.Marker(x_axis.x_of[cp.sha], y_at.get(cp.sha, cp.after), cp.kind, title,
                                                  "#" + commit_anchor(cp.sha), end))
-        for i, reg in regs_by_series.get((variant, dtype, shape_key), []):
+        for i, reg in series_regs:
             if reg.head_sha not in chip_shas:
                 continue
             plot_regs.append((i, reg))
@@ -468,7 +468,7 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
     """One variant's line of a plot on the chip's commit axis, with its hover texts and links."""
     variant, points = series.key.variant, series.points
     color, dash = styles[variant]
-    xs = [axis.x_of[sha] for sha in points.shas]
+    xs = list(map(axis.x_of.__getitem__, points.shas))
     who = str(escape(f"{variant} on {chip}"))
 
     def point_title(i: int) -> Markup:
@@ -492,7 +492,7 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
         threshold = (xs[start], low, high, f"{variant}: level {fmt_time(level)} since {points.shas[start][:10]} "
                      f"({_plural(len(points) - start, 'commit')}); a comparison detects ±{100 * detectable:.1f}% "
                      f"(the noise meter on its between-commit spread): outside the band is a detectable change")
-    return svg.Series(variant, xs, points.median.tolist(), points.ci_low.tolist(), points.ci_high.tolist(),
+    return svg.Series(variant, xs, points.median, points.ci_low, points.ci_high,
                       point_title, point_href, point_name, f"{variant} on {chip}", color, dash, tuple(markers),
                       legend_title, is_default, threshold)
 
