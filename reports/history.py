@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -214,21 +214,23 @@ def plot_svgs(page: HistoryPage) -> dict[str, Markup]:
 def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
     """Every commit any series of the page has, in the history's order (analysis.history orders each series along
     the branch's first-parent line): the series' orders merged, ties by first appearance."""
+    distinct: dict[tuple[str, ...], Any] = {}  # most series of a chip have the same commits: merged once
+    for series in series_list:
+        distinct.setdefault(tuple(series.points.shas), series.points)
+    if len(distinct) == 1:
+        ((shas, points),) = distinct.items()
+        if len(set(shas)) == len(shas):  # one order, nothing to merge
+            return list(shas), dict(zip(shas, points, strict=True))
     first_seen: dict[str, int] = {}
     info: dict[str, Any] = {}
     after: dict[str, set[str]] = defaultdict(set)
     waiting: dict[str, int] = defaultdict(int)
-    merged: set[tuple[str, ...]] = set()
-    for series in series_list:
-        shas = tuple(series.points.shas)
-        if shas in merged:  # most series of a chip have the same commits: a second time adds nothing
-            continue
-        merged.add(shas)
+    for shas, points in distinct.items():
         previous = None
         for index, sha in enumerate(shas):
             if sha not in first_seen:
                 first_seen[sha] = len(first_seen)
-                info[sha] = series.points[index]
+                info[sha] = points[index]
             if previous is not None and previous != sha and sha not in after[previous]:
                 after[previous].add(sha)
                 waiting[sha] += 1
@@ -263,12 +265,19 @@ class _Axis:
 
 def _axis(series_list: list[Any]) -> _Axis:
     shas, info = _commit_axis(series_list)
-    return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, info,
-                 [CommitRow(i, sha, info[sha].message, info[sha].branch, info[sha].started_at)
-                  for i, sha in enumerate(shas)],
-                 [str(escape(f"{sha[:10]} {first_line(info[sha].message, 72)}")) for sha in shas],
-                 [Markup(escape("#" + commit_anchor(sha))) for sha in shas],
-                 [sha[:10] for sha in shas])
+    records = [info[sha] for sha in shas]
+    texts = list(map(_commit_texts, shas, [r.message for r in records]))
+    rows = [CommitRow(i, sha, r.message, r.branch, r.started_at)
+            for i, (sha, r) in enumerate(zip(shas, records, strict=True))]
+    return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, info, rows, [text for text, _ in texts],
+                 [href for _, href in texts], [sha[:10] for sha in shas])
+
+
+@lru_cache(maxsize=1 << 14)
+def _commit_texts(sha: str, message: str) -> tuple[str, Markup]:
+    """A commit's escaped "sha subject" of hover texts and its row's link (each page of a build names the same
+    commits)."""
+    return str(escape(f"{sha[:10]} {first_line(message, 72)}")), Markup(escape("#" + commit_anchor(sha)))
 
 
 def _sub_axis(axis: _Axis, used: Set[str]) -> _Axis:
