@@ -23,6 +23,7 @@ from reports.render import (
     fmt_p,
     fmt_ratio_ci,
     fmt_time,
+    fmt_when,
     history_page_name,
     slug,
 )
@@ -116,6 +117,22 @@ class HistoryPage:
     @property
     def plots(self) -> list[SeriesPlot]:
         return [plot for group in self.groups for plot in group.plots]
+
+    def commit_rows(self, commit_ref: Callable[[str], Markup]) -> Markup:
+        """The commit table's rows (``commit_ref``: the template's), every text escaped: made here rather than in
+        ``history.html.j2``, as a page has a row per commit and a template row costs several times more."""
+        every = not self.chip
+        rows = []
+        for c in self.commits:
+            flagged = ' class="flagged"' if c.notes else ""
+            chips = f"<td>{escape(', '.join(sorted(c.chips, key=str.lower)))}</td>" if every else ""
+            notes = "".join(f'<a class="badge {escape(cls)}" href="{escape(href)}">{escape(text)}</a>'
+                            for cls, text, href in c.notes)
+            rows.append(f'<tr id="{escape(commit_anchor(c.sha))}"{flagged}><td class="num">{c.index}</td>'
+                        f"<td>{commit_ref(c.sha)}</td><td>{escape(fmt_when(c.started_at))}</td>"
+                        f'<td>{escape(c.branch)}</td><td title="{escape(c.message)}">'
+                        f"{escape(first_line(c.message, 100))}</td>\n{chips}<td>{notes}</td></tr>\n")
+        return Markup("".join(rows))
 
     @property
     def chip_css(self) -> Markup:
