@@ -26,6 +26,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from reports import strip
+from reports.render import fmt_time, fmt_when
 
 SIDE_COLORS = {"base": "#64748b", "head": "#2563eb"}
 
@@ -138,6 +139,22 @@ class SamplesPage:
         """The series' row on its compare page."""
         return series_anchor(self.data.key)
 
+    def trial_rows(self, commit_ref: Callable[[str], Markup]) -> Markup:
+        """The trials table's rows (``commit_ref``: the template's), every text escaped: made here rather than in
+        ``samples.html.j2``, as a full build writes thousands of them and a template row costs several times more."""
+        rows = []
+        for t in self.trials:
+            run = t.run
+            dirty = ' <span class="badge">dirty</span>' if run.dirty else ""
+            of = f' <span class="muted">of {t.stored}</span>' if t.drawn != t.stored else ""
+            rows.append(f'<tr id="{escape(t.anchor)}-t{t.trial}" class="{escape(t.side)}"><td>{escape(t.side)}</td>'
+                        f'<td><code title="{escape(run.id)}">{escape(run.id[:12])}</code>{dirty}</td>'
+                        f"<td>{commit_ref(run.sha)}</td><td>{escape(fmt_when(run.started_at))}</td>\n"
+                        f'<td class="num">{t.trial}</td><td class="num">{t.drawn}{of}</td>\n'
+                        f'<td class="num">{escape(fmt_time(t.median))}</td><td class="num">{escape(fmt_time(t.low))}'
+                        f'</td><td class="num">{escape(fmt_time(t.high))}</td></tr>\n')
+        return Markup("".join(rows))
+
 
 @dataclass
 class Links:
@@ -218,15 +235,16 @@ def _samples_page(data: Any, compare: ComparePage | None) -> SamplesPage:
         by_trial: dict[int, list[float]] = {}
         for trial, _, seconds in job.samples:
             by_trial.setdefault(trial, []).append(seconds)
+        group, color, anchor = f"{side} · run {run.id[:8]}", SIDE_COLORS[side], job_anchor(run.id, job.key)
         for trial, values in sorted(by_trial.items()):
             kept = strip.finite_positive(values)
             stored += len(values)
             drawn += len(kept)
             median = strip.median(kept) if kept else None
-            columns.append(strip.Column(f"{side} · run {run.id[:8]}", trial, kept, SIDE_COLORS[side],
+            columns.append(strip.Column(group, trial, kept, color,
                                         f"{side} run {run.id[:8]} trial {trial}: median "
-                                        f"{_fmt_time(median) if median else '–'} of {len(kept)} samples"))
-            trials.append(TrialRow(side, run, job.key, job_anchor(run.id, job.key), trial, len(values), len(kept),
+                                        f"{_fmt_time(median) if median else '–'} of {len(kept)} samples", median))
+            trials.append(TrialRow(side, run, job.key, anchor, trial, len(values), len(kept),
                                    median, min(kept) if kept else None, max(kept) if kept else None))
     key = data.key
     label = f"samples of {key.kernel} {key.variant} {key.dtype} {key.shape_key} on {key.chip}, by trial"

@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from reports.render import (
     fmt_p,
     fmt_ratio_ci,
     fmt_time,
+    fmt_when,
     history_page_name,
     slug,
 )
@@ -116,6 +117,22 @@ class HistoryPage:
     @property
     def plots(self) -> list[SeriesPlot]:
         return [plot for group in self.groups for plot in group.plots]
+
+    def commit_rows(self, commit_ref: Callable[[str], Markup]) -> Markup:
+        """The commit table's rows (``commit_ref``: the template's), every text escaped: made here rather than in
+        ``history.html.j2``, as a page has a row per commit and a template row costs several times more."""
+        every = not self.chip
+        rows = []
+        for c in self.commits:
+            flagged = ' class="flagged"' if c.notes else ""
+            chips = f"<td>{escape(', '.join(sorted(c.chips, key=str.lower)))}</td>" if every else ""
+            notes = "".join(f'<a class="badge {escape(cls)}" href="{escape(href)}">{escape(text)}</a>'
+                            for cls, text, href in c.notes)
+            rows.append(f'<tr id="{escape(commit_anchor(c.sha))}"{flagged}><td class="num">{c.index}</td>'
+                        f"<td>{commit_ref(c.sha)}</td><td>{escape(fmt_when(c.started_at))}</td>"
+                        f'<td>{escape(c.branch)}</td><td title="{escape(c.message)}">'
+                        f"{escape(first_line(c.message, 100))}</td>\n{chips}<td>{notes}</td></tr>\n")
+        return Markup("".join(rows))
 
     @property
     def chip_css(self) -> Markup:
@@ -214,21 +231,23 @@ def plot_svgs(page: HistoryPage) -> dict[str, Markup]:
 def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
     """Every commit any series of the page has, in the history's order (analysis.history orders each series along
     the branch's first-parent line): the series' orders merged, ties by first appearance."""
+    distinct: dict[tuple[str, ...], Any] = {}  # most series of a chip have the same commits: merged once
+    for series in series_list:
+        distinct.setdefault(tuple(series.points.shas), series.points)
+    if len(distinct) == 1:
+        ((shas, points),) = distinct.items()
+        if len(set(shas)) == len(shas):  # one order, nothing to merge
+            return list(shas), dict(zip(shas, points, strict=True))
     first_seen: dict[str, int] = {}
     info: dict[str, Any] = {}
     after: dict[str, set[str]] = defaultdict(set)
     waiting: dict[str, int] = defaultdict(int)
-    merged: set[tuple[str, ...]] = set()
-    for series in series_list:
-        shas = tuple(series.points.shas)
-        if shas in merged:  # most series of a chip have the same commits: a second time adds nothing
-            continue
-        merged.add(shas)
+    for shas, points in distinct.items():
         previous = None
         for index, sha in enumerate(shas):
             if sha not in first_seen:
                 first_seen[sha] = len(first_seen)
-                info[sha] = series.points[index]
+                info[sha] = points[index]
             if previous is not None and previous != sha and sha not in after[previous]:
                 after[previous].add(sha)
                 waiting[sha] += 1
@@ -263,12 +282,19 @@ class _Axis:
 
 def _axis(series_list: list[Any]) -> _Axis:
     shas, info = _commit_axis(series_list)
-    return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, info,
-                 [CommitRow(i, sha, info[sha].message, info[sha].branch, info[sha].started_at)
-                  for i, sha in enumerate(shas)],
-                 [str(escape(f"{sha[:10]} {first_line(info[sha].message, 72)}")) for sha in shas],
-                 [Markup(escape("#" + commit_anchor(sha))) for sha in shas],
-                 [sha[:10] for sha in shas])
+    records = [info[sha] for sha in shas]
+    texts = list(map(_commit_texts, shas, [r.message for r in records]))
+    rows = [CommitRow(i, sha, r.message, r.branch, r.started_at)
+            for i, (sha, r) in enumerate(zip(shas, records, strict=True))]
+    return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, info, rows, [text for text, _ in texts],
+                 [href for _, href in texts], [sha[:10] for sha in shas])
+
+
+@lru_cache(maxsize=1 << 14)
+def _commit_texts(sha: str, message: str) -> tuple[str, Markup]:
+    """A commit's escaped "sha subject" of hover texts and its row's link (each page of a build names the same
+    commits)."""
+    return str(escape(f"{sha[:10]} {first_line(message, 72)}")), Markup(escape("#" + commit_anchor(sha)))
 
 
 def _sub_axis(axis: _Axis, used: Set[str]) -> _Axis:
@@ -291,7 +317,7 @@ def _history_page(plan: HistoryPlan, drawn: DrawnPlots | None = None) -> History
     for chip_index, (chip_key, series_list) in enumerate(chips.items()):
         regs = regs_of.get(chip_key, [])
         n_regressions += sum(1 for _, r in regs if r.kind == "performance")
-        chip_shas = {sha for s in series_list for sha in s.points.shas}
+        chip_shas = set().union(*(s.points.shas for s in series_list))
         for sha in chip_shas:
             axis.commits[axis.x_of[sha]].chips.append(chip_key)
         by_case: dict[tuple[str, str], list[Any]] = defaultdict(list)
@@ -405,17 +431,17 @@ def _series_plot(on_chip: _OnChip, dtype: str, shape_key: str, members: list[Any
     plot_id = plot_hash(chip, dtype, shape_key)
     where = f" on {chip}" if every else ""  # the page's notes; the SVG's texts always name the chip
     draw = image is None
-    used = {sha for s in drawn for sha in s.points.shas} | {
+    commits_with_points: set[str] = set().union(*(s.points.shas for s in drawn))
+    used = commits_with_points | {
         reg.head_sha for s in drawn for _, reg in broken.get((s.key.variant, dtype), []) if reg.head_sha in chip_shas}
     x_axis = _sub_axis(axis(), used) if draw else None
     plot_series, lines, changes, plot_regs, markers = [], [], [], [], []
-    commits_with_points: set[str] = set()
     for series in drawn:
         variant, points = series.key.variant, series.points
         color, dash = styles[variant]
-        shas, medians = points.shas, points.median.tolist()
-        y_at = dict(zip(shas, medians, strict=True))
-        commits_with_points.update(y_at)
+        series_regs = regs_by_series.get((variant, dtype, shape_key), [])
+        marked = series.change_points or series_regs  # the medians by commit are the markers' heights
+        y_at = dict(zip(points.shas, points.median.tolist(), strict=True)) if marked else {}
         series_markers = []
         for cp in series.change_points:
             changes.append((variant, cp))
@@ -427,7 +453,7 @@ def _series_plot(on_chip: _OnChip, dtype: str, shape_key: str, members: list[Any
                 end = x_axis.x_of.get(cp.end_sha) if cp.kind == "drift" else None
                 series_markers.append(svg.Marker(x_axis.x_of[cp.sha], y_at.get(cp.sha, cp.after), cp.kind, title,
                                                  "#" + commit_anchor(cp.sha), end))
-        for i, reg in regs_by_series.get((variant, dtype, shape_key), []):
+        for i, reg in series_regs:
             if reg.head_sha not in chip_shas:
                 continue
             plot_regs.append((i, reg))
@@ -468,7 +494,7 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
     """One variant's line of a plot on the chip's commit axis, with its hover texts and links."""
     variant, points = series.key.variant, series.points
     color, dash = styles[variant]
-    xs = [axis.x_of[sha] for sha in points.shas]
+    xs = list(map(axis.x_of.__getitem__, points.shas))
     who = str(escape(f"{variant} on {chip}"))
 
     def point_title(i: int) -> Markup:
@@ -492,7 +518,7 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
         threshold = (xs[start], low, high, f"{variant}: level {fmt_time(level)} since {points.shas[start][:10]} "
                      f"({_plural(len(points) - start, 'commit')}); a comparison detects ±{100 * detectable:.1f}% "
                      f"(the noise meter on its between-commit spread): outside the band is a detectable change")
-    return svg.Series(variant, xs, points.median.tolist(), points.ci_low.tolist(), points.ci_high.tolist(),
+    return svg.Series(variant, xs, points.median, points.ci_low, points.ci_high,
                       point_title, point_href, point_name, f"{variant} on {chip}", color, dash, tuple(markers),
                       legend_title, is_default, threshold)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 from markupsafe import Markup, escape
@@ -33,6 +34,7 @@ class Column:
     values: Sequence[float]
     color: str = "#2563eb"
     title: str = ""  # hover text of the median bar (default: the trial and its median)
+    median: float | None = None  # ``median(values)`` when the caller has it already (else computed here)
 
 
 def time_unit(largest: float) -> tuple[str, float]:
@@ -104,22 +106,28 @@ def strip_plot(columns: Sequence[Column], *, label: str, width: int = 760, heigh
                      f'font-weight="600">{escape(text)}</text>')
     unit_text = str(escape(unit))
     # each sample's sideways offset by its rank (the same for every column): jitter * half * 0.8
-    offsets = [(((rank * GOLDEN) % 1.0) * 2.0 - 1.0) * half * 0.8 for rank in range(max(map(len, arrays)))]
+    offsets = np.array([(((rank * GOLDEN) % 1.0) * 2.0 - 1.0) * half * 0.8 for rank in range(max(map(len, arrays)))])
     span = hi - lo
+    scaled = pooled / scale  # every sample's value in the unit, its height sy(value) and its place in ``pooled``
+    heights = top + (hi - scaled) * inner_h / span
+    scaled_list, heights_list = scaled.tolist(), heights.tolist()
+    start = 0
     for i, (column, values) in enumerate(zip(columns, arrays, strict=True)):
         cx = left + (i + 0.5) * step
         parts.append(f'<text x="{cx:.1f}" y="{top + inner_h + 14}" text-anchor="middle" class="tick">'
                      f"T{column.trial}</text>")
-        listed = values.tolist()
-        trial = column.trial
-        points = [f'<g class="samples" fill="{escape(column.color)}" fill-opacity="0.6" data-trial="{trial}">']
-        points += [f'<circle cx="{cx + offsets[rank]:.1f}" cy="{top + (hi - value / scale) * inner_h / span:.1f}" '
-                   f'r="2.6"><title>trial {trial}, sample {rank + 1}: {value / scale:.4g} {unit_text}</title></circle>'
-                   for rank, value in enumerate(listed)]  # sy(value), inline: thousands of points a page
-        points.append("</g>")
-        parts.append("".join(points))
-        if values.size:
-            level = median(listed)
+        n, trial = values.size, column.trial
+        parts.append(f'<g class="samples" fill="{escape(column.color)}" fill-opacity="0.6" data-trial="{trial}">')
+        if n:  # every circle of the column in one formatting: (cx, cy, rank, value) per sample
+            circle = (f'<circle cx="%.1f" cy="%.1f" r="2.6"><title>trial {trial}, sample %d: %.4g '
+                      f'{unit_text.replace("%", "%%")}</title></circle>')
+            flat = chain.from_iterable(zip((cx + offsets[:n]).tolist(), heights_list[start:start + n],
+                                           range(1, n + 1), scaled_list[start:start + n], strict=True))
+            parts.append(circle * n % tuple(flat))
+        parts.append("</g>")
+        start += n
+        if n:
+            level = column.median if column.median is not None else median(values.tolist())
             my = sy(level)
             title = column.title or f"trial {column.trial}: median {_num(level / scale)} {unit} of {values.size}"
             parts.append(f'<line class="median" x1="{cx - half:.1f}" x2="{cx + half:.1f}" y1="{my:.1f}" '

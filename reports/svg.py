@@ -27,6 +27,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from itertools import chain
 from urllib.parse import quote
 
 import numpy as np
@@ -381,38 +382,18 @@ def _series_svg(s: Series, p: _Prepared, sx, scales: list[_Scale], dx: float, bo
             highs, lows = np.fmax.reduceat(p.high, starts), np.fmin.reduceat(p.low, starts)
         first, last = p.keep[starts], p.keep[stops - 1]
         titles = (p.y[lowest].tolist(), p.y[highest].tolist())
-    heights = []
+    heights, lines = [], []
     for sc in scales:
         py = sc.sy(ys)
         heights.append(py)
-        layer = []
         drawn = np.flatnonzero(np.isfinite(py))
-        lo, hi = lows[drawn], highs[drawn]
-        banded = drawn[np.isfinite(sc.sy(lo)) & np.isfinite(sc.sy(hi)) & (hi > lo)]
-        if drawn.size > 1 and banded.size:
-            upper = _points(xs[banded], sc.sy(highs[banded]))
-            lower = _points(xs[banded][::-1], sc.sy(lows[banded][::-1]))
-            layer.append(f'<polygon class="band" fill="{color}" points="{upper} {lower}"/>')
-        elif drawn.size == 1 and banded.size:  # one point: an error bar, not a band of no width
-            cx, y1, y2 = float(xs[banded[0]]), float(sc.sy(highs[banded[0]])), float(sc.sy(lows[banded[0]]))
-            layer.append(f'<path class="whisker" stroke="{color}" d="M{fx(cx)},{fx(y1)}V{fx(y2)}'
-                         f'M{fx(cx - 4)},{fx(y1)}h8M{fx(cx - 4)},{fx(y2)}h8"/>')
-        if s.threshold is not None and drawn.size:
-            x_from, t_low, t_high, t_title = s.threshold
-            y_top, y_bottom = sc.sy(np.array([t_high, t_low]))
-            if np.isfinite(y_top) and np.isfinite(y_bottom):
-                x0, x1 = float(sx(x_from)) + dx, float(xs[drawn[-1]]) + 6.0
-                layer.append(f'<rect class="threshold" stroke="{color}" x="{fx(x0 - 6.0)}" y="{fx(y_top)}" '
-                             f'width="{fx(max(x1 - x0 + 6.0, 12.0))}" height="{fx(max(y_bottom - y_top, 1.0))}">'
-                             f'<title>{_esc(t_title)}</title></rect>')
-        if drawn.size > 1:
-            line = _points(xs[drawn], py[drawn])
-            layer.append(f'<polyline class="line" stroke="{color}"{dash_attr} points="{line}"/>')
-        out.append(f'<g class="{sc.cls}">{"".join(layer)}</g>')
+        line = _points(xs[drawn], py[drawn]) if drawn.size else ""
+        lines.append(line)
+        out.append(f'<g class="{sc.cls}">{_layer(s, sc, xs, py, lows, highs, drawn, line, sx, dx)}</g>')
     if titles is None:
         out.append(_point_targets(s, first.tolist(), xs, heights, color))
     else:
-        out.append(_bucket_targets(s, first.tolist(), last.tolist(), *titles, xs, heights, scales, color))
+        out.append(_bucket_targets(s, first.tolist(), last.tolist(), *titles, xs, lines, scales, color))
     for m in sorted(s.markers, key=lambda m: m.kind in ("step", "drift"), reverse=True):
         out.append(_marker_svg(m, sx, scales, dx, color, bottom))
     if place is not None:
@@ -442,22 +423,51 @@ def _token(text: str) -> str:
     return quote(str(text), safe="#")
 
 
+def _layer(s: Series, sc: _Scale, xs: np.ndarray, py: np.ndarray, lows: np.ndarray, highs: np.ndarray,
+           drawn: np.ndarray, line: str, sx, dx: float) -> str:
+    """A series' band (or error bar), threshold and line on one scale: ``py`` its points' heights, ``drawn`` those
+    the scale shows, ``line`` their 'x,y ...' text."""
+    color, dash = s.color, s.dash
+    layer = []
+    low_y, high_y = sc.sy(lows), sc.sy(highs)
+    banded = drawn[(np.isfinite(low_y) & np.isfinite(high_y) & (highs > lows))[drawn]]
+    if drawn.size > 1 and banded.size:  # the upper edge left to right, then the lower one back
+        band = _points(np.concatenate((xs[banded], xs[banded][::-1])),
+                       np.concatenate((high_y[banded], low_y[banded][::-1])))
+        layer.append(f'<polygon class="band" fill="{color}" points="{band}"/>')
+    elif drawn.size == 1 and banded.size:  # one point: an error bar, not a band of no width
+        cx, y1, y2 = float(xs[banded[0]]), float(high_y[banded[0]]), float(low_y[banded[0]])
+        layer.append(f'<path class="whisker" stroke="{color}" d="M{fx(cx)},{fx(y1)}V{fx(y2)}'
+                     f'M{fx(cx - 4)},{fx(y1)}h8M{fx(cx - 4)},{fx(y2)}h8"/>')
+    if s.threshold is not None and drawn.size:
+        x_from, t_low, t_high, t_title = s.threshold
+        y_top, y_bottom = sc.sy(np.array([t_high, t_low]))
+        if np.isfinite(y_top) and np.isfinite(y_bottom):
+            x0, x1 = float(sx(x_from)) + dx, float(xs[drawn[-1]]) + 6.0
+            layer.append(f'<rect class="threshold" stroke="{color}" x="{fx(x0 - 6.0)}" y="{fx(y_top)}" '
+                         f'width="{fx(max(x1 - x0 + 6.0, 12.0))}" height="{fx(max(y_bottom - y_top, 1.0))}">'
+                         f'<title>{_esc(t_title)}</title></rect>')
+    if drawn.size > 1:
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        layer.append(f'<polyline class="line" stroke="{color}"{dash_attr} points="{line}"/>')
+    return "".join(layer)
+
+
 def _bucket_targets(s: Series, firsts: list[int], lasts: list[int], lowest: list[float], highest: list[float],
-                    xs: np.ndarray, heights: list[np.ndarray], scales: list[_Scale], color: str) -> str:
-    """A bucketed series' dots, one ``<path>`` per layer, and its buckets as ``data-hits`` for the page's script:
-    per bucket, ``;`` apart, "x link first last count lowest highest" (x in the plot's units; names URL-quoted)."""
-    dots = []
-    for sc, py in zip(scales, heights, strict=True):
-        drawn = np.isfinite(py)
-        if drawn.any():
-            dots.append(f'<path class="dots {sc.cls}" stroke="{color}" d="M'
-                        + _points(xs[drawn], py[drawn]).replace(" ", "h0M") + 'h0"/>')
+                    xs: np.ndarray, lines: list[str], scales: list[_Scale], color: str) -> str:
+    """A bucketed series' dots, one ``<path>`` per layer (``lines``: each layer's drawn points as 'x,y ...'), and
+    its buckets as ``data-hits`` for the page's script: per bucket, ``;`` apart, "x link first last count lowest
+    highest" (x in the plot's units; names URL-quoted)."""
+    dots = [f'<path class="dots {sc.cls}" stroke="{color}" d="M{line.replace(" ", "h0M")}h0"/>'
+            for sc, line in zip(scales, lines, strict=True) if line]
     if not dots:
         return ""
     name, href = s.point_name, s.point_href
-    rows = [(x, _token(href(a)), _token(name(a)), _token(name(b)), b - a + 1, lo, hi)
-            for x, a, b, lo, hi in zip(xs.tolist(), firsts, lasts, lowest, highest, strict=True)]
-    data = ("%.1f %s %s %s %d %.4g %.4g;" * len(rows) % tuple(v for row in rows for v in row)).rstrip(";")
+    counts = [b - a + 1 for a, b in zip(firsts, lasts, strict=True)]
+    columns = (xs.tolist(), list(map(_token, map(href, firsts))), list(map(_token, map(name, firsts))),
+               list(map(_token, map(name, lasts))), counts, lowest, highest)
+    data = ("%.1f %s %s %s %d %.4g %.4g;" * len(counts) % tuple(chain.from_iterable(zip(*columns, strict=True)))
+            ).rstrip(";")
     return (f'<g class="hits" data-label="{escape(s.bucket_label)}" data-hits="{data}">{"".join(dots)}</g>')
 
 
