@@ -192,7 +192,7 @@ def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.
     medians: dict[SeriesKey, list[float]] = {}
     with store.session() as session:
         for chip_key, chosen in _history_groups(store, session, run_ids, limit):
-            rows = session.execute(
+            rows = plain_rows(session,  # tuples, not SQLAlchemy's Row objects: a compare page reads ~10^4
                 select(JobRecord.kernel, JobRecord.variant, JobRecord.dtype, JobRecord.shape_key, JobRecord.median_s)
                 .where(JobRecord.run_id.in_(chosen), JobRecord.kind == "benchmark", JobRecord.median_s.is_not(None)))
             for kernel, variant, dtype, shape_key, median in rows:
