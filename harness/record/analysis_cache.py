@@ -317,8 +317,7 @@ def correctness_rows(store: Store, chip: str, *, include_dirty: bool = False, co
 def arrangement(store: Store, chip: str, *, include_dirty: bool = False, last: int | None = None
                 ) -> tuple[list[tuple], list[int], list[bool], list[int]]:
     """``query.chip_history``'s commits in history order, previous commits, window and lines, without samples."""
-    with store.session() as session:
-        return query.arranged(session, chip, include_dirty, last)
+    return query.arranged_in(store, chip, include_dirty, last)
 
 
 def commit_history(store: Store, chip: str, commits: list[tuple], *, include_dirty: bool = False,

@@ -70,3 +70,21 @@ def test_a_sample_written_after_the_memoised_block_is_read(db):
         assert set(query.series_trials(db, [run])) == before  # within: the first answer
     after = set(query.series_trials(db, [run]))
     assert len(after - before) == 1 and before < after
+
+
+def test_within_memoised_a_chips_arrangement_is_read_once(db, monkeypatch):
+    """The chip keys, the proven order and the windowed histories ask a chip's arrangement again and again: within
+    ``memoised`` it is read once and gives what a plain read gives."""
+    from harness.record import analysis_cache
+
+    expected = (analysis_cache.arrangement(db, "chip-a"), analysis_cache.arrangement(db, "chip-a", last=2),
+                query.guessed_commits(db, "chip-a"))
+    reads = _counted(monkeypatch, query.history, "_arrangement_of")
+    with db.memoised():
+        assert (analysis_cache.arrangement(db, "chip-a"), analysis_cache.arrangement(db, "chip-a", last=2),
+                query.guessed_commits(db, "chip-a")) == expected
+        assert query.chip_order_proven(db, "chip-a") and len(reads) == 1
+        analysis_cache.arrangement(db, "chip-a", include_dirty=True)  # dirty runs included: another arrangement
+        assert len(reads) == 2
+    analysis_cache.arrangement(db, "chip-a")
+    assert len(reads) == 3  # outside: every call reads

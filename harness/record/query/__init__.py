@@ -26,6 +26,7 @@ from harness.record.query.history import (
     EVENT_KINDS,
     ChipHistory,
     arranged,
+    arranged_in,
     chip_history,
     chip_order_proven,
     commit_timing_modes,
@@ -93,7 +94,7 @@ __all__ = [
     "SELECTION_KINDS", "JobPresence", "benchmark_series", "job_presence", "job_units", "measured_series",
     "runs_with_jobs", "unit_of",
     # history: one chip's history
-    "EVENT_KINDS", "ChipHistory", "arranged", "chip_history", "chip_order_proven", "guessed_commits",
+    "EVENT_KINDS", "ChipHistory", "arranged", "arranged_in", "chip_history", "chip_order_proven", "guessed_commits",
     "commit_timing_modes",
     "correctness_statuses", "failing_correctness_jobs",
     # samples: a chip's samples as arrays

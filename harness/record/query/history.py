@@ -171,10 +171,31 @@ def _arrangement_of(session: Session, chip: str, include_dirty: bool
     return rows, run_branches, arranged
 
 
+def _memoised_arrangement(store: Store, chip: str, include_dirty: bool
+                          ) -> tuple[list[Any], dict[int, list[str]], ancestry.Arrangement]:
+    """``_arrangement_of``, read once per chip within ``Store.memoised`` (a report asks it of every chip several
+    times: its chip keys, the history pages' and chip pages' proven order, the unproven regressions)."""
+    def read() -> tuple[list[Any], dict[int, list[str]], ancestry.Arrangement]:
+        with store.session() as session:
+            return _arrangement_of(session, chip, include_dirty)
+
+    return store.memo(("chip arrangement", chip, include_dirty), read)
+
+
+def arranged_in(store: Store, chip: str, include_dirty: bool,
+                last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
+    """``arranged``, its arrangement read once per chip within ``Store.memoised``."""
+    return _windowed(*_memoised_arrangement(store, chip, include_dirty), last)
+
+
 def arranged(session: Session, chip: str, include_dirty: bool,
               last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
     """The chip's commits in history order, and per commit: previous commit index, shown, line."""
-    rows, run_branches, arranged = _arrangement_of(session, chip, include_dirty)
+    return _windowed(*_arrangement_of(session, chip, include_dirty), last)
+
+
+def _windowed(rows: list[Any], run_branches: dict[int, list[str]], arranged: ancestry.Arrangement,
+              last: int | None) -> tuple[list[tuple], list[int], list[bool], list[int]]:
     shown = set(range(len(rows)))
     if last is not None:
         window = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
@@ -205,8 +226,7 @@ def chip_order_proven(store: Store, chip: str, include_dirty: bool = False) -> b
 def guessed_commits(store: Store, chip: str, include_dirty: bool = False) -> set[int]:
     """The ids of the chip's commits whose previous commit (or place on their line) is a guess by commit time, not
     proven by ancestry: a verdict against a previous point across one of them is "order not proven by ancestry"."""
-    with store.session() as session:
-        rows, _, arranged = _arrangement_of(session, chip, include_dirty)
+    rows, _, arranged = _memoised_arrangement(store, chip, include_dirty)
     return {rows[i][0] for i, proven in enumerate(arranged.proven) if not proven}
 
 
