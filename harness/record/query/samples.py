@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -96,16 +97,13 @@ def load_cell_trials(session: Session, chip: str, commit_ids: Sequence[int], *, 
     unread = np.fromiter((row[n_column] != row[n_column + 1] for row in job_rows), dtype=bool, count=len(job_rows))
     if unread.sum() * 2 > job_ids.size:
         return load_samples(session, chip, commit_ids, include_dirty=include_dirty)
-    payloads, sizes, width = [], [], TRIAL_RECORD.itemsize
-    for i in np.flatnonzero(~unread).tolist():
-        payload = job_rows[i][n_column + 2]
-        if len(payload) % width:  # not a summary this harness wrote: read the samples
-            unread[i] = True
-        else:
-            payloads.append(payload)
-            sizes.append(len(payload) // width)
-    summary = np.frombuffer(b"".join(payloads), dtype=TRIAL_RECORD)
-    job_of = np.repeat(np.flatnonzero(~unread), sizes).astype(np.int64)
+    width = TRIAL_RECORD.itemsize
+    payloads = [row[n_column + 2] or b"" for row in job_rows]
+    lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+    unread |= lengths % width != 0  # not a summary this harness wrote: read the samples
+    summarised = ~unread
+    summary = np.frombuffer(b"".join(compress(payloads, summarised.tolist())), dtype=TRIAL_RECORD)
+    job_of = np.repeat(np.flatnonzero(summarised), lengths[summarised] // width).astype(np.int64)
     read = _job_samples(session, job_ids[unread])
     # Trials per cell: the summaries' (valid ones) and those of the jobs read
     layout = _arranged_samples(index, read)
