@@ -28,6 +28,7 @@ from harness.stats import changepoints, policy
 from testkit.analysis import add_run, bench_job, checks, grid_results, sha_of, timings
 from testkit.migrations import downgraded
 from testkit.paths import ROOT
+from testkit.sql import captured_statements, job_read_plan
 
 CHIPS = ("chip-a", "chip-b")
 STEP_AT = 7
@@ -421,46 +422,20 @@ def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_ch
     assert cached == plain and read == [("chip-b", None)]
 
 
-def _patch_plain_rows(monkeypatch, replacement) -> None:  # noqa: ANN001 - pytest's fixture, a callable
-    """``query.plain_rows`` replaced in the package and in each of its modules that reads through it."""
-    for module in (query, query.history, query.report, query.samples, query.series):
-        monkeypatch.setattr(module, "plain_rows", replacement)
-
-
 @pytest.mark.parametrize("read", ["commit_timing_modes", "correctness_statuses", "failing_correctness_jobs"])
 def test_the_reads_of_a_chip_use_the_job_index(sqlite_db, read, monkeypatch):
     """A chip's jobs are read through its runs first, then their jobs by index (``query.commit_timing_modes``, the
     regression families' modes a few commits at a time; the correctness rows): joined the other way, SQLite scanned
     the whole job table on every call."""
-    from sqlalchemy import event
-
     build(sqlite_db)
-    statements: list[tuple[str, tuple]] = []
-
-    def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
-        statements.append((statement, parameters))
-
-    plain_rows = query.plain_rows
-
-    def kept_rows(session, statement):  # noqa: ANN001, ANN202 - reads through the DBAPI cursor: no hook sees it
-        statements.append((str(statement.compile(dialect=session.get_bind().dialect,
-                                                 compile_kwargs={"literal_binds": True})), ()))
-        return plain_rows(session, statement)
-
-    _patch_plain_rows(monkeypatch, kept_rows)
-    event.listen(sqlite_db.engine, "before_cursor_execute", keep)
-    try:
+    with captured_statements(sqlite_db, monkeypatch) as statements:
         with sqlite_db.session() as session:
             commit_ids = session.scalars(select(Commit.id).limit(2)).all()
         if read == "commit_timing_modes":
             assert query.commit_timing_modes(sqlite_db, "chip-a", commit_ids)
         else:
             assert getattr(query, read)(sqlite_db, "chip-a")  # chip A fails a check at two commits
-    finally:
-        event.remove(sqlite_db.engine, "before_cursor_execute", keep)
-    (statement, parameters), = [(s, p) for s, p in statements if "FROM job" in s]
-    with sqlite_db.engine.connect() as conn:
-        plan = [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
+    plan = job_read_plan(sqlite_db, statements)
     assert not any(step.startswith("SCAN job") for step in plan), plan
 
 
@@ -556,27 +531,9 @@ def _job_ids_summed(db: store.Store) -> dict[str, tuple[int, int, int, int]]:
 
 def _job_statements(db: store.Store, monkeypatch, read) -> list[str]:  # noqa: ANN001 - a callable of no arguments
     """The SQL statements on the job table that ``read()`` makes (through SQLAlchemy or the DBAPI cursor)."""
-    from sqlalchemy import event
-
-    statements: list[str] = []
-
-    def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
-        statements.append(statement)
-
-    plain_rows = query.plain_rows
-
-    def kept_rows(session, statement):  # noqa: ANN001, ANN202 - reads through the DBAPI cursor: no hook sees it
-        statements.append(str(statement.compile(dialect=session.get_bind().dialect)))
-        return plain_rows(session, statement)
-
-    _patch_plain_rows(monkeypatch, kept_rows)
-    event.listen(db.engine, "before_cursor_execute", keep)
-    try:
+    with captured_statements(db, monkeypatch) as statements:
         read()
-    finally:
-        event.remove(db.engine, "before_cursor_execute", keep)
-        _patch_plain_rows(monkeypatch, plain_rows)
-    return [s for s in statements if re.search(r"\bFROM job\b", s)]
+    return [s for s, _ in statements if re.search(r"\bFROM job\b", s)]
 
 
 def test_the_job_id_summaries_read_only_the_jobs_added_since(db, monkeypatch):

@@ -4,12 +4,13 @@ run index, keeps every row, and a chip's correctness jobs are then read by it (n
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import event, func, inspect, select
+from sqlalchemy import func, inspect, select
 
 from harness.record import outbox, store
 from harness.record.models import JobRecord
 from testkit.analysis import add_run, checks, grid_results
 from testkit.migrations import downgraded
+from testkit.sql import captured_statements, job_read_plan
 
 
 def _job_indexes(engine) -> dict[str, list[str]]:  # noqa: ANN001 - an Engine
@@ -41,27 +42,9 @@ def test_a_chips_correctness_jobs_are_read_by_run_and_kind(sqlite_url, monkeypat
     handle = outbox.open_store(sqlite_url)
     try:
         add_run(handle, "chip-a", 1, grid_results(np.random.default_rng(0)) + checks(), minutes=0)
-        statements = []
-
-        def keep(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001 - SQLAlchemy's hook
-            statements.append((statement, parameters))
-
-        plain_rows = query.plain_rows
-
-        def kept_rows(session, statement):  # noqa: ANN001, ANN202 - reads through the DBAPI cursor: no hook sees it
-            statements.append((str(statement.compile(dialect=session.get_bind().dialect,
-                                                     compile_kwargs={"literal_binds": True})), ()))
-            return plain_rows(session, statement)
-
-        monkeypatch.setattr(query.history, "plain_rows", kept_rows)
-        event.listen(handle.engine, "before_cursor_execute", keep)
-        try:
+        with captured_statements(handle, monkeypatch) as statements:
             assert query.correctness_statuses(handle, "chip-a")
-        finally:
-            event.remove(handle.engine, "before_cursor_execute", keep)
-        (statement, parameters), = [(s, p) for s, p in statements if "FROM job" in s]
-        with handle.engine.connect() as conn:
-            plan = [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
+        plan = job_read_plan(handle, statements)
         assert any("ix_job_run_kind (run_id=? AND kind=?)" in step for step in plan), plan
     finally:
         handle.close()
