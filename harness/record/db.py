@@ -130,8 +130,10 @@ without one, every page read is a ``pread`` call -- a report on a long history r
 time (measured by ``tools/bench_report.py``). Nothing here shrinks a file while it is open (no VACUUM)."""
 
 
-_reading = False  # within ``Database.reading`` (this process, every thread; a forked child inherits it)
-_writing: ContextVar[bool] = ContextVar("writing", default=False)  # within ``Database.writing``
+# Within ``Database.reading`` / ``Database.writing``: per thread (a thread started within is outside: a run's writer
+# threads keep their BEGIN IMMEDIATE), and a child forked within inherits it.
+_reading: ContextVar[bool] = ContextVar("reading", default=False)
+_writing: ContextVar[bool] = ContextVar("writing", default=False)
 
 
 def _sqlite_pragmas(engine: Engine, begin: str = "BEGIN IMMEDIATE") -> None:
@@ -152,7 +154,7 @@ def _sqlite_pragmas(engine: Engine, begin: str = "BEGIN IMMEDIATE") -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        conn.exec_driver_sql("BEGIN" if _reading and not _writing.get() else begin)
+        conn.exec_driver_sql("BEGIN" if _reading.get() and not _writing.get() else begin)
 
 
 def make_engine(url: str, *, must_exist: bool = False, given_as: str = "--db") -> Engine:
@@ -267,17 +269,16 @@ class Database:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """Within it, this process's sessions only read, but those within ``writing``: on a SQLite file they begin
-        deferred, a snapshot without the write lock every other session takes (BEGIN IMMEDIATE), so the processes
-        of one report (``harness.core.fork``) and the runs recording results meanwhile do not queue behind each
-        other's reads: with the lock, a report's four processes on a 1,000-commit history ran one at a time for
-        seconds (measured by ``tools/bench_report.py``). Elsewhere it changes nothing."""
-        global _reading
-        outer, _reading = _reading, True
+        """Within it, this thread's sessions (and those of a process forked within) only read, but those within
+        ``writing``: on a SQLite file they begin deferred, a snapshot without the write lock every other session
+        takes (BEGIN IMMEDIATE), so the processes of one report (``harness.core.fork``) and the runs recording
+        results meanwhile do not queue behind each other's reads: with the lock, a report's four processes on a
+        1,000-commit history ran one at a time for seconds (``bench/README.md``). Elsewhere it changes nothing."""
+        token = _reading.set(True)
         try:
             yield
         finally:
-            _reading = outer
+            _reading.reset(token)
 
     @contextmanager
     def writing(self) -> Iterator[Session]:

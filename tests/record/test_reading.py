@@ -77,3 +77,48 @@ def test_a_report_reads_deferred_and_writes_immediate(sqlite_url, tmp_path):
     assert writes and reads
     assert {t[0] for t in reads} == {"BEGIN"}, [t[:3] for t in reads if t[0] != "BEGIN"]
     assert {t[0] for t in writes} == {"BEGIN IMMEDIATE"}
+
+
+def test_a_thread_started_within_reading_keeps_the_write_lock(two_stores):
+    """``reading`` is the calling thread's: another thread of the process (a run's result writer) begins its
+    sessions as before, BEGIN IMMEDIATE, so a write of its never meets a stale snapshot."""
+    import threading
+
+    reader, writer = two_stores
+    opened, release, failures = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        with reader.session() as session:
+            session.execute(select(Chip.id)).all()
+            opened.set()
+            release.wait(10)
+
+    with reader.reading():
+        thread = threading.Thread(target=hold)
+        thread.start()
+        try:
+            assert opened.wait(10)
+            try:
+                _write(writer)
+            except OperationalError as exc:
+                failures.append(str(exc))
+        finally:
+            release.set()
+            thread.join()
+    assert failures and "locked" in failures[0]
+
+
+def test_a_process_forked_within_reading_reads_deferred(sqlite_url):
+    """The report's forked analysis (``harness.core.fork.ForkedWork``) inherits ``reading``: its reads too hold no
+    write lock."""
+    from harness.core.fork import ForkedWork
+    from harness.record import db
+
+    store = outbox.open_store(sqlite_url)
+    try:
+        with store.reading():
+            work = ForkedWork(lambda send: send(db._reading.get()))
+            assert work.receive() == (True, True)
+            work.close()
+    finally:
+        store.close()
