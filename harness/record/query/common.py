@@ -58,6 +58,15 @@ def plain_array(session: Session, statement, dtype: np.dtype) -> npt.NDArray[Any
         return np.fromiter(cursor, dtype=dtype)
 
 
+def positions_of(ids: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+    """Each of ``wanted``'s position in ``ids`` (distinct ids, in any order; every wanted one among them): the job
+    of each sample row."""
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.intp)
+    by_id = np.argsort(ids)
+    return by_id[np.searchsorted(ids, wanted, sorter=by_id)]
+
+
 def utc(when: datetime | None) -> datetime | None:
     """A stored time, comparable with the others (SQLite gives them without offset: UTC)."""
     return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when

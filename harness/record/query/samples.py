@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from harness.record.models import Chip, JobRecord, Run, Sample, TrialSummary
-from harness.record.query.common import plain_array, plain_rows, run_filter
+from harness.record.query.common import plain_array, plain_rows, positions_of, run_filter
 from harness.record.store import TRIAL_RECORD
 from harness.stats.summary import sorted_medians
 
@@ -246,8 +246,7 @@ def _arranged_samples(index: _JobIndex, sample_rows: Sequence[tuple] | npt.NDArr
     valid = np.isfinite(samples["seconds"]) & (samples["seconds"] > 0)
     sample_jobs, seconds, trial = samples["job"][valid], samples["seconds"][valid], samples["trial"][valid]
     del samples
-    order = np.argsort(job_ids)
-    job_of = order[np.searchsorted(job_ids[order], sample_jobs)] if job_ids.size else sample_jobs[:0]
+    job_of = positions_of(job_ids, sample_jobs)
     cells = job_cells[job_of]
     # One key per trial, (cell, run, trial) in this order: a cell's samples stay contiguous, grouped by trial.
     if trial.size and trial.min() < 0:

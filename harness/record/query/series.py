@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import groupby
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -16,7 +16,7 @@ from harness.core import defaults
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
-from harness.record.query.common import SeriesKey, joined_modes, plain_array, plain_rows
+from harness.record.query.common import SeriesKey, joined_modes, plain_array, plain_rows, positions_of
 from harness.record.store import Store
 from harness.stats import pacing
 
@@ -38,11 +38,6 @@ class FailureRow(NamedTuple):
     kind: str
     key: str
     name: str
-
-
-def _positive(values: Iterable[float]) -> npt.NDArray[np.float64]:
-    array = np.fromiter(values, dtype=np.float64)
-    return array[np.isfinite(array) & (array > 0)]
 
 
 class SeriesTrials(NamedTuple):
@@ -92,9 +87,7 @@ def _grouped_trials(jobs: Sequence[tuple], rows: npt.NDArray[Any]) -> dict[Serie
     (run, trial) in row order; trials with none are left out, and series with none."""
     if rows.size == 0:
         return {}
-    job_ids = np.array([job[0] for job in jobs], dtype=np.int64)
-    by_id = np.argsort(job_ids)
-    job_of = by_id[np.searchsorted(job_ids, rows["job"], sorter=by_id)]
+    job_of = positions_of(np.array([job[0] for job in jobs], dtype=np.int64), rows["job"])
     series_index: dict[SeriesKey, int] = {}
     run_index: dict[str, int] = {}
     job_series = np.array([series_index.setdefault(SeriesKey(*job[1:6]), len(series_index)) for job in jobs],
@@ -106,8 +99,9 @@ def _grouped_trials(jobs: Sequence[tuple], rows: npt.NDArray[Any]) -> dict[Serie
     keys, first, inverse = np.unique(group, return_index=True, return_inverse=True)
     rank = np.empty(keys.size, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(keys.size)  # groups in the order they are first seen
-    order = np.argsort(rank[inverse.reshape(-1)], kind="stable")
-    seconds, group_of = rows["seconds"][order], rank[inverse.reshape(-1)][order]
+    group_of = rank[inverse.reshape(-1)]
+    order = np.argsort(group_of, kind="stable")
+    seconds, group_of = rows["seconds"][order], group_of[order]
     valid = np.isfinite(seconds) & (seconds > 0)
     kept_ends = np.cumsum(np.bincount(group_of[valid], minlength=keys.size))
     arrays = np.split(seconds[valid], kept_ends[:-1])
