@@ -118,6 +118,7 @@ _DETECT = changepoints.detect_change_points.__kwdefaults__  # its model's parame
 _BATCH = 256  # histories of one length searched together (memory: 6 x _BATCH x n doubles)
 _MIN_BATCH = 16  # below this a batch shares too little of the per-step cost to be worth a thread of its own
 _WORKERS = 8  # threads at most
+_COMPILE_FROM = 500 * changepoints.WINDOW ** 2  # search work (windows x length^2) from which numba pays its load
 
 
 def _optimal_segments_many(values: npt.NDArray[np.float64], segment_penalty: npt.NDArray[np.float64],
@@ -194,15 +195,44 @@ def _optimal_segments_many(values: npt.NDArray[np.float64], segment_penalty: npt
     return previous, is_linear
 
 
+# Searches windows of histories (each at most ``changepoints.WINDOW`` commits) at once: each one's changes, indices into
+# it (``detect_windows``; the report's cache passes one that reuses stored results).
+WindowSearch = Callable[[Sequence[npt.NDArray[np.float64]]], list[list[changepoints.ChangePoint]]]
+
+
+def _in_windows(histories: Sequence[Sequence[float] | npt.NDArray[np.float64]]
+                ) -> tuple[list[npt.NDArray[np.float64]], list[tuple[int, changepoints.Window]]]:
+    """Every window of every history (``changepoints.windows``): its values, and which history and window it is."""
+    values_of, where = [], []
+    for h, medians in enumerate(histories):
+        values = np.asarray(medians, dtype=np.float64).ravel()
+        for stretch in changepoints.windows(values.size):
+            values_of.append(values[stretch.start:stretch.stop])
+            where.append((h, stretch))
+    return values_of, where
+
+
 def detect_many(histories: Sequence[npt.NDArray[np.float64]], *, min_effect: float = policy.DEFAULT_MIN_EFFECT,
-                alpha: float = policy.DEFAULT_ALPHA) -> list[list[changepoints.ChangePoint]]:
-    """``changepoints.detect_change_points`` of each history (same results): its O(n^2) optimal-partitioning search runs
-    for all histories of one length together (``_optimal_segments_many``), which shares the per-step cost of
-    numpy calls (~3x faster on 1000-commit histories), the batches on all cores (threads: numpy releases the GIL);
-    the rest is ``detect_change_points``' own steps."""
+                alpha: float = policy.DEFAULT_ALPHA, search: WindowSearch | None = None
+                ) -> list[list[changepoints.ChangePoint]]:
+    """``changepoints.detect_change_points`` of each history (same results): every window of every history searched
+    by ``search`` (default ``detect_windows``, all at once), then stitched (``changepoints.stitched``)."""
+    values_of, where = _in_windows(histories)
+    per_history: list[list[tuple[changepoints.Window, list[changepoints.ChangePoint]]]] = [[] for _ in histories]
+    searched = (search or (lambda windows: detect_windows(windows, min_effect=min_effect, alpha=alpha)))(values_of)
+    for (h, stretch), changes in zip(where, searched, strict=True):
+        per_history[h].append((stretch, changes))
+    return [changepoints.stitched(windows) for windows in per_history]
+
+
+def detect_windows(windows: Sequence[npt.NDArray[np.float64]], *, min_effect: float = policy.DEFAULT_MIN_EFFECT,
+                   alpha: float = policy.DEFAULT_ALPHA) -> list[list[changepoints.ChangePoint]]:
+    """``changepoints.detect_in_window`` of each window (same results): its O(n^2) optimal-partitioning search runs
+    for all windows of one length together (``_optimal_segments_many``), which shares the per-step cost of numpy
+    calls, the batches on all cores (threads: numpy releases the GIL); the rest is ``detect_in_window``'s own steps."""
     penalty, min_segment, min_drift = _DETECT["penalty"], _DETECT["min_segment"], _DETECT["min_drift_length"]
     prepared: dict[int, list[tuple[int, npt.NDArray[np.float64], npt.NDArray[np.intp], float]]] = {}
-    for h, medians in enumerate(histories):
+    for h, medians in enumerate(windows):
         log_values, positions = changepoints.valid_history(medians)
         n = log_values.size
         if n < 2 * min_segment:
@@ -211,23 +241,25 @@ def detect_many(histories: Sequence[npt.NDArray[np.float64]], *, min_effect: flo
         inflation = 1.0 + changepoints.SMALL_SAMPLE_INFLATION / math.sqrt(n)
         per_parameter = penalty * sigma * sigma * inflation * math.log(n)
         prepared.setdefault(n, []).append((h, changepoints.winsorise(log_values, sigma), positions, per_parameter))
-    batches = []  # each a list of histories of one length, at most _BATCH, about one per core when few
+    batches = []  # each a list of windows of one length, at most _BATCH, about one per core when few
     workers = max(1, min(os.cpu_count() or 1, _WORKERS))
     for group in prepared.values():
         size = min(_BATCH, max(_MIN_BATCH, -(-len(group) // workers)))
         batches += [group[start:start + size] for start in range(0, len(group), size)]
+    compiled = _worth_compiling(sum(len(batch) * len(batch[0][1]) ** 2 for batch in batches))
 
     def search(batch: list) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
         per_parameter = np.array([p for *_, p in batch])
         return _optimal_segments_many(np.stack([cleaned for _, cleaned, _, _ in batch]), 2.0 * per_parameter,
-                                      per_parameter, min_segment=min_segment, min_drift_length=min_drift)
+                                      per_parameter, min_segment=min_segment, min_drift_length=min_drift,
+                                      compiled=compiled)
 
     if len(batches) > 1 and workers > 1:  # numpy releases the GIL in its loops: the batches share the cores
         with ThreadPoolExecutor(min(workers, len(batches))) as pool:
             searched = list(pool.map(search, batches))
     else:
         searched = [search(batch) for batch in batches]
-    found: list[list[changepoints.ChangePoint]] = [[] for _ in histories]
+    found: list[list[changepoints.ChangePoint]] = [[] for _ in windows]
     for batch, (previous, is_linear) in zip(batches, searched, strict=True):
         for row, (h, cleaned, positions, threshold) in enumerate(batch):
             segments, stop = [], cleaned.size
@@ -238,6 +270,13 @@ def detect_many(histories: Sequence[npt.NDArray[np.float64]], *, min_effect: flo
             found[h] = _change_points(cleaned, segments[::-1], positions, threshold, min_effect=min_effect,
                                       alpha=alpha, hinge_search=min_drift)
     return found
+
+
+def _worth_compiling(work: int) -> bool:
+    """Whether a search of ``work`` (windows x length^2, summed) is faster compiled: numba, once loaded, does it
+    ~7x faster than numpy, but loading it costs ~0.1-0.4 s (much of it holding the GIL), as long as numpy takes for
+    one window of ``changepoints.WINDOW`` commits in each of ~400 series; a search already loaded costs nothing."""
+    return segment_search.loaded() or work >= _COMPILE_FROM
 
 
 def _change_points(cleaned: npt.NDArray[np.float64], segments: list, positions: npt.NDArray[np.intp],
@@ -262,11 +301,11 @@ def _change_points(cleaned: npt.NDArray[np.float64], segments: list, positions: 
 
 
 def detect_lines(series: Sequence[Sequence[npt.NDArray[np.float64]]], *, min_effect: float = policy.DEFAULT_MIN_EFFECT,
-                 alpha: float = policy.DEFAULT_ALPHA) -> list[Flags]:
+                 alpha: float = policy.DEFAULT_ALPHA, search: WindowSearch | None = None) -> list[Flags]:
     """Per series (its lines' levels, oldest first, one line after the other): the change points of each line, as
-    ``history`` reports them (indices into the series' points)."""
+    ``history`` reports them (indices into the series' points); ``search``: as ``detect_many``'s."""
     flat = [line for lines in series for line in lines]
-    found = iter(detect_many(flat, min_effect=min_effect, alpha=alpha))
+    found = iter(detect_many(flat, min_effect=min_effect, alpha=alpha, search=search))
     out: list[Flags] = []
     for lines in series:
         flags: Flags = []

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from harness.core import compiled
 
-__all__ = ["available", "finish_warm_up", "search", "warm_up_in_background"]
+__all__ = ["available", "finish_warm_up", "loaded", "search", "warm_up_in_background"]
 
 
 def _loop(x: Any, xx: Any, ix: Any, i: Any, ii: Any, segment: Any, slope: Any, min_segment: int,
@@ -73,6 +73,7 @@ def _compiled() -> Callable[..., None] | None:
 
 
 _warming: threading.Thread | None = None
+_ready = False  # a search has run: its machine code is loaded
 
 
 def warm_up_in_background() -> None:
@@ -102,6 +103,11 @@ def _warm_up() -> None:
                np.ones(1), np.ones(1), min_segment=1, min_drift=2)
 
 
+def loaded() -> bool:
+    """Whether the compiled search is loaded, or loading (``warm_up_in_background``): using it costs no load."""
+    return _warming is not None or _ready
+
+
 def available() -> bool:
     """Whether the compiled search can run here (numba importable)."""
     return _compiled() is not None
@@ -114,6 +120,7 @@ def search(x: npt.NDArray[np.float64], xx: npt.NDArray[np.float64], ix: npt.NDAr
     """Per row and end: the chosen start and whether its segment is linear (``x``, ``xx``, ``ix``: each row's prefix
     sums of its centred values, their squares and index x value; ``i``, ``ii``: of the index and its square;
     ``segment``, ``slope``: each row's penalties)."""
+    global _ready
     loop = _compiled()
     if loop is None:
         raise RuntimeError("numba is not importable: the compiled segment search cannot run")
@@ -123,4 +130,5 @@ def search(x: npt.NDArray[np.float64], xx: npt.NDArray[np.float64], ix: npt.NDAr
     loop(np.ascontiguousarray(x), np.ascontiguousarray(xx), np.ascontiguousarray(ix), np.ascontiguousarray(i),
              np.ascontiguousarray(ii), np.ascontiguousarray(segment, dtype=np.float64),
              np.ascontiguousarray(slope, dtype=np.float64), int(min_segment), int(min_drift), previous, is_linear)
+    _ready = True
     return previous, is_linear

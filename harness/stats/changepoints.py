@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ from harness.stats.samples import relative_change, safe_exp
 __all__ = [
     "CHANGE_KINDS",
     "SMALL_SAMPLE_INFLATION",
+    "WINDOW",
     "ChangeKind",
     "ChangePoint",
+    "Window",
     "FittedSegment",
     "Segment",
     "change_point",
@@ -28,7 +31,9 @@ __all__ = [
     "jump_is_supported",
     "optimal_segments",
     "robust_noise",
+    "stitched",
     "valid_history",
+    "windows",
     "winsorise",
 ]
 
@@ -42,6 +47,7 @@ _TRIM_QUANTILE = float(distributions.norm_ppf(0.5 + _TRIM_KEEP / 2.0))
 # E[Z^2 | |Z| <= q] for standard normal Z: makes the trimmed mean square consistent for sigma^2
 _TRIMMED_VARIANCE_FACTOR = 1.0 - 2.0 * _TRIM_QUANTILE * float(distributions.norm_pdf(_TRIM_QUANTILE)) / _TRIM_KEEP
 SMALL_SAMPLE_INFLATION = 3.0  # penalty x (1 + 3/sqrt(n)): ~2 standard errors of sigma-hat^2 above it
+WINDOW = 256  # a longer history is searched in windows of this many commits, half overlapping (``windows``)
 
 
 @dataclass(frozen=True)
@@ -263,12 +269,31 @@ def detect_change_points(
     penalty: float = 3.0,
     min_segment: int = 3,
     min_drift_length: int = 8,
+    window: int | None = WINDOW,
 ) -> list[ChangePoint]:
     """Steps and drifts in a per-commit history (commit order; lower is better).
 
-    Entries that are nan, infinite or <= 0 are treated as missing commits.
+    Entries that are nan, infinite or <= 0 are treated as missing commits. A history longer than ``window`` is
+    searched in ``windows`` of that many commits, each on its own (``None``: the whole history at once).
     See docs/statistics.md, section 11, for the model and defaults.
     """
+    values = np.asarray(medians, dtype=np.float64).ravel()
+    return stitched([(stretch, detect_in_window(values[stretch.start:stretch.stop], min_effect=min_effect, alpha=alpha,
+                                                penalty=penalty, min_segment=min_segment,
+                                                min_drift_length=min_drift_length))
+                     for stretch in windows(values.size, window)])
+
+
+def detect_in_window(
+    medians: Sequence[float],
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    penalty: float = 3.0,
+    min_segment: int = 3,
+    min_drift_length: int = 8,
+) -> list[ChangePoint]:
+    """``detect_change_points`` of the whole of ``medians``, searched at once (no windows)."""
     log_values, positions = valid_history(medians)
     n = log_values.size
     if n < 2 * min_segment:
@@ -295,6 +320,56 @@ def detect_change_points(
         if right.drifting:
             start, end = positions[right.start], positions[right.stop - 1]
             found.append(change_point("drift", start, end, right.start_level, right.end_level))
+    return found
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stretch of a history searched on its own: commits ``start`` to ``stop`` (exclusive); of what it finds, the
+    changes whose first commit lies from ``own_start`` to ``own_stop`` (exclusive) count (``stitched``)."""
+
+    start: int
+    stop: int
+    own_start: int
+    own_stop: int
+
+
+def windows(n: int, window: int | None = WINDOW) -> list[Window]:
+    """The windows a history of ``n`` commits is searched in: the whole of it up to ``window`` commits; beyond,
+    windows of ``window`` commits starting every ``window // 2`` (fixed: a new commit changes none of them) and one
+    ending at the newest commit. Each change counts in one window only, one that has at least ``window // 4``
+    commits on either side of it, or the history's end: a regular window owns its middle half (the first, from
+    the oldest commit), the last window what follows."""
+    if window is None or n <= window:
+        return [Window(0, n, 0, n)]
+    stride = window // 2
+    regular = [Window(k * stride, k * stride + window, 0 if k == 0 else k * stride + stride // 2,
+                      k * stride + stride // 2 + stride) for k in range((n - window) // stride + 1)]
+    last = regular[-1]
+    if last.stop == n:
+        return [*regular[:-1], Window(last.start, n, last.own_start, n)]
+    return [*regular, Window(n - window, n, last.own_stop, n)]
+
+
+def stitched(searched: Sequence[tuple[Window, Sequence[ChangePoint]]]) -> list[ChangePoint]:
+    """A history's changes from what each of its windows found (indices into the window; the windows in order): each
+    window's own changes, and a drift still going at the end of its window carried on by the drift of the next window
+    that overlaps it (its end and level then the later one's)."""
+    found: list[ChangePoint] = []
+    cut_at = -1  # the last commit of the window whose own drift ran to its end, if the newest change is that drift
+    for stretch, changes in searched:
+        shifted = [dataclasses.replace(c, index=c.index + stretch.start, end_index=c.end_index + stretch.start)
+                   for c in changes]
+        going_on = None
+        if found and found[-1].kind == "drift" and found[-1].end_index == cut_at:
+            going_on = next((c for c in shifted if c.kind == "drift" and c.index <= cut_at < c.end_index), None)
+        if going_on is not None:
+            drift = found[-1]
+            found[-1] = ChangePoint(drift.index, "drift", drift.before, going_on.after, going_on.after / drift.before,
+                                    going_on.end_index)
+        found += [c for c in shifted if c is not going_on and stretch.own_start <= c.index < stretch.own_stop]
+        cut_at = stretch.stop - 1 if found and found[-1].kind == "drift" and found[-1].end_index == stretch.stop - 1 \
+            else -1
     return found
 
 

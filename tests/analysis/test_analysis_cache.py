@@ -84,7 +84,7 @@ def assert_same_as_uncached(db: store.Store, **options) -> cache.CacheStats:
 def test_detect_many_is_detect_change_points():
     rng = np.random.default_rng(3)
     histories = []
-    for n in (0, 3, 5, 6, 7, 12, 40, 40, 40, 120, 300):
+    for n in (0, 3, 5, 6, 7, 12, 40, 40, 40, 120, 300, 700):
         for _ in range(3):
             values = np.exp(rng.normal(0.0, rng.choice([1e-4, 0.01, 0.05]), n))
             if n > 10:
@@ -128,6 +128,29 @@ def test_a_new_run_recomputes_its_commit_on_its_chip_only(db):
     assert found.families == {"chip-a": (12, 1), "chip-b": (12, 0)}
     _, regressions, _ = cache.analyse(db, CHIPS)
     assert any(e.head_sha.startswith("000c") and e.variant == "unfused" for e in regressions)
+
+
+def test_a_new_run_searches_one_window_a_series(db, monkeypatch):
+    """Histories longer than a window (6 commits here): after a new run only each series' newest window is searched,
+    the others' changes come from the cache, and the result is the uncached one."""
+    from harness.analysis import history
+
+    whole = changepoints.windows
+    monkeypatch.setattr(changepoints, "windows", lambda n, window=None: whole(n, 6))
+    build(db)
+    analysed(db)
+    finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9), {("swiglu", "unfused", 0): 1.3}),
+                         minutes=200))
+    searched: list[int] = []
+    search = history.detect_windows
+    monkeypatch.setattr(history, "detect_windows", lambda windows, **kw: searched.extend(map(len, windows)) or search(
+        windows, **kw))
+    plain = analysed(db, use_cache=False)[:2]
+    searched.clear()
+    found = analysed(db)
+    assert found[:2] == plain
+    assert found[2].changes == {"chip-a": (0, 8), "chip-b": (8, 0)} and searched == [6] * 8
+    assert analysed(db)[:2] == plain and searched == [6] * 8  # nothing new: nothing searched
 
 
 def test_a_run_still_being_written_is_recomputed_every_time_and_never_stored(db):
@@ -581,10 +604,12 @@ def test_job_id_summaries_that_do_not_add_up_are_summed_anew(db, change):
     assert_same_as_uncached(db)
 
 
-def test_the_compiled_search_loads_while_the_stored_chips_are_read(db, monkeypatch):
-    """After a new run on one chip, the change-point search's compiled code starts loading in a thread of its own
-    (numba: ~0.5 s) before the other chip's stored analysis is read, and no thread of it outlives the analysis;
-    with nothing to compute it is not loaded at all. The results are the uncached ones."""
+def test_the_compiled_search_loads_while_the_stored_chips_are_read_only_for_a_chip_never_analysed(db, monkeypatch):
+    """For a chip with no stored analysis (every window of every series to search), the change-point search's
+    compiled code starts loading in a thread of its own (numba: ~0.5 s) before the other chip's stored analysis is
+    read, and no thread of it outlives the analysis; after a new run (one window a series to search: numpy's
+    search is done before numba would be loaded) and with nothing to compute it is not loaded. The results are the
+    uncached ones."""
     import threading
 
     from harness.analysis import segment_search
@@ -599,6 +624,10 @@ def test_the_compiled_search_loads_while_the_stored_chips_are_read(db, monkeypat
     monkeypatch.setattr(cache.chips, "_stored_chip", lambda store, chip, *a: order.append(f"read {chip}") or stored(
         store, chip, *a))
     threads = threading.active_count()
+    assert analysed(db)[:2] == plain
+    assert order == ["read chip-b"]
+    analysis_cache.clear(db, "chip-a")
+    order.clear()
     assert analysed(db)[:2] == plain
     assert order == ["warm-up", "read chip-b"] and threading.active_count() == threads
     order.clear()

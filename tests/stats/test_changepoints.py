@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
 import numpy as np
 import pytest
 
-from harness.stats.changepoints import CHANGE_KINDS, detect_change_points
+from harness.stats.changepoints import (
+    CHANGE_KINDS,
+    WINDOW,
+    ChangePoint,
+    Window,
+    detect_change_points,
+    stitched,
+    windows,
+)
 
 BASE_SECONDS = 1.5e-4  # a typical kernel time; only ratios matter
 
@@ -76,3 +85,58 @@ def test_change_points_are_fast_for_1000_commits() -> None:
     assert time.perf_counter() - start < 3.0
     assert all(c.index % 50 == 0 for c in changes if c.kind == "step")
 
+
+
+@pytest.mark.parametrize("window", [8, 9, 64, WINDOW])
+def test_windows_own_every_commit_once_with_context_on_both_sides(window: int) -> None:
+    for n in range(0, 5 * window):
+        found = windows(n, window)
+        assert [i for w in found for i in range(w.own_start, w.own_stop)] == list(range(n))
+        for w in found:
+            assert w.stop - w.start == min(n, window)
+            assert w.start == 0 or w.own_start - w.start >= window // 4
+            assert w.stop == n or w.stop - w.own_stop >= window // 4
+
+
+def test_a_new_commit_moves_only_the_newest_window() -> None:
+    """Every window but the last ends at a fixed commit: a new commit leaves them (and their searches) as they were."""
+    for n in range(WINDOW, 4 * WINDOW):
+        before, after = windows(n), windows(n + 1)
+        assert {(w.start, w.stop) for w in before[:-1]} <= {(w.start, w.stop) for w in after}
+        assert {(w.start, w.stop) for w in after} - {(w.start, w.stop) for w in before} == {(after[-1].start, n + 1)}
+
+
+@pytest.mark.parametrize("at", [100, 191, 192, 193, 320, 500, 830, 990])
+def test_a_step_in_a_long_history_is_found_once_wherever_the_windows_fall(at: int) -> None:
+    """One 10 % step in a 1,000-commit history: one change, at its commit, as the whole-history search finds it,
+    whether the step lies in the middle of a window, at the edge of what a window owns, or among the newest commits."""
+    rng = np.random.default_rng(at)
+    history = lognormal(rng, 1000, 0.01) * np.where(np.arange(1000) >= at, 1.10, 1.0)
+    found = detect_change_points(history)
+    assert [(c.kind, c.index) for c in found] == [("step", at)]
+    assert [(c.kind, c.index) for c in detect_change_points(history, window=None)] == [("step", at)]
+    assert 1.07 < found[0].ratio < 1.13
+
+
+@pytest.mark.parametrize(("rate", "start", "length"), [(1.002, 300, 150), (1.001, 300, 400), (1.003, 700, 200)])
+def test_a_drift_across_windows_is_one_drift_from_its_start_to_its_end(rate: float, start: int, length: int) -> None:
+    """A ramp longer than what a window owns (0.1-0.3 %/commit over 150-400 commits, into the newest commits for the
+    last) is one drift, carried from window to window: where it starts, where it ends, its whole change."""
+    rng = np.random.default_rng(length)
+    ramp = rate ** np.clip(np.arange(1000) - start, 0, length)
+    (drift,) = detect_change_points(lognormal(rng, 1000, 0.005) * ramp)
+    assert drift.kind == "drift" and abs(drift.index - start) <= 8
+    assert abs(drift.end_index - min(start + length, 999)) <= 8
+    assert drift.ratio == pytest.approx(rate ** min(length, 999 - start), rel=0.03)
+
+
+def test_stitched_carries_a_drift_cut_at_its_window_end_only_into_one_that_overlaps_it() -> None:
+    first, second = Window(0, 10, 0, 7), Window(5, 15, 7, 15)
+    cut = ChangePoint(4, "drift", 1.0, 1.2, 1.2, 9)  # runs to its window's last commit
+    going_on = ChangePoint(2, "drift", 1.1, 1.5, 1.5 / 1.1, 8)  # 7..13 in the history: overlaps it
+    assert stitched([(first, [cut]), (second, [going_on])]) == [ChangePoint(4, "drift", 1.0, 1.5, 1.5, 13)]
+    later = ChangePoint(6, "drift", 1.1, 1.5, 1.5 / 1.1, 8)  # 11..13: starts after it ends
+    assert stitched([(first, [cut]), (second, [later])]) == [cut, dataclasses.replace(later, index=11, end_index=13)]
+    ended = dataclasses.replace(cut, end_index=8)  # ended inside its window: nothing to carry on (the next one's own)
+    assert stitched([(first, [ended]), (second, [going_on])]) == [ended, dataclasses.replace(going_on, index=7,
+                                                                                              end_index=13)]

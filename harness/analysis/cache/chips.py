@@ -98,13 +98,13 @@ def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory],
         return None
 
 
-def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysis_cache.ChipState) -> bool:
+def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysis_cache.ChipState) -> bool | None:
     """Whether the chip's analysis is stored under ``key`` and none of its runs gained samples since it was stored (a
-    later trial of a stored job); its payload is not read."""
-    if state.unfinished:
-        return False
+    later trial of a stored job); its payload is not read. None: none of it is stored (under any key)."""
     found = analysis_cache.entry_keys(store, chip, "chip", [name]).get(name)
-    return (found is not None and found[0] == key
+    if found is None:
+        return None
+    return (not state.unfinished and found[0] == key
             and not analysis_cache.touched_since(store, state.run_commit, found[1] or 0))
 
 
@@ -167,8 +167,8 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         reads.append((chip, (arranged, state, chip_name, chip_key),
                       _chip_is_stored(store, chip, chip_name, chip_key, state)))
         timings["cells"] += time.perf_counter() - start
-    if change_points and not all(stored for *_, stored in reads):  # a search to come: loaded while the rest reads
-        segment_search.warm_up_in_background()
+    if change_points and any(stored is None for *_, stored in reads):  # a chip never analysed: every window of
+        segment_search.warm_up_in_background()  # every series to search, compiled (loaded while the rest reads)
     for chip, read, stored in reads:
         start = time.perf_counter()
         arranged = read[0]
@@ -267,7 +267,7 @@ def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -
     histories = series_histories(
         summary.data, summary.level, summary.low, summary.high, change_points=change_points,
         min_effect=min_effect, alpha=alpha,
-        find=change_finder(store, summary.data, last=last, min_effect=min_effect, alpha=alpha, writes=writes,
+        find=change_finder(store, summary.data, min_effect=min_effect, alpha=alpha, writes=writes,
                             stats_out=stats_out))
     timings["histories"] += time.perf_counter() - start
     start = time.perf_counter()

@@ -15,11 +15,7 @@ import numpy.typing as npt
 from harness.analysis import history as history_module
 from harness.analysis import regressions as regressions_module
 from harness.analysis.cache.common import CacheStats, ChipCells, Writes, code_version, digest, dirty_suffix
-from harness.analysis.history import (
-    Flags,
-    by_series_key,
-    detect_lines,
-)
+from harness.analysis.history import by_series_key
 from harness.analysis.records import (
     RegressionEvidence,
 )
@@ -31,51 +27,57 @@ from harness.core import defaults
 from harness.core.chip import timing_fit
 from harness.record import analysis_cache, query
 from harness.record.store import Store
+from harness.stats import changepoints
 
 # ---------------------------------------------------------------------------------------------------------------
 # Change points and regression families
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _series_name(key: query.SeriesKey, last: int | None) -> str:
-    name = json.dumps([key.kernel, key.variant, key.dtype, key.shape_key, last], separators=(",", ":"))
-    return name if len(name) <= 400 else "sha256:" + digest(name)
-
-
-def _flags(payload: bytes, n_points: int) -> Flags | None:
+def _changes(payload: bytes, size: int) -> list[changepoints.ChangePoint] | None:
+    """A stored window's changes (indices into the window); None when unreadable or not of a window of ``size``."""
     try:
-        flags = [(str(k), int(i), int(e), float(b), float(a), float(r)) for k, i, e, b, a, r in json.loads(payload)]
+        found = [changepoints.ChangePoint(int(i), k, float(b), float(a), float(r), int(e))
+                 for k, i, e, b, a, r in json.loads(payload)]
     except (ValueError, TypeError):
         return None
-    return flags if all(0 <= i <= e < n_points for _, i, e, *_ in flags) else None
+    return found if all(0 <= c.index <= c.end_index < size and c.kind in changepoints.CHANGE_KINDS
+                        for c in found) else None
 
 
-def change_finder(store: Store, data: query.ChipHistory, *, last: int | None, min_effect: float, alpha: float,
-                   writes: Writes, stats_out: CacheStats) -> history_module.ChangeFinder:
-    """``series_histories``' change finder for ``data``'s series: stored results where their inputs are the same,
-    ``detect_lines`` for the others."""
+def change_finder(store: Store, data: query.ChipHistory, *, min_effect: float, alpha: float, writes: Writes,
+                  stats_out: CacheStats) -> history_module.ChangeFinder:
+    """``series_histories``' change finder for ``data``'s series: each line searched in its windows
+    (``changepoints.windows``), the stored changes of a window whose values and parameters are the same,
+    ``detect_windows`` for the others. A window's row is named by a digest of its values (bit for bit) and the
+    parameters: all windows but the newest end at a fixed commit, so a new run searches one window a series, at
+    times two. Rows of windows no longer searched are deleted. ``stats_out.changes``: series whose windows were all
+    reused, series with one searched."""
     version = code_version()
+    searched: list[int] = []
 
-    def find(lines_of: Sequence[Sequence[npt.NDArray[np.float64]]]) -> list[Flags]:
-        names = [_series_name(key, last) for key in data.series]
+    def search(windows: Sequence[npt.NDArray[np.float64]]) -> list[list[changepoints.ChangePoint]]:
+        names = [digest(version, min_effect, alpha, np.ascontiguousarray(values, dtype="<f8").tobytes())[:40]
+                 for values in windows]
         stored = analysis_cache.read_entries(store, data.chip, "changes")
-        keys = [digest(version, min_effect, alpha, [len(line) for line in lines],
-                        *(np.ascontiguousarray(line, dtype="<f8").tobytes() for line in lines))[:40]
-                for lines in lines_of]
-        out: list[Flags | None] = []
-        for name, key, lines in zip(names, keys, lines_of, strict=True):
-            entry = stored.get(name)
-            out.append(_flags(entry.payload, sum(len(line) for line in lines))
-                       if entry is not None and entry.key == key else None)
-        todo = [i for i, flags in enumerate(out) if flags is None]
-        computed = detect_lines([lines_of[i] for i in todo], min_effect=min_effect, alpha=alpha)
+        out = [_changes(entry.payload, len(values)) if (entry := stored.get(name)) is not None else None
+               for name, values in zip(names, windows, strict=True)]
+        searched[:] = [i for i, found in enumerate(out) if found is None]
         new = {}
-        for i, flags in zip(todo, computed, strict=True):
-            out[i] = flags
-            new[names[i]] = analysis_cache.Entry(keys[i], json.dumps(flags).encode())
-        writes.add("changes", new)
-        stats_out.changes[data.chip] = (len(out) - len(todo), len(todo))
-        return [flags or [] for flags in out]
+        computed = history_module.detect_windows([windows[i] for i in searched], min_effect=min_effect, alpha=alpha)
+        for i, found in zip(searched, computed, strict=True):
+            out[i] = found
+            new[names[i]] = analysis_cache.Entry(names[i], json.dumps(
+                [[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in found]).encode())
+        writes.add("changes", new, keep=names)
+        return [found or [] for found in out]
+
+    def find(lines_of: Sequence[Sequence[npt.NDArray[np.float64]]]) -> list[history_module.Flags]:
+        found = history_module.detect_lines(lines_of, min_effect=min_effect, alpha=alpha, search=search)
+        ends = np.cumsum([sum(len(changepoints.windows(len(line))) for line in lines) for lines in lines_of])
+        touched = np.unique(np.searchsorted(ends, searched, side="right")).size  # the series of searched windows
+        stats_out.changes[data.chip] = (len(lines_of) - touched, touched)
+        return found
 
     return find
 
