@@ -354,20 +354,28 @@ def windows(n: int, window: int | None = WINDOW) -> list[Window]:
 def stitched(searched: Sequence[tuple[Window, Sequence[ChangePoint]]]) -> list[ChangePoint]:
     """A history's changes from what each of its windows found (indices into the window; the windows in order): each
     window's own changes, and a drift still going at the end of its window carried on by the drift of the next window
-    that overlaps it (its end and level then the later one's)."""
+    that overlaps it (its end and level then the later one's). Two windows can place one change on either side of the
+    commit where the first one's own commits end (a drift's start, most of all): near it (``window // 16`` commits
+    either side) the changes are the later window's where it found one there, else the earlier one's."""
+    shifted = [[dataclasses.replace(c, index=c.index + stretch.start, end_index=c.end_index + stretch.start)
+                for c in changes] for stretch, changes in searched]
+    bounds = [[stretch.own_start, stretch.own_stop] for stretch, _ in searched]
+    for k in range(len(searched) - 1):
+        stretch = searched[k][0]
+        boundary, near = stretch.own_stop, (stretch.stop - stretch.start) // 16
+        later = any(boundary - near <= c.index < boundary + near for c in shifted[k + 1])
+        bounds[k][1] = bounds[k + 1][0] = boundary - near if later else boundary + near
     found: list[ChangePoint] = []
     cut_at = -1  # the last commit of the window whose own drift ran to its end, if the newest change is that drift
-    for stretch, changes in searched:
-        shifted = [dataclasses.replace(c, index=c.index + stretch.start, end_index=c.end_index + stretch.start)
-                   for c in changes]
+    for (stretch, _), changes, (low, high) in zip(searched, shifted, bounds, strict=True):
         going_on = None
         if found and found[-1].kind == "drift" and found[-1].end_index == cut_at:
-            going_on = next((c for c in shifted if c.kind == "drift" and c.index <= cut_at < c.end_index), None)
+            going_on = next((c for c in changes if c.kind == "drift" and c.index <= cut_at < c.end_index), None)
         if going_on is not None:
             drift = found[-1]
             found[-1] = ChangePoint(drift.index, "drift", drift.before, going_on.after, going_on.after / drift.before,
                                     going_on.end_index)
-        found += [c for c in shifted if c is not going_on and stretch.own_start <= c.index < stretch.own_stop]
+        found += [c for c in changes if c is not going_on and low <= c.index < high]
         cut_at = stretch.stop - 1 if found and found[-1].kind == "drift" and found[-1].end_index == stretch.stop - 1 \
             else -1
     return found

@@ -140,3 +140,27 @@ def test_stitched_carries_a_drift_cut_at_its_window_end_only_into_one_that_overl
     ended = dataclasses.replace(cut, end_index=8)  # ended inside its window: nothing to carry on (the next one's own)
     assert stitched([(first, [ended]), (second, [going_on])]) == [ended, dataclasses.replace(going_on, index=7,
                                                                                               end_index=13)]
+
+
+def test_a_drift_two_windows_start_on_either_side_of_their_boundary_is_kept() -> None:
+    """The window 128-383 starts this drift (planted at 320, where its own commits end) at 321, the next window at 317:
+    each outside its own commits. Near that boundary the later window's changes count: one drift, from 319."""
+    values = 0.005 * np.random.default_rng(17).standard_normal(1000)
+    values[320:520] -= 0.0025 * np.arange(200)
+    values[520:] -= 0.0025 * 199
+    history = np.exp(values)
+    found = detect_change_points(history)
+    assert [(c.kind, c.index, c.end_index) for c in found] == [("drift", 319, 518)]
+    assert [(c.kind, c.index) for c in found] == [(c.kind, c.index) for c in detect_change_points(history, window=None)]
+
+
+def test_stitched_takes_the_changes_near_a_boundary_from_one_window() -> None:
+    first, second = Window(0, 64, 0, 48), Window(32, 96, 48, 96)  # boundary 48, "near": 4 commits either side
+    late = ChangePoint(14, "step", 1.0, 1.2, 1.2, 14)  # 46 in the history: the first window's own commits
+    early = ChangePoint(17, "step", 1.0, 1.2, 1.2, 17)  # 49: the second's
+    assert stitched([(first, [ChangePoint(49, "step", 1.0, 1.2, 1.2, 49)]), (second, [])]) == [
+        ChangePoint(49, "step", 1.0, 1.2, 1.2, 49)]  # found beyond its own commits, by the first window only
+    assert stitched([(first, [ChangePoint(46, "step", 1.0, 1.2, 1.2, 46)]), (second, [early])]) == [
+        dataclasses.replace(early, index=49, end_index=49)]  # the later window's, once
+    assert stitched([(first, [ChangePoint(40, "step", 1.0, 1.2, 1.2, 40)]), (second, [late])]) == [
+        ChangePoint(40, "step", 1.0, 1.2, 1.2, 40), dataclasses.replace(late, index=46, end_index=46)]

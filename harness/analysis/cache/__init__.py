@@ -19,8 +19,11 @@ What is kept, per chip (``analysis_cache.kind``):
   stale.  A commit with a run not finished is computed every time and never stored (its samples may still come, and
   on PostgreSQL commit with ids below a watermark already read).
 - ``series``: the series lists the ``cells`` rows refer to, named by their digest (content-addressed).
-- ``changes``, one row per series: its change points, keyed by a digest of exactly what
-  ``stats.detect_change_points`` is given (each line's levels, bit for bit, and the parameters).
+- ``changes``, one row per window searched (``stats.changepoints.windows``: a line of up to ``WINDOW`` commits is
+  one window; a longer one is searched in half-overlapping windows, all but the newest ending at a fixed commit): what
+  the search found in it, named and keyed by a digest of exactly what ``stats.changepoints.detect_in_window`` is
+  given (the window's levels, bit for bit, and the parameters).  After a new run each series searches its newest
+  window only, at times one more; rows of windows no longer searched are deleted.
 - ``families``, one row per chip and window: each commit's confirmed regressions (its family: every series against
   its previous point, BH across the commit's grid), keyed per commit by a digest of the commits the family reads
   (the head and, up its chain of previous commits, as far as the bases and history floors reach) with their cells'
