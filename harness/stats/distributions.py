@@ -102,6 +102,7 @@ def bh(ps: Any) -> npt.NDArray[np.float64]:
 
 
 _KENDALL_PAIRWISE_MAX = 20_000  # without numba: values counted pairwise (n^2 booleans in blocks); beyond, scipy's
+_KENDALL_COMPILED_FROM = 4096  # from how many values the compiled count is worth numba's load (~0.1-0.4 s)
 
 
 def _count_inversions(ranks: Any, tree: Any) -> int:  # pragma: no cover - runs compiled
@@ -127,8 +128,10 @@ def _compiled_inversions() -> Any:
 
 
 def _discordant(ranks: npt.NDArray[np.intp]) -> int:
-    """Discordant pairs of the index and ``ranks`` (the index has no ties): i < j with ranks[i] > ranks[j]."""
-    count = _compiled_inversions()
+    """Discordant pairs of the index and ``ranks`` (the index has no ties): i < j with ranks[i] > ranks[j]. Counted
+    pairwise up to ``_KENDALL_COMPILED_FROM`` values (a change point's segment: loading numba would cost more than the
+    count), compiled beyond where numba can be had: the same count either way."""
+    count = _compiled_inversions() if ranks.size > _KENDALL_COMPILED_FROM else None
     if count is not None:
         return int(count(ranks, np.zeros(int(ranks.max()) + 1, dtype=np.int64)))
     dis = 0

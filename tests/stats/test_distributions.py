@@ -93,7 +93,7 @@ def test_running_median_equals_scipy_median_filter():
 def _kendall_cases():
     rng = np.random.default_rng(9)
     for trial in range(240):
-        n = int(rng.choice([2, 3, 5, 33, 34, 60, 257, 1001]))
+        n = int(rng.choice([2, 3, 5, 33, 34, 60, 257, 1001, 5000]))  # 5000: counted compiled (where numba is)
         values = rng.normal(0, 1, n)
         if trial % 3 == 0:
             values = np.round(values, 1)  # ties
@@ -119,9 +119,10 @@ def test_kendall_trend_p_equals_scipy_kendalltau(compiled, monkeypatch):
             assert np.isnan(stats.kendalltau(np.arange(len(short), dtype=float), short).pvalue)
 
 
-def test_change_points_and_trial_verdicts_do_not_load_scipy_stats():
+def test_change_points_and_trial_verdicts_do_not_load_scipy_stats_or_numba():
     """scipy.stats costs ~1 s to import: the report's analysis must not need it (Mann-Whitney on one process's
-    samples is the only caller left)."""
+    samples is the only caller left); nor numba (~0.1-0.4 s) to test a segment's trend (a report after a new run
+    searches one window of 256 commits a series)."""
     import subprocess
     import sys
 
@@ -135,8 +136,8 @@ rng = np.random.default_rng(1)
 for n in (20, 30, 200):  # ramps: the trend test, short (exact distribution) and long
     changepoints.detect_change_points(np.exp(np.r_[np.zeros(n), np.linspace(0, 0.3, n)] + rng.normal(0, 0.01, 2 * n)))
 samples.median_ci(rng.normal(1, 0.1, 30))
-print("scipy.stats" in sys.modules)
+print("scipy.stats" in sys.modules, "numba" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert done.stdout.strip() == "False False"
