@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -29,8 +29,8 @@ from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, u
 from harness.record.store import Store
 
 __all__ = ["ChipState", "Entry", "arrangement", "chip_jobs", "chip_state", "clean_state", "clear", "commit_history",
-           "correctness_rows", "entry_keys", "job_id_summaries", "read_entries", "run_prints", "touched_since",
-           "write_entries"]
+           "correctness_rows", "entry_keys", "job_id_summaries", "read_entries", "run_prints", "stamp",
+           "touched_since", "write_entries"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,21 @@ def write_entries(store: Store, chip: str, kind: str, entries: Mapping[str, Entr
                       "watermark": statement.excluded.watermark, "updated_at": statement.excluded.updated_at})
             for start in range(0, len(rows), 200):
                 session.execute(statement, rows[start:start + 200])
+
+
+def stamp(store: Store, chip: str, kind: str, name: str, key: str, watermark: int) -> None:
+    """Raise the watermark of the row (chip, kind, name) to ``watermark`` while its key is ``key``: the caller found
+    none of its runs touched above its watermark (``touched_since``) and nothing above ``watermark`` was read then, so
+    the next check reads the samples written since this one only, not every sample since the row was written (a
+    chip whose rows are reused, run after run on another chip, would read more at each report). A failed write only
+    leaves the next check reading more."""
+    try:
+        with store.writing() as session:
+            session.execute(update(AnalysisCache).where(
+                AnalysisCache.chip == chip, AnalysisCache.kind == kind, AnalysisCache.name == name,
+                AnalysisCache.key == key, AnalysisCache.watermark < watermark).values(watermark=watermark))
+    except SQLAlchemyError:
+        pass
 
 
 def clear(store: Store, chip: str | None = None) -> int:

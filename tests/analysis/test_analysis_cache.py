@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
 from harness.analysis import cache, site_evidence, site_inputs
@@ -23,7 +23,7 @@ from harness.analysis.history import detect_many
 from harness.core.job import JobResult
 from harness.pipeline import report
 from harness.record import analysis_cache, bundle, outbox, query, store
-from harness.record.models import AnalysisCache, Chip, Commit, Run
+from harness.record.models import AnalysisCache, Chip, Commit, Run, Sample
 from harness.stats import changepoints, policy
 from testkit.analysis import add_run, bench_job, checks, grid_results, sha_of, timings
 from testkit.migrations import downgraded
@@ -403,6 +403,36 @@ def test_report_no_cache_stores_nothing_and_renders_the_same_pages(db, tmp_path)
     with db.session() as session:
         assert session.scalar(select(AnalysisCache.id).limit(1)) is not None
     assert _pages(tmp_path / "plain") == _pages(tmp_path / "cached")
+
+
+def test_the_rows_of_a_chip_reused_run_after_run_check_only_the_samples_written_since(db, monkeypatch):
+    """New runs on chip A, one report after each: chip B's whole analysis (``chip``) and its jobs (``jobs``) are
+    reused each time, and their watermarks follow the samples (``analysis_cache.stamp``), so each check reads the
+    samples written since the last report only -- not every sample since those rows were written, more at each run.
+    The results stay the uncached ones."""
+    build(db)
+    chips = query.chip_keys(db)
+    analysed(db)
+    cache.job_catalogue(db, chips, site_inputs.SHOWN_KINDS)
+    checked: list[tuple[str, int]] = []
+    touched = analysis_cache.touched_since
+    chip_b = set(analysis_cache.chip_state(db, "chip-b", include_dirty=True).run_commit)
+    monkeypatch.setattr(analysis_cache, "touched_since", lambda store, runs, watermark: checked.append(
+        (bool(set(runs) & chip_b), watermark)) or touched(store, runs, watermark))
+    for commit in (12, 13):
+        with db.session() as session:
+            before = session.scalar(select(func.max(Sample.id)))
+        finished(db, add_run(db, "chip-a", commit, grid_results(np.random.default_rng(commit)), minutes=200 + commit))
+        checked.clear()
+        assert analysed(db)[2].chips_reused == 1
+        cache.job_catalogue(db, chips, site_inputs.SHOWN_KINDS)
+        assert [w for of_b, w in checked if of_b] == [before, before]  # chip B's chip and jobs rows
+    with db.session() as session:
+        top = session.scalar(select(func.max(Sample.id)))
+        stamped = dict(session.execute(select(AnalysisCache.kind, AnalysisCache.watermark).where(
+            AnalysisCache.chip == "chip-b", AnalysisCache.kind.in_(["chip", "jobs"]))).all())
+    assert stamped == {"chip": top, "jobs": top}
+    assert_same_as_uncached(db)
 
 
 def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_chip(db, monkeypatch):

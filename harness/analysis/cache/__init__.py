@@ -47,7 +47,9 @@ What is kept, per chip (``analysis_cache.kind``):
   the history order with each commit's identity (``analysis_cache.arrangement``) and the fingerprints of all its
   included runs, with the watermark: a chip none of whose runs changed (after a new run on another chip, or a report
   with nothing new) is read from this one row instead of assembled from its commits' rows; a sample of its runs above
-  the watermark (a later trial) or any other change recomputes it from the rows above.
+  the watermark (a later trial) or any other change recomputes it from the rows above.  Found unchanged, its
+  watermark is raised to the report's (``analysis_cache.stamp``), as is the ``jobs`` row's: the next check reads
+  only the samples written since, however many runs other chips gain meanwhile.
 - ``jobs``: the chip's distinct jobs (``job_catalogue``: the chip pages' units, the variant matrix's series), keyed
   by the fingerprints of all its runs, dirty ones too, with the watermark (a later trial may give a job its median);
   a chip that only gained runs reads the new runs' jobs alone.

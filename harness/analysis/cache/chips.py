@@ -104,8 +104,11 @@ def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysi
     found = analysis_cache.entry_keys(store, chip, "chip", [name]).get(name)
     if found is None:
         return None
-    return (not state.unfinished and found[0] == key
-            and not analysis_cache.touched_since(store, state.run_commit, found[1] or 0))
+    if state.unfinished or found[0] != key or analysis_cache.touched_since(store, state.run_commit, found[1] or 0):
+        return False
+    if state.watermark > (found[1] or 0):
+        analysis_cache.stamp(store, chip, "chip", name, key, state.watermark)
+    return True
 
 
 def _stored_chip(store: Store, chip: str, name: str, commits: list[tuple]

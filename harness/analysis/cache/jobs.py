@@ -94,6 +94,8 @@ def _chip_jobs(store: Store, chip: str, kinds: Sequence[str], state: analysis_ca
         if entry is not None and stored is not None and stored.base == base:
             touched = analysis_cache.touched_since(store, state.run_commit, entry.watermark or 0)
             if entry.key == key and not any(run in state.run_commit for run in touched):
+                if state.watermark > (entry.watermark or 0):
+                    analysis_cache.stamp(store, chip, "jobs", "jobs", key, state.watermark)
                 return stored.rows
             if all(runs.get(run) == d for run, d in stored.runs.items()) and not any(
                     run in stored.runs for run in touched):  # runs added, none changed
