@@ -231,16 +231,19 @@ def detect_windows(windows: Sequence[npt.NDArray[np.float64]], *, min_effect: fl
     for all windows of one length together (``_optimal_segments_many``), which shares the per-step cost of numpy
     calls, the batches on all cores (threads: numpy releases the GIL); the rest is ``detect_in_window``'s own steps."""
     penalty, min_segment, min_drift = _DETECT["penalty"], _DETECT["min_segment"], _DETECT["min_drift_length"]
-    prepared: dict[int, list[tuple[int, npt.NDArray[np.float64], npt.NDArray[np.intp], float]]] = {}
+    valid: dict[int, list[tuple[int, npt.NDArray[np.float64], npt.NDArray[np.intp]]]] = {}
     for h, medians in enumerate(windows):
         log_values, positions = changepoints.valid_history(medians)
-        n = log_values.size
-        if n < 2 * min_segment:
-            continue
-        sigma = changepoints.robust_noise(log_values)
+        if log_values.size >= 2 * min_segment:
+            valid.setdefault(log_values.size, []).append((h, log_values, positions))
+    prepared: dict[int, list[tuple[int, npt.NDArray[np.float64], npt.NDArray[np.intp], float]]] = {}
+    for n, group in valid.items():  # the noise and the winsorised values of a length's windows at once
+        values = np.stack([log_values for _, log_values, _ in group])
+        sigma = changepoints.robust_noise_rows(values)
+        cleaned = changepoints.winsorise_rows(values, sigma)
         inflation = 1.0 + changepoints.SMALL_SAMPLE_INFLATION / math.sqrt(n)
-        per_parameter = penalty * sigma * sigma * inflation * math.log(n)
-        prepared.setdefault(n, []).append((h, changepoints.winsorise(log_values, sigma), positions, per_parameter))
+        prepared[n] = [(h, cleaned[row], positions, penalty * s * s * inflation * math.log(n))
+                       for row, ((h, _, positions), s) in enumerate(zip(group, sigma.tolist(), strict=True))]
     batches = []  # each a list of windows of one length, at most _BATCH, about one per core when few
     workers = max(1, min(os.cpu_count() or 1, _WORKERS))
     for group in prepared.values():

@@ -31,10 +31,12 @@ __all__ = [
     "jump_is_supported",
     "optimal_segments",
     "robust_noise",
+    "robust_noise_rows",
     "stitched",
     "valid_history",
     "windows",
     "winsorise",
+    "winsorise_rows",
 ]
 
 ChangeKind = Literal["step", "drift"]
@@ -71,26 +73,37 @@ class ChangePoint:
 
 def robust_noise(values: npt.NDArray[np.float64]) -> float:
     """Noise sigma from first differences: trimmed RMS about their median, / sqrt(2)."""
-    differences = np.diff(values)
-    if differences.size < 2:
-        return NOISE_FLOOR
-    deviations = np.sort(np.abs(differences - np.median(differences)))
-    kept = deviations[: max(2, int(_TRIM_KEEP * deviations.size))]
-    variance_of_differences = float(np.mean(kept * kept)) / _TRIMMED_VARIANCE_FACTOR
-    return max(NOISE_FLOOR, math.sqrt(variance_of_differences / 2.0))
+    return float(robust_noise_rows(np.asarray(values, dtype=np.float64)[None, :])[0])
+
+
+def robust_noise_rows(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``robust_noise`` of each row of ``values`` (rows of one length), at once."""
+    differences = np.diff(values, axis=1)
+    if differences.shape[1] < 2:
+        return np.full(values.shape[0], NOISE_FLOOR)
+    deviations = np.sort(np.abs(differences - np.median(differences, axis=1, keepdims=True)), axis=1)
+    kept = deviations[:, : max(2, int(_TRIM_KEEP * deviations.shape[1]))]
+    variance_of_differences = np.mean(kept * kept, axis=1) / _TRIMMED_VARIANCE_FACTOR
+    return np.maximum(NOISE_FLOOR, np.sqrt(variance_of_differences / 2.0))
 
 
 def _running_median(values: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:
-    """``scipy.ndimage.median_filter(values, size=width, mode="nearest")`` of a 1-d array, odd ``width``: each
+    """``scipy.ndimage.median_filter(row, size=width, mode="nearest")`` of each row of ``values``, odd ``width``: each
     value's window, the ends repeated, and its middle value (a selection: exact)."""
     half = width // 2
-    windows = np.lib.stride_tricks.sliding_window_view(np.pad(values, half, mode="edge"), width)
-    return np.sort(windows, axis=1)[:, half]
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(values, ((0, 0), (half, half)), mode="edge"), width,
+                                                       axis=1)
+    return np.sort(windows, axis=2)[:, :, half]
 
 
 def winsorise(values: npt.NDArray[np.float64], sigma: float) -> npt.NDArray[np.float64]:
+    return winsorise_rows(np.asarray(values, dtype=np.float64)[None, :], np.array([sigma]))[0]
+
+
+def winsorise_rows(values: npt.NDArray[np.float64], sigma: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``winsorise`` of each row of ``values`` (rows of one length) with its own ``sigma``, at once."""
     running_median = _running_median(values, _WINSOR_WIDTH)
-    limit = _WINSOR_CLIP * sigma
+    limit = (_WINSOR_CLIP * sigma)[:, None]
     return running_median + np.clip(values - running_median, -limit, limit)
 
 

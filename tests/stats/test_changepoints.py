@@ -15,8 +15,12 @@ from harness.stats.changepoints import (
     ChangePoint,
     Window,
     detect_change_points,
+    robust_noise,
+    robust_noise_rows,
     stitched,
     windows,
+    winsorise,
+    winsorise_rows,
 )
 
 BASE_SECONDS = 1.5e-4  # a typical kernel time; only ratios matter
@@ -164,3 +168,17 @@ def test_stitched_takes_the_changes_near_a_boundary_from_one_window() -> None:
         dataclasses.replace(early, index=49, end_index=49)]  # the later window's, once
     assert stitched([(first, [ChangePoint(40, "step", 1.0, 1.2, 1.2, 40)]), (second, [late])]) == [
         ChangePoint(40, "step", 1.0, 1.2, 1.2, 40), dataclasses.replace(late, index=46, end_index=46)]
+
+
+def test_the_noise_and_winsorised_values_of_many_rows_are_each_rows_own() -> None:
+    """``detect_windows`` prepares the windows of one length at once: each row's noise and winsorised values are
+    the ones of that row alone, bit for bit (sorts, medians and means along rows of any count)."""
+    rng = np.random.default_rng(5)
+    for n in (2, 3, 6, 31, 256):
+        values = np.log(lognormal(rng, 40 * n, rng.choice([1e-4, 0.01, 0.05])).reshape(40, n))
+        values[3, n // 2:] += 0.3
+        sigma = robust_noise_rows(values)
+        cleaned = winsorise_rows(values, sigma)
+        for row in range(values.shape[0]):
+            assert sigma[row] == robust_noise(values[row].copy())
+            np.testing.assert_array_equal(cleaned[row], winsorise(values[row].copy(), float(sigma[row])))
