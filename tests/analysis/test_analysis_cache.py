@@ -153,6 +153,26 @@ def test_a_new_run_searches_one_window_a_series(db, monkeypatch):
     assert analysed(db)[:2] == plain and searched == [6] * 8  # nothing new: nothing searched
 
 
+def test_a_report_of_the_last_commits_leaves_the_whole_historys_windows_alone(db, monkeypatch):
+    """Each set of options keeps its own change-point windows (6 commits here): a ``--last`` or dirty analysis in
+    between does not delete those of the whole history, so after a new run the next plain report still searches one
+    window a series."""
+    from harness.analysis import history
+
+    whole = changepoints.windows
+    monkeypatch.setattr(changepoints, "windows", lambda n, window=None: whole(n, 6))
+    build(db)
+    analysed(db)
+    analysed(db, include_dirty=True)
+    analysed(db, last=5)
+    finished(db, add_run(db, "chip-a", 12, grid_results(np.random.default_rng(9)), minutes=200))
+    searched: list[int] = []
+    search = history.detect_windows
+    monkeypatch.setattr(history, "detect_windows", lambda windows, **kw: searched.extend(map(len, windows)) or search(
+        windows, **kw))
+    assert analysed(db)[2].changes == {"chip-a": (0, 8), "chip-b": (8, 0)} and searched == [6] * 8
+
+
 def test_a_run_still_being_written_is_recomputed_every_time_and_never_stored(db):
     """Samples of an unfinished run may still come (and on PostgreSQL commit with ids below a watermark already
     read): its commit's cells are computed afresh each time, never stored."""

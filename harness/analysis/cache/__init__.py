@@ -23,7 +23,8 @@ What is kept, per chip (``analysis_cache.kind``):
   one window; a longer one is searched in half-overlapping windows, all but the newest ending at a fixed commit): what
   the search found in it, named and keyed by a digest of exactly what ``stats.changepoints.detect_in_window`` is
   given (the window's levels, bit for bit, and the parameters).  After a new run each series searches its newest
-  window only, at times one more; rows of windows no longer searched are deleted.
+  window only, at times one more; rows of windows no longer searched are deleted.  Each set of options (``last``,
+  dirty runs) keeps its windows under a kind of its own (``changes_kind``).
 - ``families``, one row per chip and window: each commit's confirmed regressions (its family: every series against
   its previous point, BH across the commit's grid), keyed per commit by a digest of the commits the family reads
   (the head and, up its chain of previous commits, as far as the bases and history floors reach) with their cells'

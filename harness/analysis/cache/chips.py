@@ -270,8 +270,8 @@ def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -
     histories = series_histories(
         summary.data, summary.level, summary.low, summary.high, change_points=change_points,
         min_effect=min_effect, alpha=alpha,
-        find=change_finder(store, summary.data, min_effect=min_effect, alpha=alpha, writes=writes,
-                            stats_out=stats_out))
+        find=change_finder(store, summary.data, include_dirty=include_dirty, last=last, min_effect=min_effect,
+                           alpha=alpha, writes=writes, stats_out=stats_out))
     timings["histories"] += time.perf_counter() - start
     start = time.perf_counter()
     events = regression_list(store, summary, include_dirty=include_dirty, last=last, min_effect=min_effect,

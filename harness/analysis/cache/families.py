@@ -45,21 +45,28 @@ def _changes(payload: bytes, size: int) -> list[changepoints.ChangePoint] | None
                         for c in found) else None
 
 
-def change_finder(store: Store, data: query.ChipHistory, *, min_effect: float, alpha: float, writes: Writes,
-                  stats_out: CacheStats) -> history_module.ChangeFinder:
+def changes_kind(include_dirty: bool, last: int | None) -> str:
+    """The analysis cache's kind of the change-point windows of a chip's histories with these options (each set of
+    options keeps its own windows: a ``--last`` report does not delete those of the whole history)."""
+    return "changes" if not include_dirty and last is None else f"changes{dirty_suffix(include_dirty)}:{last}"
+
+
+def change_finder(store: Store, data: query.ChipHistory, *, include_dirty: bool, last: int | None, min_effect: float,
+                  alpha: float, writes: Writes, stats_out: CacheStats) -> history_module.ChangeFinder:
     """``series_histories``' change finder for ``data``'s series: each line searched in its windows
     (``changepoints.windows``), the stored changes of a window whose values and parameters are the same,
     ``detect_windows`` for the others. A window's row is named by a digest of its values (bit for bit) and the
     parameters: all windows but the newest end at a fixed commit, so a new run searches one window a series, at
-    times two. Rows of windows no longer searched are deleted. ``stats_out.changes``: series whose windows were all
-    reused, series with one searched."""
+    times two. Rows of windows no longer searched with these options (``changes_kind``) are deleted.
+    ``stats_out.changes``: series whose windows were all reused, series with one searched."""
     version = code_version()
+    kind = changes_kind(include_dirty, last)
     searched: list[int] = []
 
     def search(windows: Sequence[npt.NDArray[np.float64]]) -> list[list[changepoints.ChangePoint]]:
         names = [digest(version, min_effect, alpha, np.ascontiguousarray(values, dtype="<f8").tobytes())[:40]
                  for values in windows]
-        stored = analysis_cache.read_entries(store, data.chip, "changes")
+        stored = analysis_cache.read_entries(store, data.chip, kind)
         out = [_changes(entry.payload, len(values)) if (entry := stored.get(name)) is not None else None
                for name, values in zip(names, windows, strict=True)]
         searched[:] = [i for i, found in enumerate(out) if found is None]
@@ -69,7 +76,7 @@ def change_finder(store: Store, data: query.ChipHistory, *, min_effect: float, a
             out[i] = found
             new[names[i]] = analysis_cache.Entry(names[i], json.dumps(
                 [[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in found]).encode())
-        writes.add("changes", new, keep=names)
+        writes.add(kind, new, keep=names)
         return [found or [] for found in out]
 
     def find(lines_of: Sequence[Sequence[npt.NDArray[np.float64]]]) -> list[history_module.Flags]:
