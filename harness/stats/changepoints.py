@@ -88,12 +88,13 @@ def robust_noise_rows(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64
 
 
 def _running_median(values: npt.NDArray[np.float64], width: int) -> npt.NDArray[np.float64]:
-    """``scipy.ndimage.median_filter(row, size=width, mode="nearest")`` of each row of ``values``, odd ``width``: each
-    value's window, the ends repeated, and its middle value (a selection: exact)."""
+    """``scipy.ndimage.median_filter(row, size=width, mode="nearest")`` along the last axis of ``values`` (a history,
+    or rows of them), odd ``width``: each value's window, the ends repeated, and its middle value (a selection:
+    exact)."""
     half = width // 2
-    windows = np.lib.stride_tricks.sliding_window_view(np.pad(values, ((0, 0), (half, half)), mode="edge"), width,
-                                                       axis=1)
-    return np.sort(windows, axis=2)[:, :, half]
+    padded = np.pad(values, [(0, 0)] * (values.ndim - 1) + [(half, half)], mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
+    return np.sort(windows, axis=-1)[..., half]
 
 
 def winsorise(values: npt.NDArray[np.float64], sigma: float) -> npt.NDArray[np.float64]:
