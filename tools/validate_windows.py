@@ -715,20 +715,18 @@ def report_planted(number: int, spec: Block, outcome: Outcome) -> None:
     deficit = [i for i in range(spec.count)
                if len(scores["windowed"][i].false) < len(scores["whole"][i].false)]
     print(f"  histories where windowed has more false changes than whole: {len(surplus)}; fewer: {len(deficit)}")
-    for i, p in missed[:2] + missed_drift[:2]:
+    def reproducer(label: str, kind: str, i: int, planted: str) -> None:
         h = outcome.histories[i]
-        line = (f"{spec.name} #{i} (seed [{SEED}, {number}, {i}], scale {h.scale:.4f}): planted {p.kind}@{p.index} "
-                f"x{math.exp(p.log_change):.3f} ({p.label}, {p.where}); windowed "
+        line = (f"{spec.name} #{i} (seed [{SEED}, {number}, {i}], scale {h.scale:.4f}): planted {planted}; windowed "
                 f"{brief(outcome.found['windowed'][i])}; whole {brief(outcome.found['whole'][i])}")
-        print(f"    whole only: {line}")
-        REPRODUCERS.append(f"planted, found by whole only: {line}")
+        print(f"    {label}: {line}")
+        REPRODUCERS.append(f"planted, {kind}: {line}")
+
+    for i, p in missed[:2] + missed_drift[:2]:
+        reproducer("whole only", "found by whole only", i,
+                   f"{p.kind}@{p.index} x{math.exp(p.log_change):.3f} ({p.label}, {p.where})")
     for i in surplus[:2]:
-        h = outcome.histories[i]
-        line = (f"{spec.name} #{i} (seed [{SEED}, {number}, {i}], scale {h.scale:.4f}): planted "
-                f"{brief_planted(h.planted)}; windowed {brief(outcome.found['windowed'][i])}; "
-                f"whole {brief(outcome.found['whole'][i])}")
-        print(f"    windowed more false: {line}")
-        REPRODUCERS.append(f"planted, windowed more false: {line}")
+        reproducer("windowed more false", "windowed more false", i, brief_planted(outcome.histories[i].planted))
 
 
 def brief_planted(planted: Sequence[Planted]) -> str:
@@ -764,8 +762,8 @@ def show(block_name: str, index: int, save: str | None, noise: Noise) -> None:
     for method in METHODS:
         print(f"{method}: {brief(search_one(h.values, method))}")
     for w in windows_of(spec.n):
-        inside = changepoints.detect_in_window(h.values[w.start:w.stop], min_effect=DEFAULT_MIN_EFFECT,
-                                               alpha=DEFAULT_ALPHA)
+        inside = changepoints.detect_change_points(h.values[w.start:w.stop], min_effect=DEFAULT_MIN_EFFECT,
+                                                   alpha=DEFAULT_ALPHA, window=None)
         shifted = [ChangePoint(c.index + w.start, c.kind, c.before, c.after, c.ratio, c.end_index + w.start)
                    for c in inside]
         print(f"  window {w.start}-{w.stop - 1} (owns {w.own_start}-{w.own_stop - 1}): {brief(shifted)}")

@@ -298,16 +298,10 @@ def detect_change_points(
                      for stretch in windows(values.size, window)])
 
 
-def detect_in_window(
-    medians: Sequence[float],
-    *,
-    min_effect: float = DEFAULT_MIN_EFFECT,
-    alpha: float = DEFAULT_ALPHA,
-    penalty: float = 3.0,
-    min_segment: int = 3,
-    min_drift_length: int = 8,
-) -> list[ChangePoint]:
-    """``detect_change_points`` of the whole of ``medians``, searched at once (no windows)."""
+def detect_in_window(medians: Sequence[float], *, min_effect: float, alpha: float, penalty: float, min_segment: int,
+                     min_drift_length: int) -> list[ChangePoint]:
+    """``detect_change_points`` of the whole of ``medians``, searched at once (no windows); the parameters are its
+    (their defaults are there)."""
     log_values, positions = valid_history(medians)
     n = log_values.size
     if n < 2 * min_segment:
@@ -380,7 +374,7 @@ def stitched(searched: Sequence[tuple[Window, Sequence[ChangePoint]]]) -> list[C
         later = any(boundary - near <= c.index < boundary + near for c in shifted[k + 1])
         bounds[k][1] = bounds[k + 1][0] = boundary - near if later else boundary + near
     found: list[ChangePoint] = []
-    cut_at = -1  # the last commit of the window whose own drift ran to its end, if the newest change is that drift
+    cut_at = -1  # the last commit of the window before: a drift ending there ran to its window's end
     for (stretch, _), changes, (low, high) in zip(searched, shifted, bounds, strict=True):
         going_on = None
         if found and found[-1].kind == "drift" and found[-1].end_index == cut_at:
@@ -390,8 +384,7 @@ def stitched(searched: Sequence[tuple[Window, Sequence[ChangePoint]]]) -> list[C
             found[-1] = ChangePoint(drift.index, "drift", drift.before, going_on.after, going_on.after / drift.before,
                                     going_on.end_index)
         found += [c for c in changes if c is not going_on and low <= c.index < high]
-        cut_at = stretch.stop - 1 if found and found[-1].kind == "drift" and found[-1].end_index == stretch.stop - 1 \
-            else -1
+        cut_at = stretch.stop - 1
     return found
 
 

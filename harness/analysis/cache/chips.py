@@ -100,7 +100,8 @@ def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory],
 
 def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysis_cache.ChipState) -> bool | None:
     """Whether the chip's analysis is stored under ``key`` and none of its runs gained samples since it was stored (a
-    later trial of a stored job); its payload is not read. None: none of it is stored (under any key)."""
+    later trial of a stored job); its payload is not read. None: none of it is stored (under any key). Found so, its
+    watermark is raised to ``state``'s (``analysis_cache.stamp``)."""
     found = analysis_cache.entry_keys(store, chip, "chip", [name]).get(name)
     if found is None:
         return None
