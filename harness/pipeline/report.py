@@ -204,6 +204,7 @@ def _build_report(store: Store, out_dir: str | Path, options: ReportOptions, tim
     generated_at = _stamp()
     analysis = SiteAnalysis(out_dir, change_points=change_points, last=last, cache=cache, commit_urls=urls,
                             generated_at=generated_at)
+    early: EvidencePages | None = None
     try:
         with store.memoised():  # the pages read the newest runs again and again
             data = load_site(store, change_points=change_points, last=last, commit=commit, cache=cache,
@@ -216,17 +217,19 @@ def _build_report(store: Store, out_dir: str | Path, options: ReportOptions, tim
 
             # the chip pages' compare and samples pages while the analysis goes on: they do not depend on it
             early = EvidencePages(out_dir, site_manifests(store), data.db_label, last=last, generated_at=generated_at,
-                                  incremental=cache)
+                                  incremental=cache, forked=store.forked if store.shared_by_processes else None)
             data.acks = acks.acks(store)
             data.evidence = load_evidence(store, data.latest, regressions, cache=cache, links=(briefs, urls),
                                           shown=early.render)
             data.timings["evidence"] = time.perf_counter() - start
-            data.timings["evidence pages"] = early.seconds
             index = render(data, out_dir, store=store, incremental=cache, history=analysis.history,
                            generated_at=generated_at, early=early)
+            data.timings["evidence pages"] = early.seconds  # in its own process, where it forked
             analysis.collect()
     finally:
         analysis.abandon()
+        if early is not None:
+            early.abandon()
     if timings is not None:
         timings.update(data.timings)
     return index

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.site_manifests import Manifest, SiteManifests
+from harness.core.fork import ForkedWork, can_fork
 from harness.render.fingerprint import Fingerprint, commit_links, render_version
 from harness.render.pageset import PageSet, common_context, page_environment
 from reports import evidence as evidence_pages
+
+log = logging.getLogger(__name__)
 
 # --- evidence pages, lazily ------------------------------------------------------------------------------------------
 
@@ -68,6 +72,41 @@ def _samples_input(data: Any, compare: Any) -> tuple[Any, ...]:
     return (data.key, tuple(data.base_runs), tuple(data.head_runs), samples, data.row, linked)
 
 
+def _compare_input(compare: Any) -> tuple[Any, ...]:
+    """What a compare page shows (``evidence_pages.ComparePage``): its name, side labels, view (the report, its
+    runs, ...) and rows. A row's link holds the report's row of the same place (``evidence_links``): that is not
+    digested twice -- each is a few hundred rows' text -- but where a link's row is another object."""
+    rows = compare.view.report.rows
+    same = len(compare.rows) == len(rows) and all(link.row is row for link, row in zip(compare.rows, rows, strict=True))
+    links = [(link.anchor, link.samples, link.runs) for link in compare.rows] if same else compare.rows
+    return (compare.name, compare.base_label, compare.head_label, compare.view, links)
+
+
+class _SamplesPrints:
+    """The fingerprints of one build's samples pages. The pages of one pair of runs share all but their series and
+    compare row: what they share (the runs, their fingerprints, the compare page they link to and the commits'
+    links) is digested once per pair (by identity: the evidence gives every page of a pair the same ``runs`` and
+    ``prints``), where the runs have fingerprints (``SeriesSamples.prints``); else each page's samples are."""
+
+    def __init__(self, found: evidence_pages.Links, shared: str) -> None:
+        self.found, self.shared = found, shared
+        self._pairs: dict[tuple[int, int, int], tuple[Any, bytes]] = {}
+
+    def __call__(self, name: str, data: Any, compare: Any) -> Fingerprint:
+        prints = getattr(data, "prints", ())
+        if not prints:
+            return Fingerprint(self.shared, "samples", name, _samples_input(data, compare),
+                               commit_links(self.found, (run.sha for run in _sample_runs(data))))
+        key = (id(data.runs), id(prints), id(compare))
+        pair = self._pairs.get(key)
+        if pair is None:  # the objects are kept alive with their digest: their ids are not taken again meanwhile
+            linked = None if compare is None else (compare.name, compare.base_label, compare.head_label)
+            pair = self._pairs[key] = ((data.runs, prints, compare), Fingerprint(
+                tuple(data.base_runs), tuple(data.head_runs), data.runs, prints, linked,
+                commit_links(self.found, (run.sha for run in data.runs))).digest())
+        return Fingerprint(self.shared, "samples", name, data.key, pair[1], data.row)
+
+
 def _sample_runs(data: Any) -> Iterable[Any]:
     runs = getattr(data, "runs", ())
     return runs if getattr(data, "prints", ()) else (run for _, run, _ in data.jobs)
@@ -91,17 +130,16 @@ def write_evidence(site: PageSet, found: evidence_pages.Links, samples: list[tup
         view, report = compare.view, compare.view.report
         shas = [report.base.sha, report.head.sha, *(run.sha for run in (*view.base_runs, *view.head_runs))]
         page("compare", compare.name,
-             lambda compare=compare, shas=shas: Fingerprint(shared, "compare", compare,
+             lambda compare=compare, shas=shas: Fingerprint(shared, "compare", *_compare_input(compare),
                                                             commit_links(found, shas)),
              lambda compare=compare: write(compare.name, "compare.html.j2", page=compare,
                                            hours_apart=evidence_pages._hours))
+    samples_print = _SamplesPrints(found, shared)
     for name, data, compare in samples:
         if name in skip:
             continue
         page("samples", name,
-             lambda name=name, data=data, compare=compare: Fingerprint(
-                 shared, "samples", name, _samples_input(data, compare),
-                 commit_links(found, (run.sha for run in _sample_runs(data)))),
+             lambda name=name, data=data, compare=compare: samples_print(name, data, compare),
              lambda name=name, data=data, compare=compare: write(
                  name, "samples.html.j2", page=evidence_pages._samples_page(data, compare)))
 
@@ -110,30 +148,79 @@ class EvidencePages:
     """The compare and samples pages of the evidence loaded so far, rendered before the rest of the site
     (``render``): ``harness.pipeline.report.build_report`` renders the chip pages' pairs while the analysis runs in its
     own process, as those pages do not depend on it; ``write_site`` then renders the others and adds these
-    (``merge_into``). The files are those ``write_site`` would write."""
+    (``merge_into``). The files are those ``write_site`` would write.
+
+    With ``forked`` (where ``can_fork``), they are rendered in a forked process of their own, which calls it first
+    (the store's ``forked``: connections of its own), while the report goes on: after one new run on a long
+    history, its 400 samples pages are a fifth of the report's work, and the analysis' process is done with its
+    own before the report is done with the rest. A samples page to be drawn reads its samples there
+    (``SeriesSamples.jobs``), on a connection of that process. Where the process fails, ``merge_into`` renders
+    them here."""
 
     def __init__(self, out_dir: str | Path, manifests: SiteManifests | None, db_label: str, *, last: int | None,
-                 generated_at: str, incremental: bool) -> None:
+                 generated_at: str, incremental: bool, forked: Callable[[], None] | None = None) -> None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.site = PageSet(out, manifests.read(out) if manifests is not None else Manifest(),
                             incremental and manifests is not None, None, common_context(db_label, generated_at, last))
         self.shared = evidence_fingerprint(db_label, last)
         self.seconds = 0.0
+        self._forked = forked
+        self._work: ForkedWork | None = None
+        self._handed: set[str] = set()  # the pages the forked process renders
+        self._pending: tuple[evidence_pages.Links, list[tuple[str, Any, Any]], set[str]] | None = None
 
     @property
     def done(self) -> set[str]:
-        """The pages rendered or kept so far."""
-        return set(self.site.manifest.pages) | self.site.stats.names
+        """The pages rendered or kept so far, or being rendered by the forked process."""
+        return set(self.site.manifest.pages) | self.site.stats.names | self._handed
 
     def render(self, evidence: Any) -> None:
         began = time.perf_counter()
         found, samples = evidence_links(evidence)
         self.site.env = page_environment(found)
         self.site.common["evidence"] = found
-        write_evidence(self.site, found, samples, self.shared, self.done)
+        skip = self.done
+        if self._forked is not None and self._work is None and can_fork():
+            self._pending = (found, samples, skip)
+            self._handed = ({compare.name for compare in found.compares} | {name for name, _, _ in samples}) - skip
+            self._work = ForkedWork(lambda send: self._in_child(send, found, samples, skip))
+        else:
+            write_evidence(self.site, found, samples, self.shared, skip)
         self.seconds += time.perf_counter() - began
 
+    def _in_child(self, send: Callable[[Any], None], found: evidence_pages.Links, samples: list[tuple[str, Any, Any]],
+                  skip: Set[str]) -> None:
+        assert self._forked is not None
+        self._forked()
+        began = time.perf_counter()
+        write_evidence(self.site, found, samples, self.shared, skip)
+        stats = self.site.stats
+        send((self.site.manifest.pages, dict(stats.rendered), dict(stats.kept), stats.names,
+              time.perf_counter() - began))
+
     def merge_into(self, site: PageSet) -> None:
+        """Add these pages to ``site``, once the forked process (if any) has written them."""
+        if self._work is not None:
+            ok, result = self._work.receive()
+            self._work.close()
+            self._work = None
+            self._handed = set()
+            if ok:
+                pages, rendered, kept, names, seconds = result
+                self.seconds += seconds
+                site.merge(pages, rendered, kept, names)
+            else:
+                log.warning("evidence pages: their process failed (%s); rendered here instead", result)
+                assert self._pending is not None
+                began = time.perf_counter()
+                write_evidence(self.site, *self._pending[:2], self.shared, self._pending[2])
+                self.seconds += time.perf_counter() - began
         stats = self.site.stats
         site.merge(self.site.manifest.pages, stats.rendered, stats.kept, stats.names)
+
+    def abandon(self) -> None:
+        """Stop the forked process (the build failed before ``merge_into``)."""
+        if self._work is not None:
+            self._work.abandon()
+            self._work = None

@@ -80,6 +80,9 @@ class Fingerprint:
     def hexdigest(self) -> str:
         return self._digest.hexdigest()
 
+    def digest(self) -> bytes:
+        return self._digest.digest()
+
     def _put(self, tag: bytes, payload: bytes = b"") -> None:
         self._digest.update(tag + len(payload).to_bytes(8, "little") + payload)
 

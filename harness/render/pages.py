@@ -102,8 +102,6 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
     write_evidence(site, found, samples, evidence_fingerprint(frame.common["db_label"], frame.common["last"]),
                    early.done if early is not None else frozenset())
-    if early is not None:
-        early.merge_into(site)
 
     # what the other pages read of the history pages is known before those are written: they are rendered while
     # the history pages' process still writes (``finish``, below, waits for it)
@@ -159,6 +157,8 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                        n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
                        n_unproven=sum(1 for r in regressions if r.kind == "unproven"),
                        n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows)))
+    if early is not None:  # its process wrote them meanwhile
+        early.merge_into(site)
     history.finish(site)
     finish_build(out, site.previous, site.manifest, manifests, site.incremental, site.stats)
     log.info("pages: %s", site.stats.summary())

@@ -37,9 +37,11 @@ from tests.render.test_compare_page import APPLE, NVIDIA, SHAS, add_run, build_s
 
 
 def _forks(monkeypatch: pytest.MonkeyPatch, can_fork: object) -> None:
-    """Whether the report may fork: the analysis' process (``harness.pipeline.report``) and the history pages'."""
+    """Whether the report may fork: the analysis' process (``harness.pipeline.report``), the history pages' and the
+    evidence pages'."""
     monkeypatch.setattr(report, "can_fork", can_fork)
     monkeypatch.setattr(render_history, "can_fork", can_fork)
+    monkeypatch.setattr(render_evidence, "can_fork", can_fork)
 
 
 URL_TEMPLATE = "https://git.example.com/kernels/commit/{sha}"
@@ -106,16 +108,21 @@ def test_one_new_run_renders_only_what_changed_and_equals_a_full_build(store, tm
     assert len(stale) == 3 and all(name.startswith("samples-") for name in stale)
 
 
-def test_the_chip_pages_evidence_is_rendered_before_the_regression_list_is_taken(store, tmp_path, monkeypatch):
+@pytest.mark.parametrize("forks", [False, True])
+def test_the_chip_pages_evidence_is_rendered_before_the_regression_list_is_taken(store, tmp_path, monkeypatch,
+                                                                                 forks):
     """``build_report`` renders the chip pages' compare and samples pages while the analysis goes on (they do not
-    depend on it), the rest after: the same files as a build that renders every page at the end."""
+    depend on it; here, or handed to a process of their own), the rest after: the same files as a build that
+    renders every page at the end."""
     events: list[str] = []
     render_early, regressions = render_evidence.EvidencePages.render, report.SiteAnalysis.regressions
+    monkeypatch.setattr(render_evidence, "can_fork", lambda: forks)
 
     def early(self, evidence):  # noqa: ANN001, ANN202 - the method's own
         events.append(f"early: {len(evidence.compares)} compares, {len(evidence.samples)} samples")
         render_early(self, evidence)
-        events.append(f"rendered {sorted(self.site.stats.rendered.items())}")
+        handed = len(self._handed)  # the pages its process renders
+        events.append(f"handed {handed}" if forks else f"rendered {sorted(self.site.stats.rendered.items())}")
 
     def taken(self, timings):  # noqa: ANN001, ANN202
         events.append("regressions")
@@ -125,7 +132,8 @@ def test_the_chip_pages_evidence_is_rendered_before_the_regression_list_is_taken
     monkeypatch.setattr(report.SiteAnalysis, "regressions", taken)
     add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
     build(store, tmp_path / "site")
-    assert events[:2] == ["early: 2 compares, 8 samples", "rendered [('compare', 2), ('samples', 8)]"]
+    assert events[:2] == ["early: 2 compares, 8 samples",
+                          "handed 10" if forks else "rendered [('compare', 2), ('samples', 8)]"]
     assert events[2] == "regressions"
     data = site_inputs.load_site(store, change_points=False)  # analysed here, every page rendered at the end
     data.evidence = site_evidence.load_evidence(store, data.latest, data.regressions, commit_url=URL_TEMPLATE)
@@ -323,6 +331,41 @@ def test_a_history_is_digested_once_per_build_and_exactly():
     assert fingerprint.Fingerprint({"chip": [moved]}, memo=memo).hexdigest() != first
 
 
+def test_the_samples_pages_of_a_pair_share_one_digest_and_stay_exact():
+    """A pair's samples pages digest what they share once; each page's fingerprint still tells apart its series and
+    row, and any change to what the pair shares (a run's fingerprint, the compare page's labels, a commit link)."""
+    from types import SimpleNamespace
+
+    from harness.analysis.site_inputs import RunBrief
+    from reports import evidence as evidence_pages
+
+    runs = (RunBrief("r1", "chip", "a" * 40, "repo", None, False),
+            RunBrief("r2", "chip", "b" * 40, "repo", None, False))
+    prints = (("r1", 3, 10), ("r2", 3, 20))
+    compare = SimpleNamespace(name="compare-x.html", base_label="a", head_label="b")
+
+    def page(key: str, row: str, pair_prints: tuple = prints) -> SimpleNamespace:
+        return SimpleNamespace(key=key, base_runs=("r1",), head_runs=("r2",), runs=runs, prints=pair_prints, row=row)
+
+    def prints_of(pages: list, links: dict[str, str] | None = None, linked: object = compare) -> list[str]:
+        found = evidence_pages.Links(links or {})
+        digest = render_evidence._SamplesPrints(found, "shared")
+        return [digest(f"samples-{i}.html", data, linked).hexdigest() for i, data in enumerate(pages)]
+
+    one, two = page("k1", "row1"), page("k2", "row2")
+    first = prints_of([one, two])
+    assert len(set(first)) == 2
+    digest = render_evidence._SamplesPrints(evidence_pages.Links(), "shared")
+    digest("samples-0.html", one, compare), digest("samples-1.html", two, compare)
+    assert len(digest._pairs) == 1  # the pair digested once
+    assert prints_of([one, two]) == first  # a fresh build: the same
+    assert prints_of([page("k1", "row1 changed"), two])[0] != first[0]
+    assert prints_of([page("k1", "row1", (("r1", 3, 10), ("r2", 3, 21))), two])[0] != first[0]  # a later trial
+    relabelled = SimpleNamespace(name="compare-x.html", base_label="a", head_label="b'")
+    assert prints_of([one, two], linked=relabelled)[0] != first[0]
+    assert prints_of([one, two], links={"a" * 40: "https://example.com/a"})[0] != first[0]
+
+
 def _record_renderer_pid(monkeypatch, where: Path) -> None:
     """Each time the history pages are rendered, the rendering process's pid is appended to ``where``."""
     original = render_history.HistoryPages.render
@@ -391,6 +434,81 @@ def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch
     _forks(monkeypatch, lambda: False)
     build(store, tmp_path / "inline")
     assert files(tmp_path / "site") == files(tmp_path / "inline")
+
+
+def test_evidence_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
+    """The chip pages' compare and samples pages are written by a forked process while the report goes on (it
+    reads the samples of the pages it draws on a connection of its own); the site is the same as one written
+    here, after a new run too, and a build with nothing new keeps what that process wrote."""
+    pids = tmp_path / "pids"
+    original = render_evidence.write_evidence
+
+    def recorded(site, found, samples, shared, skip):  # noqa: ANN001, ANN202 - the function's own
+        if [name for name, _, _ in samples if name not in skip]:
+            with pids.open("a") as out:
+                out.write(f"{os.getpid()}\n")
+        return original(site, found, samples, shared, skip)
+
+    monkeypatch.setattr(render_evidence, "write_evidence", recorded)
+    _forks(monkeypatch, lambda: True)
+    build(store, tmp_path / "forked")
+    writers = {int(pid) for pid in pids.read_text().split()}
+    assert writers and os.getpid() not in writers  # every samples page drawn elsewhere
+    _forks(monkeypatch, lambda: False)
+    build(store, tmp_path / "inline")
+    assert files(tmp_path / "forked") == files(tmp_path / "inline")
+    assert any(name.startswith("samples") for name in files(tmp_path / "forked"))
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))  # incremental: the manifests merge
+    _forks(monkeypatch, lambda: True)
+    build(store, tmp_path / "forked")
+    build(store, tmp_path / "fresh")
+    assert files(tmp_path / "forked") == files(tmp_path / "fresh")
+    before = mtimes(tmp_path / "forked")
+    build(store, tmp_path / "forked")  # nothing new: the pages the child wrote are kept
+    after = mtimes(tmp_path / "forked")
+    evidence = [name for name in before if name.startswith(("samples", "compare"))]
+    assert evidence and all(before[name] == after[name] for name in evidence)
+
+
+def test_a_failed_evidence_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
+    parent = os.getpid()
+    original = render_evidence.write_evidence
+
+    def fails_in_the_child(site, found, samples, shared, skip):  # noqa: ANN001, ANN202 - the function's own
+        if os.getpid() != parent:
+            (site.out / samples[0][0]).write_text("half written")
+            raise RuntimeError("the child dies")
+        return original(site, found, samples, shared, skip)
+
+    monkeypatch.setattr(render_evidence, "write_evidence", fails_in_the_child)
+    _forks(monkeypatch, lambda: True)
+    build(store, tmp_path / "site")
+    assert "evidence pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
+    _forks(monkeypatch, lambda: False)
+    build(store, tmp_path / "inline")
+    assert files(tmp_path / "site") == files(tmp_path / "inline")
+
+
+def test_a_build_that_fails_after_the_evidence_forked_leaves_no_process_behind(store, tmp_path, monkeypatch):
+    started: list[int] = []
+    original = fork.ForkedWork.__init__
+
+    def init(self, work):  # noqa: ANN001, ANN202 - the method's own
+        original(self, work)
+        started.append(self.pid)
+
+    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("render failed")
+
+    monkeypatch.setattr(fork.ForkedWork, "__init__", init)
+    _forks(monkeypatch, lambda: True)
+    monkeypatch.setattr(report, "render", broken)
+    with pytest.raises(RuntimeError, match="render failed"):
+        build(store, tmp_path / "site")
+    assert len(started) == 2  # the analysis' process and the evidence pages'
+    for pid in started:
+        with pytest.raises(ChildProcessError):  # reaped: neither running nor a zombie
+            os.waitpid(pid, os.WNOHANG)
 
 
 def test_a_build_that_fails_leaves_no_process_behind(store, tmp_path, monkeypatch):
