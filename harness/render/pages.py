@@ -15,7 +15,9 @@ folder is not drawn or written again.
 The history pages depend on nothing but the histories, the regression list and the commit links, so
 ``build_report`` starts them (``HistoryPages``) before it loads the evidence, in a forked process where that is safe
 (``can_fork``), and the rest of the site is built meanwhile; where the process fails they are rendered in the
-report's own. The files are the same either way.
+report's own. So are the chip pages' compare and samples pages (``EvidencePages``: they do not wait for the
+analysis), and the chip pages, while the report writes the variant matrix, the regression list and the index
+(``ForkedPages``). The files are the same either way.
 
 A page's fingerprint is a SHA-256 of everything its template reads: its own records (a history page's series,
 bit for bit, with the commits of their points, its regressions with their places in the regression list, its
@@ -52,7 +54,7 @@ from harness.analysis.site_inputs import SiteData
 from harness.core.status import is_code_failure
 from harness.render.evidence import EvidencePages, evidence_fingerprint, evidence_links, write_evidence
 from harness.render.history import DeliveredHistoryPages, HistoryPages
-from harness.render.pageset import Build, PageSet, WriteStats, finish_build, page_environment
+from harness.render.pageset import Build, ForkedPages, PageSet, WriteStats, finish_build, page_environment
 from reports import chip as chip_page
 from reports import evidence as evidence_pages
 from reports import regressions as regressions_page
@@ -87,21 +89,16 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                 ) -> Path:
     chips, latest, baselines, matrix, regressions = data.chips, data.latest, data.baselines, data.matrix, \
         list(data.regressions)
-    failing_before, noise, checks, acks = data.failing_before, data.noise, data.checks, data.acks
-    repos, others, manifests, stats = data.repos, data.others, build.manifests, build.stats
+    failing_before, noise, checks = data.failing_before, data.noise, data.checks
+    others, manifests, stats = data.others, build.manifests, build.stats
     frame = history.frame
     out = frame.out
     site = PageSet(out, frame.previous, frame.incremental, page_environment(found), {**frame.common, "evidence": found},
                    stats=stats if stats is not None else WriteStats())
-    page, write = site.page, site.write
+    write = site.write
     regs_of_chip: dict[str, list[tuple[int, Any]]] = defaultdict(list)
     for i, reg in enumerate(regressions):
         regs_of_chip[reg.chip].append((i, reg))
-    matrix_chips, rows = variants_page.matrix_rows(matrix)
-
-    # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
-    write_evidence(site, found, samples, evidence_fingerprint(frame.common["db_label"], frame.common["last"]),
-                   early.done if early is not None else frozenset())
 
     # what the other pages read of the history pages is known before those are written: they are rendered while
     # the history pages' process still writes (``finish``, below, waits for it)
@@ -111,6 +108,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
         pages_of_chip[summary_of_page.chip].append(summary_of_page)
 
     summary = {}
+    chip_pages: list[tuple[str, str, Any]] = []
     for chip in chips:
         run = latest.get(chip["key"])
         jobs = run.jobs if run else []
@@ -123,8 +121,8 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
         winners = {(b.kernel, b.dtype, b.shape_key): b.variant for b in (matrix.best if matrix else ())
                    if b.chip == chip["key"] and b.evidence is not None}
         name = site_render.chip_page_name(chip["key"])
-        page("chip", name, None, lambda name=name, chip=chip, run=run, jobs=jobs, verdicts=verdicts,
-             winners=winners: write(
+        chip_pages.append(("chip", name, lambda name=name, chip=chip, run=run, jobs=jobs, verdicts=verdicts,
+                           winners=winners: write(
                  name, "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
                  others=(others or {}).get(chip["key"], []),
                  verdicts=verdicts, winners=winners, checks=checks or {},
@@ -141,7 +139,36 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                  history_pages=pages_of_chip.get(chip["key"], []),
                  selections=chip_page.test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
                  sources=chip_page.run_sources(jobs),
-                 failing_tests=chip_page.failing_tests(jobs, (failing_before or {}).get(chip["key"], set()))))
+                 failing_tests=chip_page.failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))))
+    # the chip pages -- the largest of those always rendered -- in a process of their own while the rest is written
+    in_chip_pages = ForkedPages(site, chip_pages)
+    try:
+        _write_the_rest(site, history, found, samples, data, early, matrix, summary)
+    except BaseException:
+        in_chip_pages.abandon()
+        raise
+    in_chip_pages.finish()
+    if early is not None:  # its process wrote them meanwhile
+        early.merge_into(site)
+    history.finish(site)
+    finish_build(out, site.previous, site.manifest, manifests, site.incremental, site.stats)
+    log.info("pages: %s", site.stats.summary())
+    return out / "index.html"
+
+
+def _write_the_rest(site: PageSet, history: HistoryPages | DeliveredHistoryPages, found: evidence_pages.Links,
+                    samples: list[tuple[str, Any, Any]], data: SiteData, early: EvidencePages | None, matrix: Any,
+                    summary: dict[str, Any]) -> None:
+    """The site's pages but the chip pages and the history pages: the compare and samples pages not rendered
+    early, the variant matrix, the regression list and its feed, the index."""
+    page, write, frame = site.page, site.write, history.frame
+    chips, latest, regressions, acks = data.chips, data.latest, list(data.regressions), data.acks
+    repos, others = data.repos, data.others
+    # --- the evidence path (reports.evidence): commit links and run ids on every page, compare and samples pages
+    write_evidence(site, found, samples, evidence_fingerprint(frame.common["db_label"], frame.common["last"]),
+                   early.done if early is not None else frozenset())
+    matrix_chips, rows = variants_page.matrix_rows(matrix)
+    pages = frame.summaries
     page("variants", "variants.html", None,
          lambda: write("variants.html", "variants.html.j2", matrix=matrix, chips=matrix_chips, rows=rows,
                        rollup=variants_page.variant_rollup(matrix)))
@@ -157,12 +184,6 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                        n_correctness=sum(1 for r in regressions if r.kind == "correctness"),
                        n_unproven=sum(1 for r in regressions if r.kind == "unproven"),
                        n_divergent=len(matrix.divergent) if matrix is not None else 0, matrix_rows=len(rows)))
-    if early is not None:  # its process wrote them meanwhile
-        early.merge_into(site)
-    history.finish(site)
-    finish_build(out, site.previous, site.manifest, manifests, site.incremental, site.stats)
-    log.info("pages: %s", site.stats.summary())
-    return out / "index.html"
 
 
 def index_groups(chips: list[dict[str, Any]], repos: Mapping[str, str], others: Mapping[str, Sequence[Any]]

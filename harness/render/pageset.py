@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.site_manifests import Manifest, SiteManifests
+from harness.core.fork import ForkedWork, can_fork
 from harness.render.fingerprint import Fingerprint
 from reports import evidence as evidence_pages
 from reports import render as site_render
@@ -92,6 +93,48 @@ class PageSet:
         for kind, count in kept.items():
             self.stats.kept[kind] += count
         self.stats.names |= names
+
+
+class ForkedPages:
+    """Pages always rendered (no fingerprint), written by a forked process (where ``can_fork``) while the build
+    writes its other pages: ``pages`` as (kind, name, render); ``finish`` adds them to ``site`` once written, or
+    renders them here where that process failed. Their inputs are all in memory (a page's ``render`` reads no
+    database). The files are the same either way."""
+
+    def __init__(self, site: PageSet, pages: list[tuple[str, str, Callable[[], Path]]]) -> None:
+        self.site, self.pages = site, pages
+        self._work: ForkedWork | None = None
+        if len(pages) > 1 and can_fork():
+            self._work = ForkedWork(self._in_child)
+        else:
+            self._render(site)
+
+    def _render(self, into: PageSet) -> None:
+        for kind, name, render in self.pages:
+            into.page(kind, name, None, render)
+
+    def _in_child(self, send: Callable[[Any], None]) -> None:
+        own = PageSet(self.site.out, self.site.previous, self.site.incremental, self.site.env, self.site.common)
+        self._render(own)
+        send((own.manifest.pages, dict(own.stats.rendered), dict(own.stats.kept), own.stats.names))
+
+    def finish(self) -> None:
+        if self._work is None:
+            return
+        ok, result = self._work.receive()
+        self._work.close()
+        self._work = None
+        if ok:
+            self.site.merge(*result)
+        else:
+            log.warning("%s pages: their process failed (%s); rendered here instead", self.pages[0][0], result)
+            self._render(self.site)
+
+    def abandon(self) -> None:
+        """Stop the forked process (the build failed before ``finish``)."""
+        if self._work is not None:
+            self._work.abandon()
+            self._work = None
 
 
 def page_environment(links: evidence_pages.Links) -> Any:

@@ -28,7 +28,7 @@ from harness.pipeline.report import ReportOptions, build_report
 from harness.record import analysis_cache, query
 from harness.record.outbox import open_store
 from harness.render import evidence as render_evidence
-from harness.render import fingerprint
+from harness.render import fingerprint, pageset
 from harness.render import history as render_history
 from reports.evidence import compare_page_name
 from reports.history import kernel_history_page_name
@@ -37,11 +37,12 @@ from tests.render.test_compare_page import APPLE, NVIDIA, SHAS, add_run, build_s
 
 
 def _forks(monkeypatch: pytest.MonkeyPatch, can_fork: object) -> None:
-    """Whether the report may fork: the analysis' process (``harness.pipeline.report``), the history pages' and the
-    evidence pages'."""
+    """Whether the report may fork: the analysis' process (``harness.pipeline.report``), the history pages', the
+    evidence pages' and the chip pages'."""
     monkeypatch.setattr(report, "can_fork", can_fork)
     monkeypatch.setattr(render_history, "can_fork", can_fork)
     monkeypatch.setattr(render_evidence, "can_fork", can_fork)
+    monkeypatch.setattr(pageset, "can_fork", can_fork)
 
 
 URL_TEMPLATE = "https://git.example.com/kernels/commit/{sha}"
@@ -487,6 +488,66 @@ def test_a_failed_evidence_process_is_made_good_here(store, tmp_path, monkeypatc
     _forks(monkeypatch, lambda: False)
     build(store, tmp_path / "inline")
     assert files(tmp_path / "site") == files(tmp_path / "inline")
+
+
+def test_chip_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
+    original = pageset.ForkedPages._in_child
+
+    def in_child(self, send):  # noqa: ANN001, ANN202 - the method's own
+        (tmp_path / "chip-pid").write_text(str(os.getpid()))
+        return original(self, send)
+
+    monkeypatch.setattr(pageset.ForkedPages, "_in_child", in_child)
+    _forks(monkeypatch, lambda: True)
+    build(store, tmp_path / "forked")
+    assert int((tmp_path / "chip-pid").read_text()) != os.getpid()
+    _forks(monkeypatch, lambda: False)
+    build(store, tmp_path / "inline")
+    assert files(tmp_path / "forked") == files(tmp_path / "inline")
+    assert chip_page_name(APPLE.key) in files(tmp_path / "forked")
+
+
+def test_a_failed_chip_pages_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
+    parent = os.getpid()
+    original = pageset.ForkedPages._render
+
+    def fails_in_the_child(self, into):  # noqa: ANN001, ANN202 - the method's own
+        if os.getpid() != parent:
+            (into.out / chip_page_name(APPLE.key)).write_text("half written")
+            raise RuntimeError("the child dies")
+        return original(self, into)
+
+    monkeypatch.setattr(pageset.ForkedPages, "_render", fails_in_the_child)
+    _forks(monkeypatch, lambda: True)
+    build(store, tmp_path / "site")
+    assert "chip pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
+    _forks(monkeypatch, lambda: False)
+    build(store, tmp_path / "inline")
+    assert files(tmp_path / "site") == files(tmp_path / "inline")
+
+
+def test_a_build_that_fails_while_the_chip_pages_are_drawn_leaves_no_process_behind(store, tmp_path, monkeypatch):
+    from harness.render import pages as render_pages
+
+    started: list[int] = []
+    original = fork.ForkedWork.__init__
+
+    def init(self, work):  # noqa: ANN001, ANN202 - the method's own
+        original(self, work)
+        started.append(self.pid)
+
+    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("index failed")
+
+    monkeypatch.setattr(fork.ForkedWork, "__init__", init)
+    _forks(monkeypatch, lambda: True)
+    monkeypatch.setattr(render_pages, "index_groups", broken)
+    with pytest.raises(RuntimeError, match="index failed"):
+        build(store, tmp_path / "site")
+    assert len(started) == 3  # the analysis', the evidence pages' and the chip pages' processes
+    for pid in started:
+        with pytest.raises(ChildProcessError):  # reaped: neither running nor a zombie
+            os.waitpid(pid, os.WNOHANG)
 
 
 def test_a_build_that_fails_after_the_evidence_forked_leaves_no_process_behind(store, tmp_path, monkeypatch):
