@@ -379,6 +379,22 @@ def _record_renderer_pid(monkeypatch, where: Path) -> None:
     monkeypatch.setattr(render_history.HistoryPages, "render", recorded)
 
 
+def _forked_after_a_new_run_keeps_its_pages(store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            prefixes: tuple[str, ...]) -> None:
+    """After a new run, an incremental build with forks (the manifests merged) equals a fresh one, and a build with
+    nothing new keeps the pages named ``prefixes``... that the forked processes wrote."""
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
+    _forks(monkeypatch, lambda: True)
+    build(store, tmp_path / "forked")
+    build(store, tmp_path / "fresh")
+    assert files(tmp_path / "forked") == files(tmp_path / "fresh")
+    before = mtimes(tmp_path / "forked")
+    build(store, tmp_path / "forked")  # nothing new
+    after = mtimes(tmp_path / "forked")
+    kept = [name for name in before if name.startswith(prefixes)]
+    assert kept and all(before[name] == after[name] for name in kept)
+
+
 def test_history_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
     pids = tmp_path / "pids"
     _record_renderer_pid(monkeypatch, pids)
@@ -389,16 +405,7 @@ def test_history_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(
     forked, inline = pids.read_text().split()
     assert int(forked) != os.getpid() and int(inline) == os.getpid()
     assert files(tmp_path / "forked") == files(tmp_path / "inline")
-    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))  # incremental: the manifests merge
-    _forks(monkeypatch, lambda: True)
-    build(store, tmp_path / "forked")
-    build(store, tmp_path / "fresh")
-    assert files(tmp_path / "forked") == files(tmp_path / "fresh")
-    before = mtimes(tmp_path / "forked")
-    build(store, tmp_path / "forked")  # nothing new: the history pages the child wrote are kept
-    after = mtimes(tmp_path / "forked")
-    history = [name for name in before if name.startswith("history")]
-    assert history and all(before[name] == after[name] for name in history)
+    _forked_after_a_new_run_keeps_its_pages(store, tmp_path, monkeypatch, ("history",))
 
 
 @pytest.mark.parametrize("forks", [True, False])
@@ -418,6 +425,17 @@ def test_the_other_pages_are_written_before_the_report_waits_for_the_history_pag
     assert seen == [(True, True)]  # one wait, after both were written
 
 
+def _made_good_here(store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+                    message: str) -> None:
+    """A build whose forked process fails says so (``message``) and writes the site a build without forks does."""
+    _forks(monkeypatch, lambda: True)
+    build(store, tmp_path / "site")
+    assert message in caplog.text
+    _forks(monkeypatch, lambda: False)
+    build(store, tmp_path / "inline")
+    assert files(tmp_path / "site") == files(tmp_path / "inline")
+
+
 def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
     parent = os.getpid()
     original = render_history.HistoryPages.render
@@ -429,12 +447,8 @@ def test_a_failed_history_process_is_made_good_here(store, tmp_path, monkeypatch
         return original(self)
 
     monkeypatch.setattr(render_history.HistoryPages, "render", fails_in_the_child)
-    _forks(monkeypatch, lambda: True)
-    build(store, tmp_path / "site")
-    assert "history pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
-    _forks(monkeypatch, lambda: False)
-    build(store, tmp_path / "inline")
-    assert files(tmp_path / "site") == files(tmp_path / "inline")
+    _made_good_here(store, tmp_path, monkeypatch, caplog,
+                    "history pages: their process failed (RuntimeError: the child dies); rendered here")
 
 
 def test_evidence_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
@@ -459,16 +473,7 @@ def test_evidence_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline
     build(store, tmp_path / "inline")
     assert files(tmp_path / "forked") == files(tmp_path / "inline")
     assert any(name.startswith("samples") for name in files(tmp_path / "forked"))
-    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))  # incremental: the manifests merge
-    _forks(monkeypatch, lambda: True)
-    build(store, tmp_path / "forked")
-    build(store, tmp_path / "fresh")
-    assert files(tmp_path / "forked") == files(tmp_path / "fresh")
-    before = mtimes(tmp_path / "forked")
-    build(store, tmp_path / "forked")  # nothing new: the pages the child wrote are kept
-    after = mtimes(tmp_path / "forked")
-    evidence = [name for name in before if name.startswith(("samples", "compare"))]
-    assert evidence and all(before[name] == after[name] for name in evidence)
+    _forked_after_a_new_run_keeps_its_pages(store, tmp_path, monkeypatch, ("samples", "compare"))
 
 
 def test_a_failed_evidence_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
@@ -482,12 +487,8 @@ def test_a_failed_evidence_process_is_made_good_here(store, tmp_path, monkeypatc
         return original(site, found, samples, shared, skip)
 
     monkeypatch.setattr(render_evidence, "write_evidence", fails_in_the_child)
-    _forks(monkeypatch, lambda: True)
-    build(store, tmp_path / "site")
-    assert "evidence pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
-    _forks(monkeypatch, lambda: False)
-    build(store, tmp_path / "inline")
-    assert files(tmp_path / "site") == files(tmp_path / "inline")
+    _made_good_here(store, tmp_path, monkeypatch, caplog,
+                    "evidence pages: their process failed (RuntimeError: the child dies); rendered here")
 
 
 def test_chip_pages_drawn_in_a_process_of_their_own_equal_those_drawn_inline(store, tmp_path, monkeypatch):
@@ -518,15 +519,16 @@ def test_a_failed_chip_pages_process_is_made_good_here(store, tmp_path, monkeypa
         return original(self, into)
 
     monkeypatch.setattr(pageset.ForkedPages, "_render", fails_in_the_child)
-    _forks(monkeypatch, lambda: True)
-    build(store, tmp_path / "site")
-    assert "chip pages: their process failed (RuntimeError: the child dies); rendered here" in caplog.text
-    _forks(monkeypatch, lambda: False)
-    build(store, tmp_path / "inline")
-    assert files(tmp_path / "site") == files(tmp_path / "inline")
+    _made_good_here(store, tmp_path, monkeypatch, caplog,
+                    "chip pages: their process failed (RuntimeError: the child dies); rendered here")
 
 
-def test_a_build_that_fails_while_the_chip_pages_are_drawn_leaves_no_process_behind(store, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("where", "started_before"), [
+    ("load_evidence", 1),  # the analysis' process
+    ("render", 2),  # and the evidence pages'
+    ("index_groups", 3),  # and the chip pages'
+])
+def test_a_build_that_fails_leaves_no_process_behind(store, tmp_path, monkeypatch, where, started_before):
     from harness.render import pages as render_pages
 
     started: list[int] = []
@@ -537,60 +539,17 @@ def test_a_build_that_fails_while_the_chip_pages_are_drawn_leaves_no_process_beh
         started.append(self.pid)
 
     def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        raise RuntimeError("index failed")
+        raise RuntimeError(f"{where} failed")
 
     monkeypatch.setattr(fork.ForkedWork, "__init__", init)
     _forks(monkeypatch, lambda: True)
-    monkeypatch.setattr(render_pages, "index_groups", broken)
-    with pytest.raises(RuntimeError, match="index failed"):
+    monkeypatch.setattr(render_pages if where == "index_groups" else report, where, broken)
+    with pytest.raises(RuntimeError, match=f"{where} failed"):
         build(store, tmp_path / "site")
-    assert len(started) == 3  # the analysis', the evidence pages' and the chip pages' processes
+    assert len(started) == started_before
     for pid in started:
         with pytest.raises(ChildProcessError):  # reaped: neither running nor a zombie
             os.waitpid(pid, os.WNOHANG)
-
-
-def test_a_build_that_fails_after_the_evidence_forked_leaves_no_process_behind(store, tmp_path, monkeypatch):
-    started: list[int] = []
-    original = fork.ForkedWork.__init__
-
-    def init(self, work):  # noqa: ANN001, ANN202 - the method's own
-        original(self, work)
-        started.append(self.pid)
-
-    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        raise RuntimeError("render failed")
-
-    monkeypatch.setattr(fork.ForkedWork, "__init__", init)
-    _forks(monkeypatch, lambda: True)
-    monkeypatch.setattr(report, "render", broken)
-    with pytest.raises(RuntimeError, match="render failed"):
-        build(store, tmp_path / "site")
-    assert len(started) == 2  # the analysis' process and the evidence pages'
-    for pid in started:
-        with pytest.raises(ChildProcessError):  # reaped: neither running nor a zombie
-            os.waitpid(pid, os.WNOHANG)
-
-
-def test_a_build_that_fails_leaves_no_process_behind(store, tmp_path, monkeypatch):
-    started: list[int] = []
-    original = fork.ForkedWork.__init__
-
-    def init(self, work):  # noqa: ANN001, ANN202 - the method's own
-        original(self, work)
-        started.append(self.pid)
-
-    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        raise RuntimeError("evidence failed")
-
-    monkeypatch.setattr(fork.ForkedWork, "__init__", init)
-    _forks(monkeypatch, lambda: True)
-    monkeypatch.setattr(report, "load_evidence", broken)
-    with pytest.raises(RuntimeError, match="evidence failed"):
-        build(store, tmp_path / "site")
-    assert len(started) == 1
-    with pytest.raises(ChildProcessError):  # reaped: neither running nor a zombie
-        os.waitpid(started[0], os.WNOHANG)
 
 
 def test_a_failed_analysis_process_is_made_good_here(store, tmp_path, monkeypatch, caplog):
