@@ -152,7 +152,7 @@ class EvidencePages:
 
     With ``forked`` (where ``can_fork``), they are rendered in a forked process of their own, which calls it first
     (the store's ``forked``: connections of its own), while the report goes on: after one new run on a long
-    history, its 400 samples pages are a fifth of the report's work, and the analysis' process is done with its
+    history, its 400 samples pages are about a tenth of the report's CPU, and the analysis' process is done with its
     own before the report is done with the rest. A samples page to be drawn reads its samples there
     (``SeriesSamples.jobs``), on a connection of that process. Where the process fails, ``merge_into`` renders
     them here."""
