@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,16 +32,12 @@ import bench_report  # noqa: E402
 
 def report(tree: Path, db: Path, out: Path) -> tuple[float, float]:
     """Wall and CPU seconds (user + system, its children included) of one report of ``tree`` in a fresh process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "harness", "report", "--db", f"sqlite:///{db}", "--out", str(out),
-                           "--timings"], cwd=tree, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONHASHSEED": "0", "RAY_USAGE_STATS_ENABLED": "0"})
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, cpu, done = bench_report.timed(
+        [sys.executable, "-m", "harness", "report", "--db", f"sqlite:///{db}", "--out", str(out), "--timings"],
+        cwd=tree, env={**os.environ, "PYTHONHASHSEED": "0", "RAY_USAGE_STATS_ENABLED": "0"})
     if done.returncode != 0:
         raise SystemExit(f"{tree}: report failed\n{done.stdout}\n{done.stderr}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def main() -> None:

@@ -283,7 +283,7 @@ def one_report(url: str, out: Path, *, cache: bool, change_points: bool, last: i
             "regressions": len(data.regressions), "cache": "; ".join(notes)}
 
 
-def _timed(command: list[str], **kwargs) -> tuple[float, float, subprocess.CompletedProcess]:
+def timed(command: list[str], **kwargs) -> tuple[float, float, subprocess.CompletedProcess]:
     """Wall and CPU seconds (user + system, children included) of a command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -326,7 +326,7 @@ def report_process(url: str, out: Path, *, cache: bool, args: argparse.Namespace
         command += [] if cache else ["--uncached"]
     command += [] if args.change_points else ["--no-change-points"]
     command += ["--last", str(args.last)] if args.last else []
-    wall, cpu, done = _timed(command, env={**os.environ, "PYTHONHASHSEED": "0"}, cwd=tree or ROOT)
+    wall, cpu, done = timed(command, env={**os.environ, "PYTHONHASHSEED": "0"}, cwd=tree or ROOT)
     if done.returncode != 0:
         raise SystemExit(f"report failed:\n{done.stdout}\n{done.stderr}")
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": wall, "cpu_s": cpu}
@@ -410,7 +410,7 @@ def write_asv(url: str, root: Path) -> tuple[Path, int]:
 
 
 def asv_publish(asv: str, conf: Path) -> tuple[float, float, subprocess.CompletedProcess]:
-    return _timed([asv, "--config", str(conf), "publish", "--no-pull"], cwd=conf.parent)
+    return timed([asv, "--config", str(conf), "publish", "--no-pull"], cwd=conf.parent)
 
 
 # ---------------------------------------------------------------------------------------------------------------

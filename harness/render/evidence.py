@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Set
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.site_manifests import Manifest, SiteManifests
-from harness.core.fork import ForkedWork, can_fork
 from harness.render.fingerprint import Fingerprint, commit_links, render_version
-from harness.render.pageset import PageSet, common_context, page_environment
+from harness.render.pageset import ForkedPages, PageSet, common_context, page_environment
 from reports import evidence as evidence_pages
-
-log = logging.getLogger(__name__)
 
 # --- evidence pages, lazily ------------------------------------------------------------------------------------------
 
@@ -166,9 +162,8 @@ class EvidencePages:
         self.shared = evidence_fingerprint(db_label, last)
         self.seconds = 0.0
         self._forked = forked
-        self._work: ForkedWork | None = None
+        self._pages: ForkedPages | None = None
         self._handed: set[str] = set()  # the pages the forked process renders
-        self._pending: tuple[evidence_pages.Links, list[tuple[str, Any, Any]], set[str]] | None = None
 
     @property
     def done(self) -> set[str]:
@@ -181,46 +176,23 @@ class EvidencePages:
         self.site.env = page_environment(found)
         self.site.common["evidence"] = found
         skip = self.done
-        if self._forked is not None and self._work is None and can_fork():
-            self._pending = (found, samples, skip)
+        self._pages = ForkedPages(self.site, lambda into: write_evidence(into, found, samples, self.shared, skip),
+                                  "evidence", fork=self._forked is not None, before=self._forked)
+        if self._pages.forked:
             self._handed = ({compare.name for compare in found.compares} | {name for name, _, _ in samples}) - skip
-            self._work = ForkedWork(lambda send: self._in_child(send, found, samples, skip))
-        else:
-            write_evidence(self.site, found, samples, self.shared, skip)
         self.seconds += time.perf_counter() - began
-
-    def _in_child(self, send: Callable[[Any], None], found: evidence_pages.Links, samples: list[tuple[str, Any, Any]],
-                  skip: Set[str]) -> None:
-        assert self._forked is not None
-        self._forked()
-        began = time.perf_counter()
-        write_evidence(self.site, found, samples, self.shared, skip)
-        stats = self.site.stats
-        send((self.site.manifest.pages, dict(stats.rendered), dict(stats.kept), stats.names,
-              time.perf_counter() - began))
 
     def merge_into(self, site: PageSet) -> None:
         """Add these pages to ``site``, once the forked process (if any) has written them."""
-        if self._work is not None:
-            ok, result = self._work.receive()
-            self._work.close()
-            self._work = None
+        if self._pages is not None and self._pages.forked:
+            self._pages.finish()
+            self.seconds += self._pages.seconds
             self._handed = set()
-            if ok:
-                pages, rendered, kept, names, seconds = result
-                self.seconds += seconds
-                site.merge(pages, rendered, kept, names)
-            else:
-                log.warning("evidence pages: their process failed (%s); rendered here instead", result)
-                assert self._pending is not None
-                began = time.perf_counter()
-                write_evidence(self.site, *self._pending[:2], self.shared, self._pending[2])
-                self.seconds += time.perf_counter() - began
+        self._pages = None
         stats = self.site.stats
         site.merge(self.site.manifest.pages, stats.rendered, stats.kept, stats.names)
 
     def abandon(self) -> None:
         """Stop the forked process (the build failed before ``merge_into``)."""
-        if self._work is not None:
-            self._work.abandon()
-            self._work = None
+        if self._pages is not None:
+            self._pages.abandon()

@@ -141,7 +141,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                  sources=chip_page.run_sources(jobs),
                  failing_tests=chip_page.failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))))
     # the chip pages -- the largest of those always rendered -- in a process of their own while the rest is written
-    in_chip_pages = ForkedPages(site, chip_pages)
+    in_chip_pages = ForkedPages(site, lambda into: _draw(into, chip_pages), "chip", fork=len(chip_pages) > 1)
     try:
         _write_the_rest(site, history, found, samples, data, early, matrix, summary)
     except BaseException:
@@ -154,6 +154,12 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     finish_build(out, site.previous, site.manifest, manifests, site.incremental, site.stats)
     log.info("pages: %s", site.stats.summary())
     return out / "index.html"
+
+
+def _draw(into: PageSet, pages: list[tuple[str, str, Any]]) -> None:
+    """Pages always rendered (no fingerprint), as (kind, name, render)."""
+    for kind, name, render in pages:
+        into.page(kind, name, None, render)
 
 
 def _write_the_rest(site: PageSet, history: HistoryPages | DeliveredHistoryPages, found: evidence_pages.Links,

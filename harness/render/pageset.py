@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,27 +97,32 @@ class PageSet:
 
 
 class ForkedPages:
-    """Pages always rendered (no fingerprint), written by a forked process (where ``can_fork``) while the build
-    writes its other pages: ``pages`` as (kind, name, render); ``finish`` adds them to ``site`` once written, or
-    renders them here where that process failed. Their inputs are all in memory (a page's ``render`` reads no
-    database). The files are the same either way."""
+    """Pages that ``draw(into)`` writes into a ``PageSet``, drawn by a forked process (``fork`` and where
+    ``can_fork``; it calls ``before`` first, e.g. the store's ``forked`` where a page reads the database) while the
+    build goes on, else here at once. ``finish`` adds what the process wrote to ``site``, or draws the pages here
+    where it failed (``label`` names them in the warning). ``seconds``: how long drawing took, wherever it ran. The
+    files are the same either way."""
 
-    def __init__(self, site: PageSet, pages: list[tuple[str, str, Callable[[], Path]]]) -> None:
-        self.site, self.pages = site, pages
-        self._work: ForkedWork | None = None
-        if len(pages) > 1 and can_fork():
-            self._work = ForkedWork(self._in_child)
-        else:
+    def __init__(self, site: PageSet, draw: Callable[[PageSet], None], label: str, *, fork: bool = True,
+                 before: Callable[[], None] | None = None) -> None:
+        self.site, self.draw, self.label, self.before = site, draw, label, before
+        self.seconds = 0.0
+        self.forked = fork and can_fork()
+        self._work: ForkedWork | None = ForkedWork(self._in_child) if self.forked else None
+        if not self.forked:
             self._render(site)
 
     def _render(self, into: PageSet) -> None:
-        for kind, name, render in self.pages:
-            into.page(kind, name, None, render)
+        began = time.perf_counter()
+        self.draw(into)
+        self.seconds += time.perf_counter() - began
 
     def _in_child(self, send: Callable[[Any], None]) -> None:
+        if self.before is not None:
+            self.before()
         own = PageSet(self.site.out, self.site.previous, self.site.incremental, self.site.env, self.site.common)
         self._render(own)
-        send((own.manifest.pages, dict(own.stats.rendered), dict(own.stats.kept), own.stats.names))
+        send((own.manifest.pages, dict(own.stats.rendered), dict(own.stats.kept), own.stats.names, self.seconds))
 
     def finish(self) -> None:
         if self._work is None:
@@ -125,9 +131,10 @@ class ForkedPages:
         self._work.close()
         self._work = None
         if ok:
-            self.site.merge(*result)
+            *parts, self.seconds = result
+            self.site.merge(*parts)
         else:
-            log.warning("%s pages: their process failed (%s); rendered here instead", self.pages[0][0], result)
+            log.warning("%s pages: their process failed (%s); rendered here instead", self.label, result)
             self._render(self.site)
 
     def abandon(self) -> None:

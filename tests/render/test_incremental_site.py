@@ -41,7 +41,6 @@ def _forks(monkeypatch: pytest.MonkeyPatch, can_fork: object) -> None:
     evidence pages' and the chip pages'."""
     monkeypatch.setattr(report, "can_fork", can_fork)
     monkeypatch.setattr(render_history, "can_fork", can_fork)
-    monkeypatch.setattr(render_evidence, "can_fork", can_fork)
     monkeypatch.setattr(pageset, "can_fork", can_fork)
 
 
@@ -117,7 +116,7 @@ def test_the_chip_pages_evidence_is_rendered_before_the_regression_list_is_taken
     renders every page at the end."""
     events: list[str] = []
     render_early, regressions = render_evidence.EvidencePages.render, report.SiteAnalysis.regressions
-    monkeypatch.setattr(render_evidence, "can_fork", lambda: forks)
+    monkeypatch.setattr(pageset, "can_fork", lambda: forks)
 
     def early(self, evidence):  # noqa: ANN001, ANN202 - the method's own
         events.append(f"early: {len(evidence.compares)} compares, {len(evidence.samples)} samples")
