@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from harness.analysis.cache import NoiseRows, VariantCells, analyse, job_catalogue
+from harness.analysis.cache import NoiseRows, VariantCells, analyse, job_catalogue, job_ids
 from harness.analysis.noise import noise_report
 from harness.analysis.records import NoiseRow, RegressionEvidence, SeriesHistory, VariantMatrix
 from harness.analysis.site_evidence import Evidence
@@ -151,7 +151,7 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     chips = query.chips(store)
     # each chip's runs (and the highest sample id, before anything else), for the analysis cache's keys: read once
-    jobs = analysis_cache.job_id_summaries(store) if cache else None
+    jobs = job_ids(store) if cache else None
     states = {chip["key"]: analysis_cache.chip_state(store, chip["key"], include_dirty=True, jobs=jobs)
               for chip in chips} if cache else None
     if analysis is not None:

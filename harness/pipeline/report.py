@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.cache import analyse, cache_log, replay_log
+from harness.analysis.cache.chips import ChipRows
 from harness.analysis.records import RegressionEvidence, SeriesHistory
 from harness.analysis.site_evidence import commit_urls, load_evidence
 from harness.analysis.site_inputs import SiteData, load_site
@@ -77,9 +78,10 @@ def _stamp() -> str:
 class SiteAnalysis:
     """The histories and the regression list (``analyse``) and then the history pages, in a forked process
     (``pages.ForkedWork``, where ``pages.can_fork``) while the report loads what the chip pages show: the regression
-    list and the pages' frame come back first (``regressions``), the pages when written (``history.finish``); then
-    it stores the analysis cache's rows, and the report waits for it to end once the site is written (``collect``).
-    What the process did not deliver is done in the report's own; the site is the same either way."""
+    list and the pages' frame come back first (``regressions``), then the analysis cache's rows, which the report
+    stores while the pages are drawn (when it has written the rest of the site and waits for them), then the pages
+    (``history.finish``). What the process did not deliver is done in the report's own; the site is the same either
+    way."""
 
     def __init__(self, out_dir: str | Path, *, change_points: bool, last: int | None, cache: bool,
                  commit_urls: dict[str, str], generated_at: str) -> None:
@@ -93,7 +95,7 @@ class SiteAnalysis:
         if can_fork() and store.shared_by_processes:
             self._work = ForkedWork(self._in_child)
 
-    def _analyse(self, timings: dict[str, float], deferred_writes: list[Callable[[], None]] | None = None
+    def _analyse(self, timings: dict[str, float], deferred_writes: list[ChipRows] | None = None
                  ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence]]:
         histories, regressions, _ = analyse(self.store, self.chips, change_points=self.change_points, last=self.last,
                                             use_cache=self.cache, timings=timings, states=self.states,
@@ -111,14 +113,13 @@ class SiteAnalysis:
     def _in_child(self, send: Callable[[Any], None]) -> None:
         self.store.forked()
         timings: dict[str, float] = {}
-        deferred: list[Callable[[], None]] = []
+        deferred: list[ChipRows] = []
         with cache_log() as notes:
             histories, regressions = self._analyse(timings, deferred)
         pages = self._pages(histories, regressions)
         send((regressions, timings, notes, pages.frame))
+        send([rows.ready() for rows in deferred])  # the report's process stores them while the pages are drawn
         send(pages.render())
-        for store_rows in deferred:  # the analysis cache's rows, once the report has what it waits for
-            store_rows()
 
     def regressions(self, timings: dict[str, float]) -> list[RegressionEvidence]:
         """The regression list (``timings`` gets the analysis' phases, and how long this process waited for them);
@@ -141,15 +142,19 @@ class SiteAnalysis:
         return regressions
 
     def _pages_sent(self) -> tuple[bool, Any]:
+        """The analysis cache's rows (stored here: this process waits for the pages meanwhile), then the pages."""
         assert self._work is not None
-        found = self._work.receive()
+        rows = self._work.receive()
+        if rows[0]:
+            for chip_rows in rows[1]:
+                chip_rows.store(self.store)
+        found = self._work.receive() if rows[0] else rows
         if not found[0]:  # it ended: reaped
             self._work = None
         return found
 
     def collect(self) -> None:
-        """Wait for the analysis' process to end, once the site is written: it stores the analysis cache's rows
-        after it sent the history pages."""
+        """Wait for the analysis' process to end, once the site is written (it has sent everything)."""
         if self._work is not None:
             self._work.close()
             self._work = None

@@ -7,6 +7,7 @@ renders the same pages."""
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -704,8 +705,9 @@ def test_a_search_after_its_warm_up_is_the_plain_one_and_no_thread_is_left():
 
 
 def test_deferred_cache_writes_are_stored_only_when_made(db):
-    """``analyse(deferred_writes=[...])`` stores nothing of a chip it computes itself: the calls it hands back store
-    the rows, and the analysis after them reuses them."""
+    """``analyse(deferred_writes=[...])`` stores nothing of a chip it computes itself: the rows it hands back
+    (``ChipRows``, picklable once ready: another process may store them) store them, and the analysis after them
+    reuses them."""
     build(db, commits=8)
     analysed(db)
     finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
@@ -721,15 +723,16 @@ def test_deferred_cache_writes_are_stored_only_when_made(db):
     histories, regressions, found = cache.analyse(db, query.chip_keys(db), deferred_writes=deferred)
     assert (repr(histories), repr(regressions)) == plain and found.chips_reused == 1 and len(deferred) == 1
     assert rows() == before
-    deferred[0]()
+    pickle.loads(pickle.dumps(deferred[0].ready())).store(db)
     assert rows() != before
     again = analysed(db)
     assert again[:2] == plain and again[2].chips_reused == 2
 
 
-def test_the_reports_analysis_stores_its_cache_rows_after_its_history_pages(db, tmp_path, monkeypatch):
-    """In the report's forked analysis the chip's rows (16 MB at 1,000 commits) are written after the history pages
-    are sent, not before the regression list; the report returns once they are stored."""
+def test_the_reports_analysis_hands_its_cache_rows_to_the_report(db, tmp_path, monkeypatch):
+    """The report's forked analysis does not store the chip's rows (16 MB at 1,000 commits) itself, after its
+    history pages: it hands them to the report's process, which stores them while the pages are drawn; they are
+    stored by the time the report returns."""
     from harness.core import fork
     from harness.render import history as render_pages
 
@@ -748,8 +751,8 @@ def test_the_reports_analysis_stores_its_cache_rows_after_its_history_pages(db, 
     monkeypatch.setattr(cache.chips, "flush", lambda store, chip, *a: noted(f"rows {chip}") or flush(store, chip, *a))
     monkeypatch.setattr(render_pages.HistoryPages, "render", lambda self: (render(self), noted("pages"))[0])
     report.build_report(db, tmp_path / "site")
-    lines = [line.split() for line in events.read_text().splitlines()]
-    assert [what for what, *_ in lines] == ["pages", "rows"] and lines[0][-1] == lines[1][-1] != str(os.getpid())
+    where = {what: pid for what, *_, pid in (line.split() for line in events.read_text().splitlines())}
+    assert where.keys() == {"pages", "rows"} and where["rows"] == str(os.getpid()) != where["pages"]
     with db.session() as session:  # stored by the time the report returned
         assert session.scalar(select(AnalysisCache.watermark).where(AnalysisCache.chip == "chip-a",
                                                                     AnalysisCache.kind == "chip"))

@@ -88,3 +88,36 @@ def test_within_memoised_a_chips_arrangement_is_read_once(db, monkeypatch):
         assert len(reads) == 2
     analysis_cache.arrangement(db, "chip-a")
     assert len(reads) == 3  # outside: every call reads
+
+
+def test_within_memoised_refs_previous_runs_history_runs_and_run_prints_are_read_once(db, monkeypatch):
+    """A report's compare pages, noise meters and variant cells resolve the same runs and ask the same previous runs,
+    history runs and run fingerprints: within ``memoised`` each is read once (the commit graph shared with the
+    history runs'), gives what a plain read gives, and a caller changing its answer changes no later one."""
+    from harness.analysis.cache import RunPrints
+    from harness.record import analysis_cache
+
+    runs = _runs(db)
+    expected = (query.resolve_ref(db, sha_of(3), "chip-a"), query.previous_run(db, runs[3]),
+                query.history_run_ids(db, [runs[3]]), analysis_cache.run_prints(db, runs))
+    refs = _counted(monkeypatch, query.refs, "_resolve_ref")
+    previous = _counted(monkeypatch, query.order, "_previous_run")
+    graphs = _counted(monkeypatch, ancestry, "load_graph")
+    prints = _counted(monkeypatch, analysis_cache, "run_prints")
+    with db.memoised():
+        first = query.resolve_ref(db, sha_of(3), "chip-a")
+        first.runs.clear()
+        assert query.resolve_ref(db, sha_of(3), "chip-a") == expected[0] and len(refs) == 1
+        query.resolve_ref(db, sha_of(2), "chip-a")
+        assert len(refs) == 2
+        assert query.previous_run(db, runs[3]) == expected[1] == query.previous_run(db, runs[3])
+        ids = query.history_run_ids(db, [runs[3]])
+        ids.clear()
+        assert query.history_run_ids(db, [runs[3]]) == expected[2]
+        assert len(previous) == 1 and len(graphs) == 1
+        assert RunPrints(db)(runs) == expected[3] == RunPrints(db)(runs[1:]) | RunPrints(db)(runs[:1])
+        assert len(prints) == 1
+    query.resolve_ref(db, sha_of(3), "chip-a")
+    query.previous_run(db, runs[3])
+    RunPrints(db)(runs)
+    assert len(refs) == 3 and len(previous) == 2 and len(prints) == 2  # outside: every call reads

@@ -65,7 +65,7 @@ recomputed; rows are written after the analysis (a failed write costs only time)
 from harness.analysis.cache.chips import analyse
 from harness.analysis.cache.common import CacheStats, cache_log, code_version, log, replay_log
 from harness.analysis.cache.jobs import JobCatalogue, job_catalogue
-from harness.analysis.cache.pages import ComparePages, NoiseRows, RunPrints, VariantCells
+from harness.analysis.cache.pages import ComparePages, NoiseRows, RunPrints, VariantCells, job_ids
 
 __all__ = ["CacheStats", "ComparePages", "JobCatalogue", "NoiseRows", "RunPrints", "VariantCells", "analyse",
-           "cache_log", "code_version", "job_catalogue", "log", "replay_log"]
+           "cache_log", "code_version", "job_catalogue", "job_ids", "log", "replay_log"]

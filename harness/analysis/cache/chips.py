@@ -7,6 +7,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -124,7 +125,7 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
             include_dirty: bool = False, min_effect: float = policy.DEFAULT_MIN_EFFECT,
             alpha: float = policy.DEFAULT_ALPHA, use_cache: bool = True, timings: dict[str, float] | None = None,
             states: Mapping[str, analysis_cache.ChipState] | None = None,
-            deferred_writes: list[Callable[[], None]] | None = None,
+            deferred_writes: list[ChipRows] | None = None,
             ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence], CacheStats]:
     """Every chip's histories (``history.history``) and the regression list (``regressions.regressions``),
     reusing the stored analysis of what did not change and storing what was computed (``use_cache=False``:
@@ -133,9 +134,9 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
     the caller read it (before anything else: its watermark), else read here. Chips to compute, when there are
     several and a fork is safe (``harness.core.fork``), are computed in forked processes, a core each: a full
     analysis is mostly per-chip Python work. ``deferred_writes``: the rows of the chips computed in this process
-    are not stored here but appended to it, as calls for the caller to make once it has handed on the results (a
-    report's forked analysis makes them after its history pages: a 1,000-commit chip's row is 16 MB); a forked
-    process stores its chip's rows itself."""
+    are not stored here but appended to it (``ChipRows``), for the caller to store once it has handed on the
+    results (a report's forked analysis hands them to the report's process, which stores them while this one draws
+    the history pages: a 1,000-commit chip's row is 16 MB); a forked process stores its chip's rows itself."""
     timings = timings if timings is not None else {}
     stats_out = CacheStats()
     histories: dict[str, list[SeriesHistory]] = {}
@@ -279,16 +280,38 @@ def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -
                           alpha=alpha, writes=writes, stats_out=stats_out)
     timings["regressions"] += time.perf_counter() - start
 
-    def store_rows() -> None:
-        if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
-            writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, _chip_out(histories, events),
-                                                                state.watermark)})
-        flush(store, chip, writes, stats_out)
-
+    # a run still writing: samples may still come, some with lower ids (PostgreSQL): no chip row
+    rows = ChipRows(chip, writes, stats_out, None if state.unfinished else (chip_name, chip_key, state.watermark),
+                    (histories, events))
     if options.get("deferred") is not None:
-        options["deferred"].append(store_rows)
+        options["deferred"].append(rows)
     else:
         start = time.perf_counter()
-        store_rows()
+        rows.store(store)
         timings["cells"] += time.perf_counter() - start
     return histories, events, stats_out, timings
+
+
+@dataclass
+class ChipRows:
+    """A chip's analysis cache rows, stored once its analysis is handed on (``analyse``'s ``deferred_writes``): the
+    rows of its cells, change points and families (``writes``) and its whole analysis as one row (``chip_row``: its
+    name, key and watermark; None when a run is unfinished), serialised by ``ready`` -- after which this can be
+    pickled to the process that stores it (a report's, while its forked analysis draws the history pages)."""
+
+    chip: str
+    writes: Writes
+    stats_out: CacheStats
+    chip_row: tuple[str, str, int] | None
+    analysed: tuple[list[SeriesHistory], list[RegressionEvidence]] | None
+
+    def ready(self) -> ChipRows:
+        if self.analysed is not None:
+            if self.chip_row is not None:
+                name, key, watermark = self.chip_row
+                self.writes.add("chip", {name: analysis_cache.Entry(key, _chip_out(*self.analysed), watermark)})
+            self.analysed = None
+        return self
+
+    def store(self, store: Store) -> None:
+        flush(store, self.chip, self.ready().writes, self.stats_out)

@@ -73,22 +73,28 @@ def _report_in(payload: bytes) -> CompareReport:
 
 
 class RunPrints:
-    """``analysis_cache.run_prints`` of the runs asked for, each run read once (the pages of a report share runs),
-    their job ids summed once (``analysis_cache.job_id_summaries``, or ``jobs`` when the caller read them)."""
+    """``analysis_cache.run_prints`` of the runs asked for, each run read once (the pages of a report share runs:
+    within ``store.memoised`` every ``RunPrints`` shares what was read), their job ids summed once
+    (``analysis_cache.job_id_summaries``, or ``jobs`` when the caller read them)."""
 
     def __init__(self, store: Store, jobs: analysis_cache.JobIds | None = None) -> None:
         self.store = store
-        self._prints: dict[str, tuple[Any, ...] | None] = {}
+        self._prints: dict[str, tuple[Any, ...] | None] = store.memo(("run prints",), dict)
         self._jobs = jobs
 
     def __call__(self, run_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
         missing = sorted({i for i in run_ids if i not in self._prints})
         if missing:
             if self._jobs is None:
-                self._jobs = analysis_cache.job_id_summaries(self.store)
+                self._jobs = job_ids(self.store)
             found = analysis_cache.run_prints(self.store, missing, jobs=self._jobs)
             self._prints.update({i: found.get(i) for i in missing})
         return {i: p for i in run_ids if (p := self._prints[i]) is not None}
+
+
+def job_ids(store: Store) -> analysis_cache.JobIds:
+    """``analysis_cache.job_id_summaries``, summed once within ``store.memoised``."""
+    return store.memo(("job id summaries",), lambda: analysis_cache.job_id_summaries(store))
 
 
 class ComparePages:

@@ -24,7 +24,12 @@ def previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
     parents, then the other parents: ``harness.record.ancestry.nearest``); (None, True) if no ancestor has one.
     When the commit's parents are unknown, or the walk meets unknown ones or a parent not stored (its ancestry did
     not travel with a bundle) first: the chip's latest run of the same repository's commit with the latest commit
-    time before this one's (else the run started just before it), not proven."""
+    time before this one's (else the run started just before it), not proven. Read once per run within
+    ``store.memoised``."""
+    return store.memo(("previous run", run_id), lambda: _previous_run(store, run_id))
+
+
+def _previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
     with store.session() as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -33,7 +38,8 @@ def previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
         with_runs = {(repo, other) for other in session.scalars(
             select(Commit.sha).join(Run, Run.commit_id == Commit.id)
             .where(Run.chip_id == run.chip_id, Commit.repo == repo, Run.settling.is_(False)).distinct())}
-        found = ancestry.nearest(ancestry.load_graph(session, [repo]), (repo, sha), with_runs)
+        graph = store.memo(("commit graph", repo), lambda: ancestry.load_graph(session, [repo]))
+        found = ancestry.nearest(graph, (repo, sha), with_runs)
         if found is None:
             return None, True
         same = (select(Run.id).join(Commit, Run.commit_id == Commit.id)

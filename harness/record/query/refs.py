@@ -155,8 +155,14 @@ def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
     """A commit sha (full or unique prefix: all its runs, per chip) or a run id (full or unique prefix).
 
     ``chip`` keeps that chip's runs only.  HarnessError on an empty, unknown, too short or ambiguous reference, an
-    unknown chip, a run of another chip, or a commit without runs (on ``chip``).
+    unknown chip, a run of another chip, or a commit without runs (on ``chip``). Read once per reference within
+    ``store.memoised`` (a report's compare pages name the same runs and commits again and again).
     """
+    found = store.memo(("resolved ref", ref.strip(), chip), lambda: _resolve_ref(store, ref, chip))
+    return found._replace(runs=dict(found.runs))
+
+
+def _resolve_ref(store: Store, ref: str, chip: str | None) -> ResolvedRef:
     ref = ref.strip()
     if not ref:
         raise HarnessError("empty commit or run id")

@@ -168,11 +168,16 @@ def _history_groups(store: Store, session: Session, run_ids: Sequence[str], limi
 
 
 def history_run_ids(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS) -> list[str]:
-    """The runs :func:`history_medians` reads for the given runs (what their series' history floors come from)."""
+    """The runs :func:`history_medians` reads for the given runs (what their series' history floors come from); read
+    once per runs within ``store.memoised``."""
     if not run_ids:
         return []
-    with store.session() as session:
-        return [run_id for _, chosen in _history_groups(store, session, run_ids, limit) for run_id in chosen]
+
+    def read() -> list[str]:
+        with store.session() as session:
+            return [run_id for _, chosen in _history_groups(store, session, run_ids, limit) for run_id in chosen]
+
+    return list(store.memo(("history run ids", tuple(run_ids), limit), read))
 
 
 def history_medians(store: Store, run_ids: Sequence[str], limit: int = defaults.HISTORY_RUNS
