@@ -89,6 +89,7 @@ class SiteAnalysis:
         self.commit_urls, self.generated_at = commit_urls, generated_at
         self.history: HistoryPages | DeliveredHistoryPages | None = None
         self._work: ForkedWork | None = None
+        self._whole_analyses: dict[str, str] = {}  # the analysis' ``CacheStats.whole``
 
     def start(self, store: Store, chips: list[str], states: dict[str, analysis_cache.ChipState] | None) -> None:
         self.store, self.chips, self.states = store, chips, states
@@ -97,9 +98,10 @@ class SiteAnalysis:
 
     def _analyse(self, timings: dict[str, float], deferred_writes: list[ChipRows] | None = None
                  ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence]]:
-        histories, regressions, _ = analyse(self.store, self.chips, change_points=self.change_points, last=self.last,
-                                            use_cache=self.cache, timings=timings, states=self.states,
-                                            deferred_writes=deferred_writes)
+        histories, regressions, stats = analyse(self.store, self.chips, change_points=self.change_points,
+                                                last=self.last, use_cache=self.cache, timings=timings,
+                                                states=self.states, deferred_writes=deferred_writes)
+        self._whole_analyses = stats.whole
         return histories, regressions
 
     def _pages(self, histories: dict[str, list[SeriesHistory]], regressions: list[RegressionEvidence]
@@ -108,7 +110,7 @@ class SiteAnalysis:
         data = SiteData([], {}, baselines=default_variants(), histories=histories, regressions=regressions,
                         db_label=mask_url(self.store.url), last=self.last, unproven=unproven)
         return HistoryPages(self.out_dir, data, Build(self.generated_at, site_manifests(self.store), self.cache),
-                            self.commit_urls)
+                            self.commit_urls, whole_analyses=self._whole_analyses)
 
     def _in_child(self, send: Callable[[Any], None]) -> None:
         self.store.forked()
@@ -118,7 +120,7 @@ class SiteAnalysis:
             histories, regressions = self._analyse(timings, deferred)
         pages = self._pages(histories, regressions)
         send((regressions, timings, notes, pages.frame))
-        send([rows.ready() for rows in deferred])  # the report's process stores them while the pages are drawn
+        send(deferred)  # the analysis cache's rows: the report's process stores them while the pages are drawn
         send(pages.render())
 
     def regressions(self, timings: dict[str, float]) -> list[RegressionEvidence]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import cache
@@ -177,6 +177,12 @@ class FingerprintMemo:
     records: dict[int, tuple[Any, bytes]] = field(default_factory=dict)
     commits: dict[tuple[int, bytes], bytes] = field(default_factory=dict)
     keep: list[Any] = field(default_factory=list)
+
+    def known(self, histories: Sequence[Any], whole: str) -> None:
+        """``histories`` (a chip's, in its order) are made of nothing but what ``whole`` digests (their chip's
+        stored analysis and commits: ``CacheStats.reused_whole``): each is fingerprinted by it and its place."""
+        for place, history in enumerate(histories):
+            self.records[id(history)] = (history, hashlib.sha256(f"{whole}:{place}".encode()).digest())
 
 
 def commit_links(links: evidence_pages.Links, shas: Iterable[str]) -> list[tuple[str, str | None]]:

@@ -158,9 +158,14 @@ class HistoryPages:
     and returns what the index and chip pages read of them. Without ``start``, or where the child fails, ``finish``
     renders them here: the files are the same either way."""
 
-    def __init__(self, out_dir: str | Path, data: SiteData, build: Build, commit_urls: Mapping[str, str]) -> None:
-        """The pages of ``data``'s histories, regressions, baselines, db_label, last and unproven chips."""
+    def __init__(self, out_dir: str | Path, data: SiteData, build: Build, commit_urls: Mapping[str, str], *,
+                 whole_analyses: Mapping[str, str] | None = None) -> None:
+        """The pages of ``data``'s histories, regressions, baselines, db_label, last and unproven chips.
+        ``whole_analyses``: per chip whose whole analysis the cache holds, a digest of it (``CacheStats.whole``):
+        its histories are fingerprinted by it and their place, not digested point by point (1,600 histories of
+        1,000 commits: most of a report's fingerprinting)."""
         histories, regressions, baselines, unproven = data.histories, data.regressions, data.baselines, data.unproven
+        self._known = [(histories.get(chip, []), known) for chip, known in (whole_analyses or {}).items()]
         db_label, last, generated_at = data.db_label, data.last, build.generated_at
         manifests, incremental = build.manifests, build.incremental
         out = Path(out_dir)
@@ -183,6 +188,8 @@ class HistoryPages:
         pages = PageSet(frame.out, frame.previous, frame.incremental, page_environment(self.links), dict(frame.common))
         plots = _ChipPlots(frame.out)
         memo = FingerprintMemo()
+        for of_chip, known in self._known:
+            memo.known(of_chip, known)
         for spec, shas in zip(self.specs, self.shas, strict=True):
             drawn: list[history_page.HistoryPage] = []
             plots.start(spec.kernel)

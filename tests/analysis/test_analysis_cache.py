@@ -706,8 +706,8 @@ def test_a_search_after_its_warm_up_is_the_plain_one_and_no_thread_is_left():
 
 def test_deferred_cache_writes_are_stored_only_when_made(db):
     """``analyse(deferred_writes=[...])`` stores nothing of a chip it computes itself: the rows it hands back
-    (``ChipRows``, picklable once ready: another process may store them) store them, and the analysis after them
-    reuses them."""
+    (``ChipRows``, picklable: another process may store them) store them, and the analysis after them reuses
+    them."""
     build(db, commits=8)
     analysed(db)
     finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
@@ -723,7 +723,7 @@ def test_deferred_cache_writes_are_stored_only_when_made(db):
     histories, regressions, found = cache.analyse(db, query.chip_keys(db), deferred_writes=deferred)
     assert (repr(histories), repr(regressions)) == plain and found.chips_reused == 1 and len(deferred) == 1
     assert rows() == before
-    pickle.loads(pickle.dumps(deferred[0].ready())).store(db)
+    pickle.loads(pickle.dumps(deferred[0])).store(db)
     assert rows() != before
     again = analysed(db)
     assert again[:2] == plain and again[2].chips_reused == 2

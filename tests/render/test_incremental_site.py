@@ -620,3 +620,50 @@ def test_the_forked_analysis_writes_its_cache_on_both_backends(db_url, tmp_path,
         assert files(tmp_path / "forked") == files(tmp_path / "inline")
     finally:
         handle.close()
+
+
+def test_history_pages_are_fingerprinted_by_the_whole_analysis_the_cache_holds(store, tmp_path, monkeypatch):
+    """A chip whose whole analysis the cache holds (reused, or computed and stored: ``CacheStats.whole``) has its
+    history pages fingerprinted by a digest of that analysis, not point by point -- the same digest either way, so
+    the build after a new run keeps the pages of the chip it computed; the folder equals a full build without the
+    cache."""
+    _forks(monkeypatch, lambda: False)  # counted in this process
+    digested: list[int] = []
+    points = fingerprint.Fingerprint._points
+    monkeypatch.setattr(fingerprint.Fingerprint, "_points",
+                        lambda self, value: digested.append(1) or points(self, value))
+    out = tmp_path / "site"
+    build(store, out)
+    add_run(store, NVIDIA, 2, NEW_SHA, SHAS[-1], np.random.default_rng(9))
+    build(store, out)  # the NVIDIA chip computed and stored, the Apple chip reused
+    assert not digested
+    written = mtimes(out)
+    build(store, out)
+    history = {name for name in written if name.startswith("histor")}
+    assert history and not {name for name, ns in mtimes(out).items() if written[name] != ns} & history
+    build(store, tmp_path / "fresh", cache=False)
+    assert files(out) == files(tmp_path / "fresh")
+
+
+def test_a_chips_stored_analysis_digest_covers_every_value_and_place():
+    """The digest a chip's analysis row holds changes with any value of it, and each history of a chip is
+    fingerprinted by that digest and its place (two histories of one chip never share a fingerprint)."""
+    from harness.analysis.cache import chips
+    from harness.analysis.records import SeriesHistory
+
+    commits = [("a" * 40, "one", "main", None), ("b" * 40, "two", "main", None)]
+    key = query.SeriesKey("k", "v", "float32", "S=1", "chip")
+
+    def history(median: float, variant: str = "v") -> SeriesHistory:
+        points = HistoryPoints(commits, [0, 1], [1.0, median], [0.9, 0.9], [1.1, 1.1], [3, 3])
+        return SeriesHistory(key._replace(variant=variant), points, ())
+
+    base = chips._chip_out([history(1.0)], [])[1]
+    assert len({base, chips._chip_out([history(1.0 + 1e-12)], [])[1], chips._chip_out([history(1.0, "w")], [])[1],
+                chips._chip_out([history(1.0), history(1.0)], [])[1]}) == 4
+    assert chips._chip_out([history(1.0)], [])[1] == base
+    memo = fingerprint.FingerprintMemo()
+    pair = [history(1.0), history(1.0)]
+    memo.known(pair, base)
+    assert fingerprint.Fingerprint(pair[0], memo=memo).hexdigest() != fingerprint.Fingerprint(pair[1], memo=memo
+                                                                                              ).hexdigest()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -60,20 +61,26 @@ def _chip_key(chip: str, arranged: tuple[list[tuple], list[int], list[bool], lis
                    json.dumps(arranged, default=repr, separators=(",", ":")), sorted(state.runs.items()))[:40]
 
 
-def _chip_out(histories: list[SeriesHistory], events: list[RegressionEvidence]) -> bytes:
+def _chip_out(histories: list[SeriesHistory], events: list[RegressionEvidence]) -> tuple[bytes, str]:
+    """The chip's analysis as one payload, and a SHA-256 of all of it, which the payload holds (``digest``:
+    everything its histories are made of but the commits, which its key holds -- a report fingerprints a chip's
+    history pages by the two: ``CacheStats.whole``)."""
     columns = {name: [getattr(h.points, name) for h in histories] for name, _ in _CHIP_ARRAYS}
     body = b"".join(np.ascontiguousarray(np.concatenate(columns[name]) if histories else np.zeros(0), dtype=dtype
                                          ).tobytes() for name, dtype in _CHIP_ARRAYS)
-    return frame(_CHIP_MAGIC, {
+    header = {
         "keys": [list(h.key) for h in histories], "sizes": [len(h.points) for h in histories],
         "flags": [[[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in h.change_points]
                   for h in histories],
-        "events": [evidence_out(e) for e in events]}, body)
+        "events": [evidence_out(e) for e in events]}
+    contents = hashlib.sha256(json.dumps(header, separators=(",", ":")).encode() + b"\0" + body).hexdigest()
+    return frame(_CHIP_MAGIC, {**header, "digest": contents}, body), contents
 
 
-def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
+def _chip_in(payload: bytes, commits: list[tuple]
+             ) -> tuple[list[SeriesHistory], list[RegressionEvidence], str] | None:
     """A stored chip analysis on the chip's freshly arranged ``commits`` (the key holds them: the same), as
-    ``series_histories`` builds it; None when unreadable."""
+    ``series_histories`` builds it, and its payload's ``digest``; None when unreadable."""
     try:
         if (framed := unframe(payload, _CHIP_MAGIC)) is None:
             return None
@@ -94,7 +101,7 @@ def _chip_in(payload: bytes, commits: list[tuple]) -> tuple[list[SeriesHistory],
             points = HistoryPoints(points_of_commit, *(columns[name][span] for name, _ in _CHIP_ARRAYS))
             histories.append(with_flags(query.SeriesKey(*key), points, [
                 (str(kind), int(i), int(e), float(b), float(a), float(r)) for kind, i, e, b, a, r in flags]))
-        return histories, [evidence_in(values) for values in header["events"]]
+        return histories, [evidence_in(values) for values in header["events"]], str(header["digest"])
     except (ValueError, KeyError, TypeError, IndexError, struct.error):
         return None
 
@@ -114,7 +121,7 @@ def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysi
 
 
 def _stored_chip(store: Store, chip: str, name: str, commits: list[tuple]
-                 ) -> tuple[list[SeriesHistory], list[RegressionEvidence]] | None:
+                 ) -> tuple[list[SeriesHistory], list[RegressionEvidence], str] | None:
     """The chip's stored analysis (``_chip_is_stored``) on its freshly arranged ``commits``; None when it is gone or
     unreadable."""
     entry = analysis_cache.read_entries(store, chip, "chip", [name]).get(name)
@@ -180,7 +187,8 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         stored_chip = _stored_chip(store, chip, read[2], arranged[0]) if stored else None
         histories[chip] = []  # the chips keep their order
         if stored_chip is not None:  # none of its runs changed: its histories and regressions as stored
-            histories[chip], per_chip[chip] = stored_chip
+            histories[chip], per_chip[chip], contents = stored_chip
+            stats_out.whole[chip] = digest(contents, read[3])  # its stored analysis and its commits
             stats_out.cells[chip] = (len(arranged[0]), 0)
             stats_out.changes[chip] = (len(histories[chip]) if change_points else 0, 0)
             stats_out.families[chip] = (int(sum(arranged[2])), 0)
@@ -190,7 +198,7 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         timings["cells"] += time.perf_counter() - start
     for chip, (found, events, chip_stats, chip_timings) in _each_chip(store, todo, options):
         histories[chip], per_chip[chip] = found, events
-        for name in ("cells", "changes", "families", "unfinished"):
+        for name in ("cells", "changes", "families", "unfinished", "whole"):
             getattr(stats_out, name).update(getattr(chip_stats, name))
         stats_out.write_errors += chip_stats.write_errors
         for key, seconds in chip_timings.items():
@@ -280,9 +288,11 @@ def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -
                           alpha=alpha, writes=writes, stats_out=stats_out)
     timings["regressions"] += time.perf_counter() - start
 
-    # a run still writing: samples may still come, some with lower ids (PostgreSQL): no chip row
-    rows = ChipRows(chip, writes, stats_out, None if state.unfinished else (chip_name, chip_key, state.watermark),
-                    (histories, events))
+    if not state.unfinished:  # a run still writing: samples may still come, some with lower ids (PostgreSQL)
+        payload, contents = _chip_out(histories, events)
+        writes.add("chip", {chip_name: analysis_cache.Entry(chip_key, payload, state.watermark)})
+        stats_out.whole[chip] = digest(contents, chip_key)  # as when it is reused
+    rows = ChipRows(chip, writes, stats_out)
     if options.get("deferred") is not None:
         options["deferred"].append(rows)
     else:
@@ -295,23 +305,12 @@ def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -
 @dataclass
 class ChipRows:
     """A chip's analysis cache rows, stored once its analysis is handed on (``analyse``'s ``deferred_writes``): the
-    rows of its cells, change points and families (``writes``) and its whole analysis as one row (``chip_row``: its
-    name, key and watermark; None when a run is unfinished), serialised by ``ready`` -- after which this can be
-    pickled to the process that stores it (a report's, while its forked analysis draws the history pages)."""
+    rows of its cells, change points and families and its whole analysis as one row (``writes``). Picklable: the
+    process that stores them may be another (a report's, while its forked analysis draws the history pages)."""
 
     chip: str
     writes: Writes
     stats_out: CacheStats
-    chip_row: tuple[str, str, int] | None
-    analysed: tuple[list[SeriesHistory], list[RegressionEvidence]] | None
-
-    def ready(self) -> ChipRows:
-        if self.analysed is not None:
-            if self.chip_row is not None:
-                name, key, watermark = self.chip_row
-                self.writes.add("chip", {name: analysis_cache.Entry(key, _chip_out(*self.analysed), watermark)})
-            self.analysed = None
-        return self
 
     def store(self, store: Store) -> None:
-        flush(store, self.chip, self.ready().writes, self.stats_out)
+        flush(store, self.chip, self.writes, self.stats_out)

@@ -107,6 +107,9 @@ class CacheStats:
     unfinished: dict[str, int] = field(default_factory=dict)  # commits computed but not stored: a run not finished
     write_errors: int = 0
     chips_reused: int = 0  # chips whose whole analysis was reused (none of their runs changed)
+    whole: dict[str, str] = field(default_factory=dict)  # per chip whose whole analysis the cache holds (reused, or
+    # computed and stored): a digest of that and of its key (its commits), all its histories are made of
+    # (``harness.render.history.HistoryPages`` fingerprints them by it)
 
     def summary(self) -> str:
         def total(d: dict[str, tuple[int, int]]) -> str:
