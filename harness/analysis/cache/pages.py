@@ -55,8 +55,15 @@ _SCALARS = frozenset({float, int, str, bool, type(None)})  # returned as they ar
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # a dataclass type's field names, in order
 
 
+_ROW_FIELDS = tuple(f.name for f in fields(CompareRow))  # a stored row's values, in this order (its key first)
+
+
 def _report_out(report: CompareReport) -> bytes:
-    return zlib.compress(json.dumps(_plain(report), allow_nan=True, separators=(",", ":")).encode())
+    """The report as JSON (``_plain``), its rows as lists of their fields' values: hundreds of rows a page, read
+    back at every report (lists decode twice as fast as objects, and make rows positionally)."""
+    values = _plain(report)
+    values["rows"] = [[row[name] for name in _ROW_FIELDS] for row in values["rows"]]
+    return zlib.compress(json.dumps(values, allow_nan=True, separators=(",", ":")).encode())
 
 
 def _side_in(values: dict[str, Any]) -> Side:
@@ -67,7 +74,7 @@ def _report_in(payload: bytes) -> CompareReport:
     values = json.loads(zlib.decompress(payload))
     return CompareReport(
         _side_in(values["base"]), _side_in(values["head"]),
-        tuple(CompareRow(**{**row, "key": query.SeriesKey(*row["key"])}) for row in values["rows"]),
+        tuple(CompareRow(query.SeriesKey(*row[0]), *row[1:]) for row in values["rows"]),
         tuple(CorrectnessFailure(**failure) for failure in values["correctness_failures"]),
         values["counts"], values["only_base"], values["only_head"], values["min_effect"], values["alpha"])
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from harness.core.errors import HarnessError
 from harness.record.models import Chip, Commit, JobRecord, Run
@@ -148,7 +148,8 @@ def _resolved(kind: Literal["commit", "run"], commit: Commit, runs: Sequence[Run
 def _commit_runs(session: Session, commits: Sequence[Commit]) -> list[Run]:
     ids = [c.id for c in commits]
     # a commit's settling runs (harness compare --settle) hold some series only: reached by run id alone
-    return list(session.scalars(select(Run).where(Run.commit_id.in_(ids), Run.settling.is_(False))))
+    return list(session.scalars(select(Run).options(joinedload(Run.chip))
+                                .where(Run.commit_id.in_(ids), Run.settling.is_(False))))
 
 
 def resolve_ref(store: Store, ref: str, chip: str | None = None) -> ResolvedRef:
@@ -166,9 +167,10 @@ def _resolve_ref(store: Store, ref: str, chip: str | None) -> ResolvedRef:
     ref = ref.strip()
     if not ref:
         raise HarnessError("empty commit or run id")
+    if chip is not None:  # once per chip within ``store.memoised``
+        store.memo(("known chip", chip), lambda: check_chip(store, chip) or True)
     with store.session() as session:
-        _check_chip(session, chip)
-        exact_run = session.get(Run, ref)
+        exact_run = session.get(Run, ref, options=[joinedload(Run.commit), joinedload(Run.chip)])
         exact_commits = session.scalars(select(Commit).where(Commit.sha == ref)).all()
         if exact_run is not None and not exact_commits:
             runs, kind, commits = [exact_run], "run", [exact_run.commit]
