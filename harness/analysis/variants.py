@@ -62,35 +62,41 @@ class _Presence:
 def _presence(store: Store, run_ids: list[str] | None, defaults: Mapping[str, str],
               series: Mapping[SeriesKey, bool] | None = None) -> _Presence:
     """Every run's benchmark rows (or those of ``run_ids``), as much of them as ``_cell_runs`` needs: the newest row
-    of each series, and the runs that measured each series, read newest run first until each variant measured
-    somewhere with its default has a run that measured both (all of them with ``run_ids``: those cells pool every
-    run). ``measured`` keeps the order of the series' first measured rows, newest run first."""
+    of each series, and the runs that measured each series, read newest run first, chip by chip, until each variant
+    measured on the chip with its default has a run that measured both (all of them with ``run_ids``: those cells
+    pool every run). ``measured`` keeps, per chip, the order of the series' first measured rows, newest run
+    first."""
     found = _Presence({}, {}, {}, {})
     runs = query.runs_with_jobs(store, ("benchmark",), run_ids=run_ids)
     for run_id, chip, sha in runs:
         found.shas[run_id] = sha
         found.chips.setdefault(chip, []).append(run_id)
     series = series if series is not None and run_ids is None else query.benchmark_series(store, run_ids=run_ids)
-    for row in query.job_presence(store, run_ids=run_ids, kinds=("benchmark",), newest_per="series",
-                                  among=[tuple(key) for key in series]):
-        found.newest[(row.kernel, row.variant, row.dtype, row.shape_key, row.chip)] = row
+    # each chip's own runs, newest first (with ``run_ids``: all of them at once): a chip measured less often is not
+    # looked for past every newer run of the others
+    groups = [(None, [run_id for run_id, _, _ in runs])] if run_ids is not None else list(found.chips.items())
+    for chip, _ in groups:
+        for row in query.job_presence(store, run_ids=run_ids, chip=chip, kinds=("benchmark",), newest_per="series",
+                                      among=[tuple(key) for key in series if chip is None or key.chip == chip]):
+            found.newest[(row.kernel, row.variant, row.dtype, row.shape_key, row.chip)] = row
     anywhere = {tuple(key) for key, measured in series.items() if measured}
     pending = set()
     for kernel, variant, dtype, shape_key, chip in anywhere:
         default = defaults.get(kernel)
         if default is not None and variant != default and (kernel, default, dtype, shape_key, chip) in anywhere:
             pending.add((kernel, variant, dtype, shape_key, chip))
-    order = [run_id for run_id, _, _ in runs]
-    start, size = 0, 1
-    while start < len(order) and (pending or run_ids is not None):
-        for key, run_id in query.measured_series(store, run_ids=order[start:start + size]):
-            found.measured.setdefault(tuple(key), []).append(run_id)
-        start, size = start + size, min(size * 2, 256)
-        for key in list(pending):
-            kernel, _, dtype, shape_key, chip = key
-            if set(found.measured.get(key, ())) & set(found.measured.get(
-                    (kernel, defaults[kernel], dtype, shape_key, chip), ())):
-                pending.discard(key)
+    for chip, order in groups:
+        wanted = {key for key in pending if chip is None or key[4] == chip}
+        start, size = 0, 1
+        while start < len(order) and (wanted or run_ids is not None):
+            for key, run_id in query.measured_series(store, run_ids=order[start:start + size]):
+                found.measured.setdefault(tuple(key), []).append(run_id)
+            start, size = start + size, min(size * 2, 256)
+            for key in list(wanted):
+                kernel, _, dtype, shape_key, key_chip = key
+                if set(found.measured.get(key, ())) & set(found.measured.get(
+                        (kernel, defaults[kernel], dtype, shape_key, key_chip), ())):
+                    wanted.discard(key)
     return found
 
 

@@ -119,3 +119,32 @@ def test_a_default_measured_only_in_another_run_gives_no_verdict_and_says_so(db)
     matrix = variant_matrix(db)
     assert {c.shape_key for c in matrix.cells} == {"B=1,D=32,H=1,S=128"}
     assert not matrix.gaps  # the shape without a verdict has one on no chip: not a row of the matrix
+
+
+def test_a_chip_measured_less_often_is_not_looked_for_past_every_newer_run_of_the_others(db, monkeypatch):
+    """Chip B ran once, chip A twenty times since: the matrix finds B's cells in B's own newest run, reading a few
+    runs of each chip, not the twenty newer runs of A first (each chip's runs are read newest first on their own);
+    the matrix is the one those runs give."""
+    from harness.record import query
+
+    rng = np.random.default_rng(7)
+    add_run(db, "chip-b", 1, flash_row(rng, SHARED, 1.25), minutes=0)
+    for commit in range(1, 21):
+        add_run(db, "chip-a", commit, flash_row(rng, SHARED, 0.8), minutes=commit)
+    read: list[str] = []
+    measured, presence = query.measured_series, query.job_presence
+
+    def counted_measured(store, *, run_ids=None):  # noqa: ANN001, ANN202 - the query's own
+        read.extend(run_ids or [])
+        return measured(store, run_ids=run_ids)
+
+    def counted_presence(store, **kwargs):  # noqa: ANN001, ANN003, ANN202 - the query's own
+        found = presence(store, **kwargs)
+        read.extend({row.run_id for row in found})
+        return found
+
+    monkeypatch.setattr(query, "measured_series", counted_measured)
+    monkeypatch.setattr(query, "job_presence", counted_presence)
+    matrix = variant_matrix(db)
+    assert {(c.chip, c.sha) for c in matrix.cells} == {("chip-a", sha_of(20)), ("chip-b", sha_of(1))}
+    assert len(read) <= 4 and matrix.shared == 1
