@@ -50,7 +50,11 @@ What is kept, per chip (``analysis_cache.kind``):
   with nothing new) is read from this one row instead of assembled from its commits' rows; a sample of its runs above
   the watermark (a later trial) or any other change recomputes it from the rows above.  Found unchanged, its
   watermark is raised to the report's (``analysis_cache.stamp``), as is the ``jobs`` row's: the next check reads
-  only the samples written since, however many runs other chips gain meanwhile.
+  only the samples written since, however many runs other chips gain meanwhile.  The row holds a SHA-256 of its
+  contents: with the key (which holds the commits) it stands for everything the chip's histories are made of, so
+  the report's history pages are fingerprinted by it (``CacheStats.whole``), the same when the chip is computed and
+  when it is reused.  A report's forked analysis hands the rows it computed to the report's process
+  (``ChipRows``), which stores them while the history pages are drawn.
 - ``jobs``: the chip's distinct jobs (``job_catalogue``: the chip pages' units, the variant matrix's series), keyed
   by the fingerprints of all its runs, dirty ones too, with the watermark (a later trial may give a job its median);
   a chip that only gained runs reads the new runs' jobs alone.

@@ -114,11 +114,13 @@ def chip_tips(store: Store, chip_key: str) -> list[SuiteTip]:
         suite = max(size, key=lambda name: size[name])  # dicts keep the order met: newest first among ties
         pairs = [(repo, suite)] + list(dict.fromkeys((row.repo, row.suite) for row in rows
                                                      if (row.repo, row.suite) != (repo, suite)))
-        return [_suite_tip(session, [row for row in rows if (row.repo, row.suite) == pair]) for pair in pairs]
+        return [_suite_tip(store, session, [row for row in rows if (row.repo, row.suite) == pair])
+                for pair in pairs]
 
 
-def _suite_tip(session: Session, mine: list[Any]) -> SuiteTip:
-    """The tip of one (repository, suite)'s runs ``mine`` (newest first), by ancestry (``chip_tip``)."""
+def _suite_tip(store: Store, session: Session, mine: list[Any]) -> SuiteTip:
+    """The tip of one (repository, suite)'s runs ``mine`` (newest first), by ancestry (``chip_tip``; the
+    repository's commit graph read once within ``store.memoised``)."""
     lead = mine[0]
     first: dict[str, Any] = {}
     branches: dict[str, set[str]] = {}
@@ -126,7 +128,8 @@ def _suite_tip(session: Session, mine: list[Any]) -> SuiteTip:
         first.setdefault(row.sha, row)
         branches.setdefault(row.sha, set()).add(row.branch)
     shas = list(first)
-    arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], ancestry.load_graph(session, [lead.repo]),
+    graph = store.memo(("commit graph", lead.repo), lambda: ancestry.load_graph(session, [lead.repo]))
+    arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], graph,
                                 [branches[sha] for sha in shas], [utc(first[sha].committed_at) for sha in shas])
     main = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
     tip = shas[main[-1]]
