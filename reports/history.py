@@ -232,12 +232,43 @@ def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
     """Every commit any series of the page has, in the history's order (analysis.history orders each series along
     the branch's first-parent line): the series' orders merged, ties by first appearance."""
     distinct: dict[tuple[str, ...], Any] = {}  # most series of a chip have the same commits: merged once
+    orders: set[tuple[int, bytes]] = set()  # the same commits by the same table: the shas not read again
     for series in series_list:
-        distinct.setdefault(tuple(series.points.shas), series.points)
+        if (order := series.points.order_key()) not in orders:
+            orders.add(order)
+            distinct.setdefault(tuple(series.points.shas), series.points)
     if len(distinct) == 1:
         ((shas, points),) = distinct.items()
         if len(set(shas)) == len(shas):  # one order, nothing to merge
             return list(shas), dict(zip(shas, points, strict=True))
+    return _holding_all(distinct) or _merged(distinct)
+
+
+def _holding_all(distinct: dict[tuple[str, ...], Any]) -> tuple[list[str], dict[str, Any]] | None:
+    """``_merged``'s answer without merging, where the longest order names no commit twice and holds every other as
+    a subsequence (a page of every chip: the chips share their commits, one with a newer run has more): its
+    consecutive pairs alone force that order. None otherwise."""
+    longest = max(distinct, key=len)
+    position = {sha: i for i, sha in enumerate(longest)}
+    if len(position) != len(longest):
+        return None
+    for shas in distinct:
+        last = -1
+        for sha in shas:
+            at = position.get(sha, -1)
+            if at <= last:
+                return None
+            last = at
+    info: dict[str, Any] = {}
+    for shas, points in distinct.items():  # each commit's point from the first order that has it, as merged
+        for index, sha in enumerate(shas):
+            if sha not in info:
+                info[sha] = points[index]
+    return list(longest), info
+
+
+def _merged(distinct: dict[tuple[str, ...], Any]) -> tuple[list[str], dict[str, Any]]:
+    """The orders of ``distinct`` (each with its points) merged, ties by first appearance."""
     first_seen: dict[str, int] = {}
     info: dict[str, Any] = {}
     after: dict[str, set[str]] = defaultdict(set)

@@ -376,6 +376,11 @@ class HistoryPoints(Sequence[HistoryPoint]):
     def __len__(self) -> int:
         return int(self.rows.size)
 
+    def order_key(self) -> tuple[int, bytes]:
+        """Equal for two histories whose points are the same commits in the same order, by the same commit table
+        (a chip's series share one): their orders compared without reading the shas, while both are alive."""
+        return id(self._commits), self.rows.tobytes()
+
     def _point(self, i: int) -> HistoryPoint:
         return HistoryPoint(*self._commits[int(self.rows[i])], float(self.median[i]), float(self.ci_low[i]),
                             float(self.ci_high[i]), int(self.n[i]))

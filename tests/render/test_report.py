@@ -66,3 +66,38 @@ def test_a_history_page_orders_commits_as_the_series_do_not_by_start_time():
     series = [NS(points=HistoryPoints.of((point("m0", 0), point("m7", 5), point("m8", 9), point("m9", 6)))),
               NS(points=HistoryPoints.of((point("m0", 0), point("m8", 9), point("m9", 6), point("m11", 7))))]
     assert _commit_axis(series)[0] == ["m0", "m7", "m8", "m9", "m11"]
+
+
+def test_a_commit_axis_holding_every_other_order_is_the_merge_of_them():
+    """Where one series' order holds every other's as a subsequence (the chips of a page of every chip, one with a
+    newer run), the axis is taken from it without merging: the same commits, order and points as the merge, on
+    random orders; where none holds the rest, the merge decides."""
+    import random
+    from types import SimpleNamespace
+    from typing import Any
+
+    from harness.analysis.records import HistoryPoint, HistoryPoints
+    from reports import history as history_page
+
+    def series(shas: list[str], branch: str = "main") -> Any:
+        return SimpleNamespace(points=HistoryPoints.of(
+            HistoryPoint(sha, f"m {sha}", branch, datetime(2026, 1, 1), 1.0, 0.9, 1.1, 10) for sha in shas))
+
+    def merged(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
+        distinct: dict[tuple[str, ...], Any] = {}
+        for one in series_list:
+            distinct.setdefault(tuple(one.points.shas), one.points)
+        return history_page._merged(distinct)
+
+    rng = random.Random(3)
+    for _ in range(200):
+        full = [f"c{i}" for i in range(rng.randint(2, 30))]
+        orders = [full] + [[sha for sha in full if rng.random() < 0.7] for _ in range(rng.randint(1, 4))]
+        rng.shuffle(orders)
+        listed = [series(order, rng.choice(["main", "dev"])) for order in orders for _ in range(2)]
+        shas, info = history_page._commit_axis(listed)
+        expected = merged(listed)
+        assert (shas, info) == expected and shas == full
+    apart = [series(["a", "b", "d"]), series(["a", "c", "d"])]  # none holds the other: merged
+    assert history_page._holding_all({tuple(s.points.shas): s.points for s in apart}) is None
+    assert history_page._commit_axis(apart) == merged(apart)
