@@ -237,17 +237,13 @@ def _commit_axis(series_list: list[Any]) -> tuple[list[str], dict[str, Any]]:
         if (order := series.points.order_key()) not in orders:
             orders.add(order)
             distinct.setdefault(tuple(series.points.shas), series.points)
-    if len(distinct) == 1:
-        ((shas, points),) = distinct.items()
-        if len(set(shas)) == len(shas):  # one order, nothing to merge
-            return list(shas), dict(zip(shas, points, strict=True))
     return _holding_all(distinct) or _merged(distinct)
 
 
 def _holding_all(distinct: dict[tuple[str, ...], Any]) -> tuple[list[str], dict[str, Any]] | None:
     """``_merged``'s answer without merging, where the longest order names no commit twice and holds every other as
-    a subsequence (a page of every chip: the chips share their commits, one with a newer run has more): its
-    consecutive pairs alone force that order. None otherwise."""
+    a subsequence (a chip's page, whose series mostly share one order; a page of every chip: the chips share their
+    commits, one with a newer run has more): its consecutive pairs alone force that order. None otherwise."""
     longest = max(distinct, key=len)
     position = {sha: i for i, sha in enumerate(longest)}
     if len(position) != len(longest):
@@ -261,9 +257,10 @@ def _holding_all(distinct: dict[tuple[str, ...], Any]) -> tuple[list[str], dict[
             last = at
     info: dict[str, Any] = {}
     for shas, points in distinct.items():  # each commit's point from the first order that has it, as merged
-        for index, sha in enumerate(shas):
-            if sha not in info:
-                info[sha] = points[index]
+        if len(info) == len(longest):
+            break
+        for sha, point in zip(shas, points, strict=True):
+            info.setdefault(sha, point)
     return list(longest), info
 
 

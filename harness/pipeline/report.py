@@ -91,7 +91,6 @@ class SiteAnalysis:
         self.commit_urls, self.generated_at = commit_urls, generated_at
         self.history: HistoryPages | DeliveredHistoryPages | None = None
         self._work: ForkedWork | None = None
-        self._whole_analyses: dict[str, str] = {}  # the analysis' ``CacheStats.whole``
 
     def start(self, store: Store, chips: list[str], states: dict[str, analysis_cache.ChipState] | None) -> None:
         self.store, self.chips, self.states = store, chips, states
@@ -99,28 +98,28 @@ class SiteAnalysis:
             self._work = ForkedWork(self._in_child)
 
     def _analyse(self, timings: dict[str, float], deferred_writes: list[ChipRows] | None = None
-                 ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence]]:
+                 ) -> tuple[dict[str, list[SeriesHistory]], list[RegressionEvidence], dict[str, str]]:
+        """The histories, the regression list and the digests of the chips' whole analyses (``CacheStats.whole``)."""
         histories, regressions, stats = analyse(self.store, self.chips, change_points=self.change_points,
                                                 last=self.last, use_cache=self.cache, timings=timings,
                                                 states=self.states, deferred_writes=deferred_writes)
-        self._whole_analyses = stats.whole
-        return histories, regressions
+        return histories, regressions, stats.whole
 
-    def _pages(self, histories: dict[str, list[SeriesHistory]], regressions: list[RegressionEvidence]
-               ) -> HistoryPages:
+    def _pages(self, histories: dict[str, list[SeriesHistory]], regressions: list[RegressionEvidence],
+               whole_analyses: dict[str, str]) -> HistoryPages:
         unproven = [chip for chip in histories if not query.chip_order_proven(self.store, chip)]
         data = SiteData([], {}, baselines=default_variants(), histories=histories, regressions=regressions,
                         db_label=mask_url(self.store.url), last=self.last, unproven=unproven)
         return HistoryPages(self.out_dir, data, Build(self.generated_at, site_manifests(self.store), self.cache),
-                            self.commit_urls, whole_analyses=self._whole_analyses)
+                            self.commit_urls, whole_analyses=whole_analyses)
 
     def _in_child(self, send: Callable[[Any], None]) -> None:
         self.store.forked()
         timings: dict[str, float] = {}
         deferred: list[ChipRows] = []
         with cache_log() as notes:
-            histories, regressions = self._analyse(timings, deferred)
-        pages = self._pages(histories, regressions)
+            histories, regressions, whole = self._analyse(timings, deferred)
+        pages = self._pages(histories, regressions, whole)
         send((regressions, timings, notes, pages.frame))
         send(deferred)  # the analysis cache's rows: the report's process stores them while the pages are drawn
         send(pages.render())
@@ -140,8 +139,8 @@ class SiteAnalysis:
                 return regressions
             log.warning("analysis: its process failed (%s); analysed here instead", value)
             self._work = None
-        histories, regressions = self._analyse(timings)
-        self.history = self._pages(histories, regressions)
+        histories, regressions, whole = self._analyse(timings)
+        self.history = self._pages(histories, regressions, whole)
         self.history.start()  # the pages alone, in a process of their own where it can
         return regressions
 

@@ -180,7 +180,7 @@ class FingerprintMemo:
 
     def known(self, histories: Sequence[Any], whole: str) -> None:
         """``histories`` (a chip's, in its order) are made of nothing but what ``whole`` digests (their chip's
-        stored analysis and commits: ``CacheStats.reused_whole``): each is fingerprinted by it and its place."""
+        stored analysis and commits: ``CacheStats.whole``): each is fingerprinted by it and its place."""
         for place, history in enumerate(histories):
             self.records[id(history)] = (history, hashlib.sha256(f"{whole}:{place}".encode()).digest())
 

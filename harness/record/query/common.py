@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -11,7 +11,9 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
+from harness.record import ancestry
 from harness.record.models import Chip, Run
+from harness.record.store import Store
 
 
 class SeriesKey(NamedTuple):
@@ -22,6 +24,13 @@ class SeriesKey(NamedTuple):
     dtype: str
     shape_key: str
     chip: str
+
+
+def commit_graph(store: Store, session: Session, repos: Sequence[str]) -> ancestry.Graph:
+    """``ancestry.load_graph`` of ``repos``, read once within ``store.memoised`` (a report's previous runs, chip tips
+    and history runs walk the same repository's commits)."""
+    repos = sorted(set(repos))
+    return store.memo(("commit graph", *repos), lambda: ancestry.load_graph(session, repos))
 
 
 def run_filter(query, chip: str, include_dirty: bool):

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, Run
-from harness.record.query.common import utc
+from harness.record.query.common import commit_graph, utc
 from harness.record.store import Store
 
 
@@ -38,8 +38,7 @@ def _previous_run(store: Store, run_id: str) -> tuple[str | None, bool]:
         with_runs = {(repo, other) for other in session.scalars(
             select(Commit.sha).join(Run, Run.commit_id == Commit.id)
             .where(Run.chip_id == run.chip_id, Commit.repo == repo, Run.settling.is_(False)).distinct())}
-        graph = store.memo(("commit graph", repo), lambda: ancestry.load_graph(session, [repo]))
-        found = ancestry.nearest(graph, (repo, sha), with_runs)
+        found = ancestry.nearest(commit_graph(store, session, [repo]), (repo, sha), with_runs)
         if found is None:
             return None, True
         same = (select(Run.id).join(Commit, Run.commit_id == Commit.id)
@@ -128,8 +127,7 @@ def _suite_tip(store: Store, session: Session, mine: list[Any]) -> SuiteTip:
         first.setdefault(row.sha, row)
         branches.setdefault(row.sha, set()).add(row.branch)
     shas = list(first)
-    graph = store.memo(("commit graph", lead.repo), lambda: ancestry.load_graph(session, [lead.repo]))
-    arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], graph,
+    arranged = ancestry.arrange([(lead.repo, sha) for sha in shas], commit_graph(store, session, [lead.repo]),
                                 [branches[sha] for sha in shas], [utc(first[sha].committed_at) for sha in shas])
     main = [i for i, line in zip(arranged.order, arranged.line, strict=True) if line == 0]
     tip = shas[main[-1]]

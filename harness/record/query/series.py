@@ -16,7 +16,14 @@ from harness.core import defaults
 from harness.core.status import CODE_FAILURES, CORRECTNESS_KINDS, drop_explained_selections
 from harness.record import ancestry
 from harness.record.models import Chip, Commit, JobRecord, Run, Sample
-from harness.record.query.common import SeriesKey, joined_modes, plain_array, plain_rows, positions_of
+from harness.record.query.common import (
+    SeriesKey,
+    commit_graph,
+    joined_modes,
+    plain_array,
+    plain_rows,
+    positions_of,
+)
 from harness.record.store import Store
 from harness.stats import pacing
 
@@ -161,7 +168,7 @@ def _history_groups(store: Store, session: Session, run_ids: Sequence[str], limi
     """Per (repository, chip) of the given runs: the chip's key and its history runs (:func:`_history_runs`)."""
     given = session.scalars(select(Run).where(Run.id.in_(list(run_ids)))).all()
     repos = sorted({run.commit.repo for run in given})
-    graph = store.memo(("commit graph", *repos), lambda: ancestry.load_graph(session, repos))
+    graph = commit_graph(store, session, repos)
     for (_, _, chip_key), runs in groupby(sorted(given, key=lambda r: (r.commit.repo, r.chip_id)),
                                           key=lambda r: (r.commit.repo, r.chip_id, r.chip.key)):
         yield chip_key, _history_runs(session, graph, list(runs), limit)
