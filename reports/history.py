@@ -6,7 +6,7 @@ import hashlib
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
@@ -306,6 +306,16 @@ class _Axis:
     text: list[str]  # per commit: the escaped "sha subject" of hover texts
     href: list[Markup]  # per commit: the link to its row
     short: list[str]  # per commit: the short sha (of bucket hover texts, which the page script writes as text)
+    placed: dict[tuple[int, bytes], tuple[list[int], np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def positions(self, points: Any) -> tuple[list[int], np.ndarray]:
+        """The axis positions of ``points``' commits, as a list and an array (a chip's series share a few orders of
+        points, ``HistoryPoints.order_key``: each placed once)."""
+        order = points.order_key()
+        if order not in self.placed:
+            xs = list(map(self.x_of.__getitem__, points.shas))
+            self.placed[order] = xs, np.array(xs, dtype=float)
+        return self.placed[order]
 
 
 def _axis(series_list: list[Any]) -> _Axis:
@@ -345,7 +355,7 @@ def _history_page(plan: HistoryPlan, drawn: DrawnPlots | None = None) -> History
     for chip_index, (chip_key, series_list) in enumerate(chips.items()):
         regs = regs_of.get(chip_key, [])
         n_regressions += sum(1 for _, r in regs if r.kind == "performance")
-        chip_shas = set().union(*(s.points.shas for s in series_list))
+        chip_shas = commits_of(series_list)
         for sha in chip_shas:
             axis.commits[axis.x_of[sha]].chips.append(chip_key)
         by_case: dict[tuple[str, str], list[Any]] = defaultdict(list)
@@ -391,6 +401,13 @@ def _history_page(plan: HistoryPlan, drawn: DrawnPlots | None = None) -> History
                        log_default=any(_spans_tenfold(plot_series)
                                        for series_list in chips.values()
                                        for plot_series in _by_case(series_list).values()))
+
+
+def commits_of(series_list: Iterable[Any]) -> set[str]:
+    """The commits of the series' points, each distinct order of points read once (a chip's series share a few:
+    ``HistoryPoints.order_key``)."""
+    distinct = {series.points.order_key(): series.points for series in series_list}
+    return set().union(*(points.shas for points in distinct.values()))
 
 
 def _by_case(series_list: list[Any]) -> dict[tuple[str, str], list[Any]]:
@@ -459,7 +476,7 @@ def _series_plot(on_chip: _OnChip, dtype: str, shape_key: str, members: list[Any
     plot_id = plot_hash(chip, dtype, shape_key)
     where = f" on {chip}" if every else ""  # the page's notes; the SVG's texts always name the chip
     draw = image is None
-    commits_with_points: set[str] = set().union(*(s.points.shas for s in drawn))
+    commits_with_points = commits_of(drawn)
     used = commits_with_points | {
         reg.head_sha for s in drawn for _, reg in broken.get((s.key.variant, dtype), []) if reg.head_sha in chip_shas}
     x_axis = _sub_axis(axis(), used) if draw else None
@@ -522,7 +539,7 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
     """One variant's line of a plot on the chip's commit axis, with its hover texts and links."""
     variant, points = series.key.variant, series.points
     color, dash = styles[variant]
-    xs = list(map(axis.x_of.__getitem__, points.shas))
+    xs, placed = axis.positions(points)
     who = str(escape(f"{variant} on {chip}"))
 
     def point_title(i: int) -> Markup:
@@ -546,7 +563,7 @@ def _svg_series(series: Any, axis: _Axis, styles: Mapping[str, tuple[str, str]],
         threshold = (xs[start], low, high, f"{variant}: level {fmt_time(level)} since {points.shas[start][:10]} "
                      f"({_plural(len(points) - start, 'commit')}); a comparison detects ±{100 * detectable:.1f}% "
                      f"(the noise meter on its between-commit spread): outside the band is a detectable change")
-    return svg.Series(variant, xs, points.median, points.ci_low, points.ci_high,
+    return svg.Series(variant, placed, points.median, points.ci_low, points.ci_high,
                       point_title, point_href, point_name, f"{variant} on {chip}", color, dash, tuple(markers),
                       legend_title, is_default, threshold)
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from markupsafe import Markup
 
 from harness.analysis.site_inputs import SiteData
@@ -48,16 +47,19 @@ class HistorySummary:
 class _HistorySpec(history_page.HistoryPlan):
     """One history page's inputs (``reports.history.HistoryPlan``), with what an incremental build asks of them."""
 
-    def shas(self) -> set[str]:
+    def shas(self, known: dict[tuple[str, str], set[str]] | None = None) -> set[str]:
+        """The commits of the page's points. ``known``: per (kernel, chip), its commits as found so far (a chip's
+        page and the kernel's page of every chip draw the same series of it): read from it, and added to it."""
         found: set[str] = set()
-        for series_list in self.chips.values():
-            tables: dict[int, tuple[Any, list[np.ndarray]]] = {}
-            for series in series_list:
-                points = series.points
-                tables.setdefault(id(points._commits), (points._commits, []))[1].append(points.rows)
-            for table, rows in tables.values():
-                if rows:
-                    found.update(table[row][0] for row in np.unique(np.concatenate(rows)).tolist())
+        for chip, series_list in self.chips.items():
+            key = (self.kernel, chip)
+            if known is not None and key in known:
+                found |= known[key]
+                continue
+            chip_shas = history_page.commits_of(series_list)
+            if known is not None:
+                known[key] = chip_shas
+            found |= chip_shas
         return found
 
     def summary(self, n_commits: int) -> HistorySummary:
@@ -171,7 +173,8 @@ class HistoryPages:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.specs = history_specs(histories, regressions, baselines, unproven)
-        self.shas = [spec.shas() for spec in self.specs]
+        known: dict[tuple[str, str], set[str]] = {}
+        self.shas = [spec.shas(known) for spec in self.specs]
         common = {**common_context(db_label, generated_at, last), "history_names": {spec.name for spec in self.specs}}
         self.frame = HistoryFrame(
             out, manifests.read(out) if manifests is not None else Manifest(), incremental and manifests is not None,

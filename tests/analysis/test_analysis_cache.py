@@ -721,12 +721,38 @@ def test_deferred_cache_writes_are_stored_only_when_made(db):
     before = rows()
     deferred: list = []
     histories, regressions, found = cache.analyse(db, query.chip_keys(db), deferred_writes=deferred)
-    assert (repr(histories), repr(regressions)) == plain and found.chips_reused == 1 and len(deferred) == 1
+    computed = [rows for rows in deferred if rows.writes.rows]
+    assert (repr(histories), repr(regressions)) == plain and found.chips_reused == 1 and len(computed) == 1
     assert rows() == before
-    pickle.loads(pickle.dumps(deferred[0])).store(db)
+    pickle.loads(pickle.dumps(computed[0])).store(db)
     assert rows() != before
     again = analysed(db)
     assert again[:2] == plain and again[2].chips_reused == 2
+
+
+def test_a_reused_chips_watermark_is_raised_by_whoever_stores_the_deferred_rows(db):
+    """A chip reused as stored gets its watermark raised (``analysis_cache.stamp``: the next check reads only the
+    samples written since); with ``deferred_writes`` that write is handed back too, not made by the analysis (the
+    report's forked analysis would make it on the way to its history pages)."""
+    build(db, commits=8)
+    analysed(db)
+    finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
+
+    def watermark() -> int:
+        with db.session() as session:
+            return session.scalar(select(AnalysisCache.watermark).where(AnalysisCache.chip == "chip-b",
+                                                                         AnalysisCache.kind == "chip"))
+
+    before = watermark()
+    deferred: list = []
+    _, _, found = cache.analyse(db, query.chip_keys(db), deferred_writes=deferred)
+    assert found.chips_reused == 1 and watermark() == before
+    stamps = [rows for rows in deferred if rows.chip == "chip-b"]
+    assert len(stamps) == 1 and stamps[0].stamps and not stamps[0].writes.rows
+    for rows in deferred:
+        pickle.loads(pickle.dumps(rows)).store(db)
+    assert watermark() > before
+    assert watermark() == analysis_cache.chip_state(db, "chip-b").watermark
 
 
 def test_the_reports_analysis_hands_its_cache_rows_to_the_report(db, tmp_path, monkeypatch):

@@ -101,3 +101,38 @@ def test_a_commit_axis_holding_every_other_order_is_the_merge_of_them():
     apart = [series(["a", "b", "d"]), series(["a", "c", "d"])]  # none holds the other: merged
     assert history_page._holding_all({tuple(s.points.shas): s.points for s in apart}) is None
     assert history_page._commit_axis(apart) == merged(apart)
+
+
+def test_each_history_pages_commits_are_its_series_commits():
+    """``HistoryPages`` reads each page's commits (its links' fingerprint, the summaries' counts) once per kernel and
+    chip and once per distinct order of points: the same sets as every series' shas, per page, where series of a
+    chip share a commit table, a chip has other commits in another kernel, and a series misses some commits."""
+    from types import SimpleNamespace
+
+    from harness.analysis.records import HistoryPoint, HistoryPoints
+    from harness.render.history import history_specs
+    from reports import history as history_page
+
+    def table(shas: list[str]) -> HistoryPoints:
+        return HistoryPoints.of(HistoryPoint(sha, f"m {sha}", "main", datetime(2026, 1, 1), 1.0, 0.9, 1.1, 10)
+                                for sha in shas)
+
+    def series(kernel: str, chip: str, variant: str, points: HistoryPoints) -> SimpleNamespace:
+        key = SimpleNamespace(kernel=kernel, chip=chip, variant=variant, dtype="float16", shape_key="S=64")
+        return SimpleNamespace(key=key, points=points, change_points=[])
+
+    a, b = table([f"a{i}" for i in range(6)]), table([f"b{i}" for i in range(4)])
+    histories = {
+        "chip-a": [series("k1", "chip-a", "v1", a), series("k1", "chip-a", "v2", a[1:]),
+                   series("k1", "chip-a", "v3", a[::2]), series("k2", "chip-a", "v1", table(["x0", "x1"]))],
+        "chip-b": [series("k1", "chip-b", "v1", b), series("k1", "chip-b", "v2", b[:2]),
+                   series("k2", "chip-b", "v1", b[2:])],
+    }
+    specs = history_specs(histories, [], {})
+    known: dict = {}
+    found = {spec.name: spec.shas(known) for spec in specs}
+    assert len(found) == 6  # per kernel: two chip pages and the page of every chip
+    for spec in specs:
+        assert found[spec.name] == {sha for series_list in spec.chips.values() for s in series_list
+                                    for sha in s.points.shas}
+    assert found[history_page.kernel_history_page_name("k2")] == {"x0", "x1", "b2", "b3"}

@@ -8,7 +8,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -106,17 +106,23 @@ def _chip_in(payload: bytes, commits: list[tuple]
         return None
 
 
-def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysis_cache.ChipState) -> bool | None:
+def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysis_cache.ChipState,
+                    deferred_writes: list[ChipRows] | None = None) -> bool | None:
     """Whether the chip's analysis is stored under ``key`` and none of its runs gained samples since it was stored (a
     later trial of a stored job); its payload is not read. None: none of it is stored (under any key). Found so, its
-    watermark is raised to ``state``'s (``analysis_cache.stamp``)."""
+    watermark is raised to ``state``'s (``analysis_cache.stamp``): here, or by the caller of ``analyse`` with its
+    ``deferred_writes``."""
     found = analysis_cache.entry_keys(store, chip, "chip", [name]).get(name)
     if found is None:
         return None
     if state.unfinished or found[0] != key or analysis_cache.touched_since(store, state.run_commit, found[1] or 0):
         return False
     if state.watermark > (found[1] or 0):
-        analysis_cache.stamp(store, chip, "chip", name, key, state.watermark)
+        rows = ChipRows(chip, Writes(), CacheStats(), [("chip", name, key, state.watermark)])
+        if deferred_writes is None:
+            rows.store(store)
+        else:
+            deferred_writes.append(rows)
     return True
 
 
@@ -177,7 +183,7 @@ def analyse(store: Store, chips: Sequence[str], *, change_points: bool = True, l
         chip_key = _chip_key(chip, arranged, state, include_dirty=include_dirty, last=last,
                              change_points=change_points, min_effect=min_effect, alpha=alpha)
         reads.append((chip, (arranged, state, chip_name, chip_key),
-                      _chip_is_stored(store, chip, chip_name, chip_key, state)))
+                      _chip_is_stored(store, chip, chip_name, chip_key, state, deferred_writes)))
         timings["cells"] += time.perf_counter() - start
     if change_points and any(stored is None for *_, stored in reads):  # a chip never analysed: every window of
         segment_search.warm_up_in_background()  # every series to search, compiled (loaded while the rest reads)
@@ -305,12 +311,17 @@ def _analyse_chip(store: Store, chip: str, read: Any, options: dict[str, Any]) -
 @dataclass
 class ChipRows:
     """A chip's analysis cache rows, stored once its analysis is handed on (``analyse``'s ``deferred_writes``): the
-    rows of its cells, change points and families and its whole analysis as one row (``writes``). Picklable: the
-    process that stores them may be another (a report's, while its forked analysis draws the history pages)."""
+    rows of its cells, change points and families and its whole analysis as one row (``writes``), and the
+    watermarks to raise of rows reused as they are (``stamps``: (kind, name, key, watermark), as
+    ``analysis_cache.stamp`` takes them). Picklable: the process that stores them may be another (a report's,
+    while its forked analysis draws the history pages)."""
 
     chip: str
     writes: Writes
     stats_out: CacheStats
+    stamps: list[tuple[str, str, str, int]] = field(default_factory=list)
 
     def store(self, store: Store) -> None:
         flush(store, self.chip, self.writes, self.stats_out)
+        for kind, name, key, watermark in self.stamps:
+            analysis_cache.stamp(store, self.chip, kind, name, key, watermark)
