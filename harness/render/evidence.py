@@ -68,7 +68,7 @@ def _samples_input(data: Any, compare: Any) -> tuple[Any, ...]:
     return (data.key, tuple(data.base_runs), tuple(data.head_runs), samples, data.row, linked)
 
 
-def _compare_input(compare: Any) -> tuple[Any, ...]:
+def compare_input(compare: Any) -> tuple[Any, ...]:
     """What a compare page shows (``evidence_pages.ComparePage``): its name, side labels, view (the report, its
     runs, ...) and rows. A row's link holds the report's row of the same place (``evidence_links``): that is not
     digested twice -- each is a few hundred rows' text -- but where a link's row is another object."""
@@ -126,7 +126,7 @@ def write_evidence(site: PageSet, found: evidence_pages.Links, samples: list[tup
         view, report = compare.view, compare.view.report
         shas = [report.base.sha, report.head.sha, *(run.sha for run in (*view.base_runs, *view.head_runs))]
         page("compare", compare.name,
-             lambda compare=compare, shas=shas: Fingerprint(shared, "compare", *_compare_input(compare),
+             lambda compare=compare, shas=shas: Fingerprint(shared, "compare", *compare_input(compare),
                                                             commit_links(found, shas)),
              lambda compare=compare: write(compare.name, "compare.html.j2", page=compare,
                                            hours_apart=evidence_pages._hours))

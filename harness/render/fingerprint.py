@@ -99,6 +99,8 @@ class Fingerprint:
             put(b"b", value)
         elif isinstance(value, datetime | date):
             put(b"t", repr(value).encode())
+        elif kind is range:
+            put(b"R", f"{value.start},{value.stop},{value.step}".encode())
         elif isinstance(value, np.ndarray):
             put(b"a", f"{value.dtype.str}{value.shape}".encode() + np.ascontiguousarray(value).tobytes())
         elif isinstance(value, np.generic):

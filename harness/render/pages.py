@@ -3,21 +3,23 @@ folder is not drawn or written again.
 
 ``write_site`` is the one site writer: it decides per page whether it must be rendered:
 
-- always rendered: ``index.html``, the chip pages, ``variants.html`` and ``regressions.html`` (a handful of pages,
-  each reading most of the site's data);
-- rendered when their fingerprint changed: the history pages (per kernel and chip, and per kernel on every chip),
-  the compare pages and the samples pages -- on a large history nearly all of the site's pages and of its drawing.
-  After one new run on one chip, the other chips' history, compare and samples pages keep their fingerprints; the
-  pages of every chip (``histories-<kernel>.html``) are written again, but a plot there is drawn on its own chip's
-  commit axis, byte for byte as on the chip's page, so it is taken from that page (drawn in this build, or its
-  kept file: ``_ChipPlots``) and only the new run's chip is drawn.
+- always rendered: ``index.html``, ``variants.html`` and ``regressions.html`` (three pages, each reading most of
+  the site's data);
+- rendered when their fingerprint changed: the chip pages, the history pages (per kernel and chip, and per kernel
+  on every chip), the compare pages and the samples pages -- on a large history nearly all of the site's pages and
+  of its drawing. After one new run on one chip, the other chips' pages keep their fingerprints (a chip page shows
+  the outcome of its variant verdicts, not their p-values adjusted across every chip: ``_chip_links`` and the
+  inputs in ``_write_site`` are what it reads); the pages of every chip (``histories-<kernel>.html``) are written
+  again, but a plot there is drawn on its own chip's commit axis, byte for byte as on the chip's page, so it is
+  taken from that page (drawn in this build, or its kept file: ``_ChipPlots``) and only the new run's chip is
+  drawn.
 
 The history pages depend on nothing but the histories, the regression list and the commit links, so
 ``build_report`` starts them (``HistoryPages``) before it loads the evidence, in a forked process where that is safe
 (``can_fork``), and the rest of the site is built meanwhile; where the process fails they are rendered in the
 report's own. So are the chip pages' compare and samples pages (``EvidencePages``: they do not wait for the
-analysis), and the chip pages, while the report writes the variant matrix, the regression list and the index
-(``ForkedPages``). The files are the same either way.
+analysis), and the chip pages that changed, while the report writes the variant matrix, the regression list and the
+index (``ForkedPages``). The files are the same either way.
 
 A page's fingerprint is a SHA-256 of everything its template reads: its own records (a history page's series,
 bit for bit, with the commits of their points, its regressions with their places in the regression list, its
@@ -52,7 +54,8 @@ from typing import Any
 
 from harness.analysis.site_inputs import SiteData
 from harness.core.status import is_code_failure
-from harness.render.evidence import EvidencePages, evidence_fingerprint, evidence_links, write_evidence
+from harness.render.evidence import EvidencePages, compare_input, evidence_fingerprint, evidence_links, write_evidence
+from harness.render.fingerprint import Fingerprint, commit_links
 from harness.render.history import DeliveredHistoryPages, HistoryPages
 from harness.render.pageset import Build, ForkedPages, PageSet, WriteStats, finish_build, page_environment
 from reports import chip as chip_page
@@ -116,30 +119,22 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
         at_latest = [(i, r) for i, r in chip_regs if run and r.head_sha == run.sha]
         summary[chip["key"]] = {"correctness": chip_page.correctness_counts(jobs), "regressions": at_latest,
                                 "all_regressions": chip_regs}
-        verdicts = {(c.kernel, c.dtype, c.shape_key, c.variant): c for c in (matrix.cells if matrix else ())
+        # the outcome of each of the chip's variant verdicts, all its page shows of them: a cell's other values (its
+        # p-value, adjusted across every chip) change with other chips' runs, and the page would be drawn again
+        verdicts = {(c.kernel, c.dtype, c.shape_key, c.variant): c.outcome for c in (matrix.cells if matrix else ())
                     if c.chip == chip["key"]}
         winners = {(b.kernel, b.dtype, b.shape_key): b.variant for b in (matrix.best if matrix else ())
                    if b.chip == chip["key"] and b.evidence is not None}
         name = site_render.chip_page_name(chip["key"])
-        chip_pages.append(("chip", name, lambda name=name, chip=chip, run=run, jobs=jobs, verdicts=verdicts,
-                           winners=winners: write(
-                 name, "chip.html.j2", chip=chip, run=run, summary=summary[chip["key"]],
-                 others=(others or {}).get(chip["key"], []),
-                 verdicts=verdicts, winners=winners, checks=checks or {},
-                 correctness_tables=chip_page.correctness_tables(jobs, baselines), cell_title=chip_page.cell_title,
-                 correctness=[j for j in jobs if j["kind"] == "correctness"],
-                 failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
-                 benchmarks=[j for j in jobs if j["kind"] == "benchmark" and j["status"] != "skipped"],
-                 skipped_benchmarks=chip_page.skipped_groups(jobs),
-                 noise=(noise or {}).get(chip["key"], {}),
-                 calibration=[j for j in jobs if j["kind"] == "calibration"],
-                 variant_rows=chip_page.variant_rows(jobs, baselines),
-                 views=chip_page.chip_views(jobs, run.peak_flops if run else None,
-                                              run.peak_bytes_per_s if run else None, baselines),
-                 history_pages=pages_of_chip.get(chip["key"], []),
-                 selections=chip_page.test_selections(jobs, (failing_before or {}).get(chip["key"], set())),
-                 sources=chip_page.run_sources(jobs),
-                 failing_tests=chip_page.failing_tests(jobs, (failing_before or {}).get(chip["key"], set())))))
+        inputs = {"chip": chip, "run": run, "summary": summary[chip["key"]],
+                  "others": (others or {}).get(chip["key"], []), "verdicts": verdicts, "winners": winners,
+                  "checks": checks or {}, "noise": (noise or {}).get(chip["key"], {}),
+                  "history_pages": pages_of_chip.get(chip["key"], []),
+                  "failing_before": (failing_before or {}).get(chip["key"], set())}
+        chip_pages.append(("chip", name,
+                           lambda name=name, inputs=inputs: Fingerprint(
+                               frame.shared, "chip", name, inputs, baselines, _chip_links(found, inputs)),
+                           lambda name=name, inputs=inputs: _write_chip_page(write, name, inputs, baselines)))
     # the chip pages -- the largest of those always rendered -- in a process of their own while the rest is written
     in_chip_pages = ForkedPages(site, lambda into: _draw(into, chip_pages), "chip", fork=len(chip_pages) > 1)
     try:
@@ -156,10 +151,46 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
     return out / "index.html"
 
 
-def _draw(into: PageSet, pages: list[tuple[str, str, Any]]) -> None:
-    """Pages always rendered (no fingerprint), as (kind, name, render)."""
-    for kind, name, render in pages:
-        into.page(kind, name, None, render)
+def _draw(into: PageSet, pages: list[tuple[str, str, Any, Any]]) -> None:
+    """Pages as (kind, name, fingerprint, render)."""
+    for kind, name, fingerprint, render in pages:
+        into.page(kind, name, fingerprint, render)
+
+
+def _write_chip_page(write: Any, name: str, inputs: dict[str, Any], baselines: Mapping[str, str]) -> Path:
+    """A chip's page: its latest run's jobs in tables, its regressions, noise, variants and history pages."""
+    run, failing_before = inputs["run"], inputs["failing_before"]
+    jobs = run.jobs if run else []
+    return write(name, "chip.html.j2", chip=inputs["chip"], run=run, summary=inputs["summary"],
+                 others=inputs["others"], verdicts=inputs["verdicts"], winners=inputs["winners"],
+                 checks=inputs["checks"], correctness_tables=chip_page.correctness_tables(jobs, baselines),
+                 cell_title=chip_page.cell_title,
+                 correctness=[j for j in jobs if j["kind"] == "correctness"],
+                 failures=[j for j in jobs if j["kind"] == "correctness" and is_code_failure(j["status"])],
+                 benchmarks=[j for j in jobs if j["kind"] == "benchmark" and j["status"] != "skipped"],
+                 skipped_benchmarks=chip_page.skipped_groups(jobs), noise=inputs["noise"],
+                 calibration=[j for j in jobs if j["kind"] == "calibration"],
+                 variant_rows=chip_page.variant_rows(jobs, baselines),
+                 views=chip_page.chip_views(jobs, run.peak_flops if run else None,
+                                              run.peak_bytes_per_s if run else None, baselines),
+                 history_pages=inputs["history_pages"],
+                 selections=chip_page.test_selections(jobs, failing_before),
+                 sources=chip_page.run_sources(jobs), failing_tests=chip_page.failing_tests(jobs, failing_before))
+
+
+def _chip_links(found: evidence_pages.Links, inputs: dict[str, Any]) -> tuple[Any, ...]:
+    """What a chip page reads of the site's links (``chip.html.j2``): its run's compare page (``shown``), the samples
+    pages of its jobs' runs (``job_samples``) and the web links of the commits it names (``commit_ref``)."""
+    chip, run = inputs["chip"]["key"], inputs["run"]
+    compare = found.shown.get(chip)
+    runs = sorted({run.id, *(job.get("run_id") or run.id for job in run.jobs)}) if run else []
+    shas = [run.sha] if run else []
+    shas += [other.run.sha for other in inputs["others"]]
+    if compare is not None:
+        report = compare.view.report
+        shas += [report.base.sha, report.head.sha]
+    return (compare_input(compare) if compare is not None else None,
+            [(run_id, found.chip_samples.get((chip, run_id), {})) for run_id in runs], commit_links(found, shas))
 
 
 def _write_the_rest(site: PageSet, history: HistoryPages | DeliveredHistoryPages, found: evidence_pages.Links,
