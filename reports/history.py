@@ -128,10 +128,9 @@ class HistoryPage:
             chips = f"<td>{escape(', '.join(sorted(c.chips, key=str.lower)))}</td>" if every else ""
             notes = "".join(f'<a class="badge {escape(cls)}" href="{escape(href)}">{escape(text)}</a>'
                             for cls, text, href in c.notes)
-            rows.append(f'<tr id="{escape(commit_anchor(c.sha))}"{flagged}><td class="num">{c.index}</td>'
-                        f"<td>{commit_ref(c.sha)}</td><td>{escape(fmt_when(c.started_at))}</td>"
-                        f'<td>{escape(c.branch)}</td><td title="{escape(c.message)}">'
-                        f"{escape(first_line(c.message, 100))}</td>\n{chips}<td>{notes}</td></tr>\n")
+            anchor, cells = _commit_cells(c.sha, commit_ref(c.sha), c.started_at, c.branch, c.message)
+            rows.append(f'<tr id="{anchor}"{flagged}><td class="num">{c.index}</td>{cells}{chips}<td>{notes}</td>'
+                        "</tr>\n")
         return Markup("".join(rows))
 
     @property
@@ -326,6 +325,15 @@ def _axis(series_list: list[Any]) -> _Axis:
             for i, (sha, r) in enumerate(zip(shas, records, strict=True))]
     return _Axis(shas, {sha: i for i, sha in enumerate(shas)}, info, rows, [text for text, _ in texts],
                  [href for _, href in texts], [sha[:10] for sha in shas])
+
+
+@lru_cache(maxsize=1 << 14)
+def _commit_cells(sha: str, ref: str, started_at: Any, branch: str, message: str) -> tuple[str, str]:
+    """A commit row's anchor and its cells from the sha to the subject, escaped (every history page of a build lists
+    the same commits: each made once)."""
+    return str(escape(commit_anchor(sha))), (
+        f"<td>{ref}</td><td>{escape(fmt_when(started_at))}</td><td>{escape(branch)}</td>"
+        f'<td title="{escape(message)}">{escape(first_line(message, 100))}</td>\n')
 
 
 @lru_cache(maxsize=1 << 14)

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from harness.record import query
-from harness.record.models import AnalysisCache, Chip, JobRecord, Run, Sample, utcnow
+from harness.record.models import AnalysisCache, AnalysisStamp, Chip, JobRecord, Run, Sample, utcnow
 from harness.record.store import Store
 
 __all__ = ["ChipState", "Entry", "arrangement", "chip_jobs", "chip_state", "clean_state", "clear", "commit_history",
@@ -43,7 +43,7 @@ class Entry:
 
 
 def read_entries(store: Store, chip: str, kind: str, names: Collection[str] | None = None) -> dict[str, Entry]:
-    """The chip's rows of ``kind`` (only ``names`` when given), by name."""
+    """The chip's rows of ``kind`` (only ``names`` when given), by name, each with its watermark as stamped."""
     statement = select(AnalysisCache.name, AnalysisCache.key, AnalysisCache.payload, AnalysisCache.watermark).where(
         AnalysisCache.chip == chip, AnalysisCache.kind == kind)
     if names is not None:
@@ -51,40 +51,66 @@ def read_entries(store: Store, chip: str, kind: str, names: Collection[str] | No
             return {}
         statement = statement.where(AnalysisCache.name.in_(list(names)))
     with store.session() as session:
-        return {name: Entry(key, bytes(payload), watermark) for name, key, payload, watermark in
-                query.plain_rows(session, statement)}
+        rows = query.plain_rows(session, statement)
+        stamps = _stamps(session, chip, kind, [row[0] for row in rows])
+    return {name: Entry(key, bytes(payload), _stamped(watermark, stamps.get(name), key))
+            for name, key, payload, watermark in rows}
 
 
 def entry_keys(store: Store, chip: str, kind: str, names: Collection[str]) -> dict[str, tuple[str, int | None]]:
-    """The key and watermark of the chip's rows of ``kind`` named ``names``, by name (their payloads not read)."""
+    """The key and watermark (as stamped) of the chip's rows of ``kind`` named ``names``, by name (their payloads
+    not read)."""
     if not names:
         return {}
     with store.session() as session:
-        return {name: (key, watermark) for name, key, watermark in session.execute(
-            select(AnalysisCache.name, AnalysisCache.key, AnalysisCache.watermark).where(
-                AnalysisCache.chip == chip, AnalysisCache.kind == kind, AnalysisCache.name.in_(list(names))))}
+        rows = session.execute(select(AnalysisCache.name, AnalysisCache.key, AnalysisCache.watermark).where(
+            AnalysisCache.chip == chip, AnalysisCache.kind == kind, AnalysisCache.name.in_(list(names)))).all()
+        stamps = _stamps(session, chip, kind, [row[0] for row in rows])
+    return {name: (key, _stamped(watermark, stamps.get(name), key)) for name, key, watermark in rows}
 
 
-def _upsert(dialect: str):
+def _stamps(session: Any, chip: str, kind: str, names: list[str]) -> dict[str, tuple[str, int]]:
+    """The stamps (``stamp``) of the chip's rows of ``kind`` named ``names``: name -> (key, watermark)."""
+    if not names:
+        return {}
+    return {name: (key, watermark) for name, key, watermark in session.execute(
+        select(AnalysisStamp.name, AnalysisStamp.key, AnalysisStamp.watermark).where(
+            AnalysisStamp.chip == chip, AnalysisStamp.kind == kind, AnalysisStamp.name.in_(names)))}
+
+
+def _stamped(watermark: int | None, stamp: tuple[str, int] | None, key: str) -> int | None:
+    """A row's watermark, raised by its stamp when that was made under the row's key."""
+    if stamp is None or stamp[0] != key:
+        return watermark
+    return stamp[1] if watermark is None else max(watermark, stamp[1])
+
+
+def _upsert(dialect: str, table: Any = AnalysisCache):
     if dialect == "postgresql":
-        return postgresql.insert(AnalysisCache)
+        return postgresql.insert(table)
     if dialect == "sqlite":
-        return sqlite.insert(AnalysisCache)
+        return sqlite.insert(table)
     raise ValueError(f"no upsert for {dialect}")
 
 
 def write_entries(store: Store, chip: str, kind: str, entries: Mapping[str, Entry], *,
                   keep: Collection[str] | None = None) -> None:
     """Insert or replace rows of ``kind`` in one transaction (a concurrent report writing the same rows wins or
-    loses whole rows). ``keep``: the chip's rows of ``kind`` named neither there nor in ``entries`` are deleted."""
+    loses whole rows), each with its own watermark (an earlier stamp of it is dropped). ``keep``: the chip's rows of
+    ``kind`` named neither there nor in ``entries`` are deleted."""
     now = utcnow()
     rows = [{"chip": chip, "kind": kind, "name": name, "key": entry.key, "payload": entry.payload,
              "watermark": entry.watermark, "updated_at": now} for name, entry in entries.items()]
     with store.writing() as session:
         if keep is not None:
-            session.execute(delete(AnalysisCache).where(AnalysisCache.chip == chip, AnalysisCache.kind == kind,
-                                                        AnalysisCache.name.not_in([*keep, *entries])))
+            for table in (AnalysisCache, AnalysisStamp):
+                session.execute(delete(table).where(table.chip == chip, table.kind == kind,
+                                                    table.name.not_in([*keep, *entries])))
         if rows:
+            names = list(entries)
+            for start in range(0, len(names), 500):
+                session.execute(delete(AnalysisStamp).where(AnalysisStamp.chip == chip, AnalysisStamp.kind == kind,
+                                                            AnalysisStamp.name.in_(names[start:start + 500])))
             statement = _upsert(session.get_bind().dialect.name)
             statement = statement.on_conflict_do_update(
                 index_elements=["chip", "kind", "name"],
@@ -98,13 +124,16 @@ def stamp(store: Store, chip: str, kind: str, name: str, key: str, watermark: in
     """Raise the watermark of the row (chip, kind, name) to ``watermark`` while its key is ``key``: the caller found
     none of its runs touched above its watermark (``touched_since``) and nothing above ``watermark`` was read then, so
     the next check reads the samples written since this one only, not every sample since the row was written (a
-    chip whose rows are reused, run after run on another chip, would read more at each report). A failed write only
-    leaves the next check reading more."""
+    chip whose rows are reused, run after run on another chip, would read more at each report). Kept in a row of its
+    own (``AnalysisStamp``: an update of the row itself writes its payload again). A failed write only leaves the
+    next check reading more."""
     try:
         with store.writing() as session:
-            session.execute(update(AnalysisCache).where(
-                AnalysisCache.chip == chip, AnalysisCache.kind == kind, AnalysisCache.name == name,
-                AnalysisCache.key == key, AnalysisCache.watermark < watermark).values(watermark=watermark))
+            statement = _upsert(session.get_bind().dialect.name, AnalysisStamp).values(
+                chip=chip, kind=kind, name=name, key=key, watermark=watermark)
+            session.execute(statement.on_conflict_do_update(
+                index_elements=["chip", "kind", "name"],
+                set_={"key": statement.excluded.key, "watermark": statement.excluded.watermark}))
     except SQLAlchemyError:
         pass
 
@@ -112,9 +141,10 @@ def stamp(store: Store, chip: str, kind: str, name: str, key: str, watermark: in
 def clear(store: Store, chip: str | None = None) -> int:
     """Delete the cached analysis (of one chip, or all); returns the rows deleted."""
     with store.writing() as session:
-        statement = delete(AnalysisCache)
+        statement, stamps = delete(AnalysisCache), delete(AnalysisStamp)
         if chip is not None:
-            statement = statement.where(AnalysisCache.chip == chip)
+            statement, stamps = statement.where(AnalysisCache.chip == chip), stamps.where(AnalysisStamp.chip == chip)
+        session.execute(stamps)
         return session.execute(statement).rowcount or 0
 
 

@@ -184,7 +184,7 @@ class NewerSchemaError(HarnessError):
     """The database was migrated by a newer harness: this one does not know its schema revision."""
 
 
-SCHEMA_HEAD = "0010"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
+SCHEMA_HEAD = "0011"  # the newest migration's revision (tests/record/test_store.py holds it to Alembic's head)
 
 
 def _at_head(engine: Engine) -> bool:

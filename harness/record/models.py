@@ -208,6 +208,21 @@ class AnalysisCache(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class AnalysisStamp(Base):
+    """A raised watermark of an ``analysis_cache`` row (``harness.record.analysis_cache.stamp``): the row was found
+    valid, under ``key``, up to sample id ``watermark``. Kept apart from the row, whose payload an update in place
+    would write again whole (a chip's analysis is one 16 MB row at 1,000 commits). A row written again drops it."""
+
+    __tablename__ = "analysis_stamp"
+    __table_args__ = (UniqueConstraint("chip", "kind", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    chip: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(400))
+    key: Mapped[str] = mapped_column(String(128))
+    watermark: Mapped[int] = mapped_column(BigInteger)
+
+
 class RegressionAck(Base):
     """A regression of the report's list marked as seen (``harness ack``), by the id its page shows; the report
     shows it acknowledged with its note. Keyed by that id alone: acknowledging it again replaces the note."""

@@ -450,10 +450,43 @@ def test_the_rows_of_a_chip_reused_run_after_run_check_only_the_samples_written_
         assert [w for of_b, w in checked if of_b] == [before, before]  # chip B's chip and jobs rows
     with db.session() as session:
         top = session.scalar(select(func.max(Sample.id)))
-        stamped = dict(session.execute(select(AnalysisCache.kind, AnalysisCache.watermark).where(
-            AnalysisCache.chip == "chip-b", AnalysisCache.kind.in_(["chip", "jobs"]))).all())
-    assert stamped == {"chip": top, "jobs": top}
+    assert stamped_watermarks(db, "chip-b", ["chip", "jobs"]) == {"chip": top, "jobs": top}
     assert_same_as_uncached(db)
+
+
+def stamped_watermarks(db, chip: str, kinds: list[str]) -> dict[str, int | None]:
+    """The chip's rows of ``kinds``: their watermarks as stamped (``analysis_cache.entry_keys``), by kind."""
+    with db.session() as session:
+        names = session.execute(select(AnalysisCache.kind, AnalysisCache.name).where(
+            AnalysisCache.chip == chip, AnalysisCache.kind.in_(kinds))).all()
+    return {kind: analysis_cache.entry_keys(db, chip, kind, [name])[name][1] for kind, name in names}
+
+
+def test_a_stamp_leaves_its_row_as_written_and_a_new_write_drops_it(db):
+    """A stamp raises a row's watermark without writing the row again (its payload: a chip's whole analysis, 16 MB
+    at 1,000 commits); it counts only under the row's key, and the row written again has its own watermark."""
+    entry = analysis_cache.Entry("k1", b"x" * 1000, 10)
+    analysis_cache.write_entries(db, "chip-z", "chip", {"all": entry})
+
+    def row() -> tuple:
+        with db.session() as session:
+            return session.execute(select(AnalysisCache.watermark, AnalysisCache.updated_at, AnalysisCache.payload)
+                                   .where(AnalysisCache.chip == "chip-z")).one()
+
+    written = row()
+    analysis_cache.stamp(db, "chip-z", "chip", "all", "k1", 25)
+    assert row() == written  # the row itself: not written again
+    assert analysis_cache.entry_keys(db, "chip-z", "chip", ["all"]) == {"all": ("k1", 25)}
+    assert analysis_cache.read_entries(db, "chip-z", "chip")["all"] == analysis_cache.Entry("k1", b"x" * 1000, 25)
+    analysis_cache.stamp(db, "chip-z", "chip", "all", "other key", 40)  # not the row's key: not its watermark
+    assert analysis_cache.entry_keys(db, "chip-z", "chip", ["all"]) == {"all": ("k1", 10)}
+    analysis_cache.stamp(db, "chip-z", "chip", "all", "k1", 30)
+    analysis_cache.write_entries(db, "chip-z", "chip", {"all": analysis_cache.Entry("k1", b"y", 12)})
+    assert analysis_cache.entry_keys(db, "chip-z", "chip", ["all"]) == {"all": ("k1", 12)}  # its own, not the stamp's
+    analysis_cache.stamp(db, "chip-z", "chip", "all", "k1", 50)
+    assert analysis_cache.clear(db, "chip-z") == 1
+    analysis_cache.write_entries(db, "chip-z", "chip", {"all": analysis_cache.Entry("k1", b"y", 12)})
+    assert analysis_cache.entry_keys(db, "chip-z", "chip", ["all"]) == {"all": ("k1", 12)}  # cleared with it
 
 
 def test_the_job_catalogue_is_the_uncached_one_and_reads_again_only_a_changed_chip(db, monkeypatch):
@@ -739,9 +772,7 @@ def test_a_reused_chips_watermark_is_raised_by_whoever_stores_the_deferred_rows(
     finished(db, add_run(db, "chip-a", 8, grid_results(np.random.default_rng(9)), minutes=300))
 
     def watermark() -> int:
-        with db.session() as session:
-            return session.scalar(select(AnalysisCache.watermark).where(AnalysisCache.chip == "chip-b",
-                                                                         AnalysisCache.kind == "chip"))
+        return stamped_watermarks(db, "chip-b", ["chip"])["chip"]
 
     before = watermark()
     deferred: list = []
