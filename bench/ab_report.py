@@ -6,7 +6,8 @@ minutes instead: each tree gets its own copy of a filled database (``tools/bench
 ``--db``) and its own output folder; a full report warms each tree's analysis cache and site manifest (the code
 version is part of every cache key, so the trees do not share them); then, per round, each tree reports once with
 nothing new, the same new run is added to both copies (``bench_report.add_run``), and each reports again, the
-order alternating between rounds. Every report is ``python -m harness report --timings`` in a fresh process, run
+order alternating between rounds (each tree adds the run with its own code: a tree may migrate the database to
+a schema the other does not know). Every report is ``python -m harness report --timings`` in a fresh process, run
 from the tree's folder (its ``harness`` package), with its bytecode compiled first as a user's install has it.
 Prints each report's wall and CPU seconds, then the medians per tree.
 
@@ -20,6 +21,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +40,15 @@ def report(tree: Path, db: Path, out: Path) -> tuple[float, float]:
     if done.returncode != 0:
         raise SystemExit(f"{tree}: report failed\n{done.stdout}\n{done.stderr}")
     return wall, cpu
+
+
+def add_run(tree: Path, db: Path) -> None:
+    """The new run added to ``db`` by ``tree``'s own code (``bench_report.add_run``, deterministic in the database's
+    state: both copies get the same run): opening a database migrates it to the opener's schema, which the other
+    tree may not know."""
+    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import bench_report; "
+                    "bench_report.add_run(sys.argv[1])", f"sqlite:///{db}"],
+                   cwd=tree, check=True, capture_output=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
 
 
 def main() -> None:
@@ -62,8 +73,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for i in (0, 1):
                 nothing[i].append(report(trees[i], dbs[i], outs[i])[0])
-            for db in dbs:
-                bench_report.add_run(f"sqlite:///{db}")
+            for tree, db in zip(trees, dbs, strict=True):
+                add_run(tree, db)
             for i in ((0, 1) if round_ % 2 == 0 else (1, 0)):
                 wall, cpu = report(trees[i], dbs[i], outs[i])
                 after[i].append((wall, cpu))

@@ -24,10 +24,12 @@ Measured in one go, each report in a fresh process, as a user runs it (``python 
 ``--check`` also compares the cached histories and regression list with ``load_site(cache=False)`` (identical).
 
 ``--baseline TREE`` (another checkout of the project, e.g. ``git archive <commit> | tar -x -C TREE``) also times
-that tree's report, by its own copy of this script, next to rows 3 and 4: on a copy of the database taken after row
-3's report (the same new run added to both), into a folder of its own, warmed by a first report that is not shown
-(the analysis cache's keys hold the code version: that report analyses everything and writes every page). For
-side-by-side figures on a noisy machine, ``bench/ab_report.py`` alternates the two trees over several rounds.
+that tree's report, by its own copy of this script, next to rows 3 and 4: on a copy of the database taken before
+this tree opens it (opening a database migrates it to the opener's schema, which an older tree refuses: across a
+schema change, ``--db`` must be a database the baseline can open), the same new run added to both by each tree's
+own code, into a folder of its own, warmed by a first report that is not shown (the analysis cache's keys hold the
+code version: that report analyses everything and writes every page). For side-by-side figures on a noisy machine,
+``bench/ab_report.py`` alternates the two trees over several rounds.
 
     python tools/bench_report.py                                   # the full size (slow to fill: minutes)
     python tools/bench_report.py --commits 200 --series 100 --check
@@ -467,6 +469,9 @@ def main() -> None:
                   f"jobs, {counts['samples']} samples ({db.stat().st_size / 2**20:.0f} MiB)")
         url = f"sqlite:///{db}"
         out = Path(args.out) if args.out else work / "site"
+        base_db = work / "baseline.db"
+        if args.baseline:  # copied before this tree opens it: opening migrates it to this tree's schema
+            shutil.copyfile(db, base_db)
         store = open_store(url)
         cleared = analysis_cache.clear(store)
         with store.session() as session:
@@ -485,8 +490,6 @@ def main() -> None:
         base_url = None
         if args.baseline:
             tree = Path(args.baseline).resolve()
-            base_db = work / "baseline.db"
-            shutil.copyfile(db, base_db)
             base_url = f"sqlite:///{base_db}"
             # its first report analyses everything (the cache's rows are keyed by the code, this tree's here) and
             # writes every page: not shown, as the head tree's full rebuild is not one of its later rows
@@ -496,8 +499,12 @@ def main() -> None:
         run_id = add_run(url, n_samples=args.samples, n_trials=args.trials, between=args.between)
         rows.append((f"harness report after one new run ({run_id})", report_process(url, out, cache=True,
                                                                                     args=args)))
-        if base_url:
-            add_run(base_url, n_samples=args.samples, n_trials=args.trials, between=args.between)
+        if base_url:  # the same run (``add_run`` is deterministic in the database's state), by the tree's own code
+            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import bench_report; "
+                            "bench_report.add_run(sys.argv[1], n_samples=int(sys.argv[2]), n_trials=int(sys.argv[3]), "
+                            "between=float(sys.argv[4]))", base_url, str(args.samples), str(args.trials),
+                            str(args.between)], cwd=tree, check=True,
+                           env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
             rows.append((f"baseline tree, after one new run ({run_id})",
                          report_process(base_url, work / "site-baseline", cache=True, args=args, tree=tree)))
         if args.check:

@@ -31,3 +31,22 @@ def test_bench_report_times_the_cli_and_the_cli_reports_its_phases_and_cache(tmp
     plain = subprocess.run([sys.executable, "-m", "harness", "report", "--db", f"sqlite:///{db}", "--out",
                             str(tmp_path / "b")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0 and plain.stdout == "" and "report: " in plain.stderr  # --timings alone prints
+
+
+def test_a_baseline_tree_gets_its_own_copy_and_adds_the_same_run_with_its_own_code(tmp_path):
+    """``--baseline TREE`` (here this checkout again) times the tree's report on a copy taken before this tree opens
+    the database (opening migrates it to the opener's schema), the new run added by the tree's own code: the same
+    run (``add_run`` is deterministic in the database's state); ``bench/ab_report.py`` does the same per round."""
+    db = tmp_path / "b.db"
+    common = ["--commits", "12", "--chips", "2", "--series", "4", "--samples", "4", "--asv", ""]
+    subprocess.run([sys.executable, "tools/bench_report.py", *common, "--db", str(db), "--keep-db", "--out",
+                    str(tmp_path / "fill")], cwd=ROOT, check=True, capture_output=True, timeout=600)
+    done = subprocess.run([sys.executable, "tools/bench_report.py", *common, "--db", str(db), "--baseline", str(ROOT),
+                           "--out", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "harness report after one new run (r00013c0)" in done.stdout  # the fill added r00012c0 above
+    assert "baseline tree, after one new run (r00013c0)" in done.stdout
+    side = subprocess.run([sys.executable, "bench/ab_report.py", "--db", str(db), str(ROOT), str(ROOT), "--rounds", "1",
+                           "--work", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert side.returncode == 0, side.stdout + side.stderr
+    assert side.stdout.count("after one new run median") == 2
