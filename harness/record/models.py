@@ -186,40 +186,39 @@ class TrialSummary(Base):
     trials: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class AnalysisCache(Base):
-    """A derived analysis result kept so that ``harness report`` recomputes only what changed
-    (``harness.analysis.cache``): never a source of truth, any row may be deleted at any time.
-
+class _AnalysisRow:
+    """What names a row of the analysis cache and what it is valid under (``AnalysisCache``, ``AnalysisStamp``):
     ``chip`` and ``kind`` say what it is (a commit's cell summaries, a series' change points, a chip's regression
     families, the chip's validation state), ``name`` which one; ``key`` is a digest of everything the result was
-    computed from (the runs and jobs it read, the analysis code and parameters), so a row is only used while its
-    inputs are unchanged; ``watermark``: the highest sample id that existed when it was validated.
-    """
+    computed from (the runs and jobs it read, the analysis code and parameters)."""
 
-    __tablename__ = "analysis_cache"
     __table_args__ = (UniqueConstraint("chip", "kind", "name"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     chip: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(32))
     name: Mapped[str] = mapped_column(String(400))
     key: Mapped[str] = mapped_column(String(128))
+
+
+class AnalysisCache(_AnalysisRow, Base):
+    """A derived analysis result kept so that ``harness report`` recomputes only what changed
+    (``harness.analysis.cache``): never a source of truth, any row may be deleted at any time. A row is only used
+    while its ``key`` is its inputs' (``_AnalysisRow``); ``watermark``: the highest sample id that existed when it
+    was validated.
+    """
+
+    __tablename__ = "analysis_cache"
     watermark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class AnalysisStamp(Base):
+class AnalysisStamp(_AnalysisRow, Base):
     """A raised watermark of an ``analysis_cache`` row (``harness.record.analysis_cache.stamp``): the row was found
     valid, under ``key``, up to sample id ``watermark``. Kept apart from the row, whose payload an update in place
     would write again whole (a chip's analysis is one 16 MB row at 1,000 commits). A row written again drops it."""
 
     __tablename__ = "analysis_stamp"
-    __table_args__ = (UniqueConstraint("chip", "kind", "name"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    chip: Mapped[str] = mapped_column(String(64))
-    kind: Mapped[str] = mapped_column(String(32))
-    name: Mapped[str] = mapped_column(String(400))
-    key: Mapped[str] = mapped_column(String(128))
     watermark: Mapped[int] = mapped_column(BigInteger)
 
 

@@ -692,3 +692,12 @@ def test_a_report_is_built_without_the_cyclic_collector_and_gives_it_back(store,
     finally:
         gc.enable()
     assert files(tmp_path / "again") == files(tmp_path / "site")
+
+
+def test_a_pages_plots_are_found_by_their_ids_and_nothing_else():
+    page = ('<p>x</p><svg class="plot" width="1" id="svg-0123456789"><text>a &lt;/svg&gt;</text></svg>'
+            '<svg class="plot" width="1">no id</svg><svg class="other" id="svg-aaaaaaaaaa"></svg>'
+            '<svg class="plot" role="img" id="svg-bbbbbbbbbb"><g/></svg><svg class="plot" id="svg-cccccccccc">')
+    assert render_history.page_plots(page) == {
+        "svg-0123456789": '<svg class="plot" width="1" id="svg-0123456789"><text>a &lt;/svg&gt;</text></svg>',
+        "svg-bbbbbbbbbb": '<svg class="plot" role="img" id="svg-bbbbbbbbbb"><g/></svg>'}  # the last: cut short
