@@ -135,7 +135,7 @@ def _write_site(history: HistoryPages | DeliveredHistoryPages, found: evidence_p
                            lambda name=name, inputs=inputs: Fingerprint(
                                frame.shared, "chip", name, inputs, baselines, _chip_links(found, inputs)),
                            lambda name=name, inputs=inputs: _write_chip_page(write, name, inputs, baselines)))
-    # the chip pages -- the largest of those always rendered -- in a process of their own while the rest is written
+    # the chip pages whose inputs changed, in a process of their own while the rest is written
     in_chip_pages = ForkedPages(site, lambda into: _draw(into, chip_pages), "chip", fork=len(chip_pages) > 1)
     try:
         _write_the_rest(site, history, found, samples, data, early, matrix, summary)
