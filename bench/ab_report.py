@@ -21,7 +21,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,15 +39,6 @@ def report(tree: Path, db: Path, out: Path) -> tuple[float, float]:
     if done.returncode != 0:
         raise SystemExit(f"{tree}: report failed\n{done.stdout}\n{done.stderr}")
     return wall, cpu
-
-
-def add_run(tree: Path, db: Path) -> None:
-    """The new run added to ``db`` by ``tree``'s own code (``bench_report.add_run``, deterministic in the database's
-    state: both copies get the same run): opening a database migrates it to the opener's schema, which the other
-    tree may not know."""
-    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import bench_report; "
-                    "bench_report.add_run(sys.argv[1])", f"sqlite:///{db}"],
-                   cwd=tree, check=True, capture_output=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
 
 
 def main() -> None:
@@ -73,8 +63,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for i in (0, 1):
                 nothing[i].append(report(trees[i], dbs[i], outs[i])[0])
-            for tree, db in zip(trees, dbs, strict=True):
-                add_run(tree, db)
+            for tree, db in zip(trees, dbs, strict=True):  # each tree's own code: see add_run_by
+                bench_report.add_run_by(tree, f"sqlite:///{db}")
             for i in ((0, 1) if round_ % 2 == 0 else (1, 0)):
                 wall, cpu = report(trees[i], dbs[i], outs[i])
                 after[i].append((wall, cpu))

@@ -255,6 +255,16 @@ def add_run(url: str, *, chip: int = 0, n_samples: int = 10, n_trials: int = 3, 
         store.close()
 
 
+def add_run_by(tree: Path, url: str, *, n_samples: int = 10, n_trials: int = 3, between: float = 0.01) -> None:
+    """``add_run`` by ``tree``'s own code, in a process of its own: the same run (``add_run`` is deterministic in the
+    database's state), and the database stays at that tree's schema (opening one migrates it to the opener's, which
+    an older tree refuses)."""
+    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import bench_report; "
+                    "bench_report.add_run(sys.argv[1], n_samples=int(sys.argv[2]), n_trials=int(sys.argv[3]), "
+                    "between=float(sys.argv[4]))", url, str(n_samples), str(n_trials), str(between)],
+                   cwd=tree, check=True, capture_output=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # One report, in this process (run in a fresh process per scenario by main)
 # ---------------------------------------------------------------------------------------------------------------
@@ -499,12 +509,8 @@ def main() -> None:
         run_id = add_run(url, n_samples=args.samples, n_trials=args.trials, between=args.between)
         rows.append((f"harness report after one new run ({run_id})", report_process(url, out, cache=True,
                                                                                     args=args)))
-        if base_url:  # the same run (``add_run`` is deterministic in the database's state), by the tree's own code
-            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); import bench_report; "
-                            "bench_report.add_run(sys.argv[1], n_samples=int(sys.argv[2]), n_trials=int(sys.argv[3]), "
-                            "between=float(sys.argv[4]))", base_url, str(args.samples), str(args.trials),
-                            str(args.between)], cwd=tree, check=True,
-                           env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        if base_url:
+            add_run_by(tree, base_url, n_samples=args.samples, n_trials=args.trials, between=args.between)
             rows.append((f"baseline tree, after one new run ({run_id})",
                          report_process(base_url, work / "site-baseline", cache=True, args=args, tree=tree)))
         if args.check:

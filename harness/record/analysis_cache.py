@@ -131,9 +131,11 @@ def stamp(store: Store, chip: str, kind: str, name: str, key: str, watermark: in
         with store.writing() as session:
             statement = _upsert(session.get_bind().dialect.name, AnalysisStamp).values(
                 chip=chip, kind=kind, name=name, key=key, watermark=watermark)
-            session.execute(statement.on_conflict_do_update(
+            stamped = AnalysisStamp.__table__.c
+            session.execute(statement.on_conflict_do_update(  # raised only, as the row's own watermark was
                 index_elements=["chip", "kind", "name"],
-                set_={"key": statement.excluded.key, "watermark": statement.excluded.watermark}))
+                set_={"key": statement.excluded.key, "watermark": statement.excluded.watermark},
+                where=(stamped.key != statement.excluded.key) | (stamped.watermark < statement.excluded.watermark)))
     except SQLAlchemyError:
         pass
 

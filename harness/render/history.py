@@ -47,19 +47,15 @@ class HistorySummary:
 class _HistorySpec(history_page.HistoryPlan):
     """One history page's inputs (``reports.history.HistoryPlan``), with what an incremental build asks of them."""
 
-    def shas(self, known: dict[tuple[str, str], set[str]] | None = None) -> set[str]:
+    def shas(self, known: dict[tuple[str, str], set[str]]) -> set[str]:
         """The commits of the page's points. ``known``: per (kernel, chip), its commits as found so far (a chip's
         page and the kernel's page of every chip draw the same series of it): read from it, and added to it."""
         found: set[str] = set()
         for chip, series_list in self.chips.items():
             key = (self.kernel, chip)
-            if known is not None and key in known:
-                found |= known[key]
-                continue
-            chip_shas = history_page.commits_of(series_list)
-            if known is not None:
-                known[key] = chip_shas
-            found |= chip_shas
+            if key not in known:
+                known[key] = history_page.commits_of(series_list)
+            found |= known[key]
         return found
 
     def summary(self, n_commits: int) -> HistorySummary:

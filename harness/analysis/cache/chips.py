@@ -118,11 +118,11 @@ def _chip_is_stored(store: Store, chip: str, name: str, key: str, state: analysi
     if state.unfinished or found[0] != key or analysis_cache.touched_since(store, state.run_commit, found[1] or 0):
         return False
     if state.watermark > (found[1] or 0):
-        rows = ChipRows(chip, Writes(), CacheStats(), [("chip", name, key, state.watermark)])
+        stamp = ("chip", name, key, state.watermark)
         if deferred_writes is None:
-            rows.store(store)
+            analysis_cache.stamp(store, chip, *stamp)
         else:
-            deferred_writes.append(rows)
+            deferred_writes.append(ChipRows(chip, Writes(), CacheStats(), [stamp]))
     return True
 
 
