@@ -80,10 +80,11 @@ def _stamp() -> str:
 class SiteAnalysis:
     """The histories and the regression list (``analyse``) and then the history pages, in a forked process
     (``pages.ForkedWork``, where ``pages.can_fork``) while the report loads what the chip pages show: the regression
-    list and the pages' frame come back first (``regressions``), then the analysis cache's rows, which the report
-    stores while the pages are drawn (when it has written the rest of the site and waits for them), then the pages
-    (``history.finish``). What the process did not deliver is done in the report's own; the site is the same either
-    way."""
+    list and the pages' frame come back first (``regressions``), then the pages (``history.finish``); then it stores
+    the analysis cache's rows (a 1,000-commit chip's whole analysis is one 16 MB row: sent to the report's process,
+    pickled and stored there, it cost that process, whose own work is as long, the writing and more) and ends, which
+    the report waits for (``collect``). What the process did not deliver is done in the report's own; the site is
+    the same either way."""
 
     def __init__(self, out_dir: str | Path, *, change_points: bool, last: int | None, cache: bool,
                  commit_urls: dict[str, str], generated_at: str) -> None:
@@ -121,8 +122,9 @@ class SiteAnalysis:
             histories, regressions, whole = self._analyse(timings, deferred)
         pages = self._pages(histories, regressions, whole)
         send((regressions, timings, notes, pages.frame))
-        send(deferred)  # the analysis cache's rows: the report's process stores them while the pages are drawn
         send(pages.render())
+        for chip_rows in deferred:
+            chip_rows.store(self.store)
 
     def regressions(self, timings: dict[str, float]) -> list[RegressionEvidence]:
         """The regression list (``timings`` gets the analysis' phases, and how long this process waited for them);
@@ -145,19 +147,16 @@ class SiteAnalysis:
         return regressions
 
     def _pages_sent(self) -> tuple[bool, Any]:
-        """The analysis cache's rows (stored here: this process waits for the pages meanwhile), then the pages."""
+        """The pages, as the analysis' process sent them."""
         assert self._work is not None
-        rows = self._work.receive()
-        if rows[0]:
-            for chip_rows in rows[1]:
-                chip_rows.store(self.store)
-        found = self._work.receive() if rows[0] else rows
+        found = self._work.receive()
         if not found[0]:  # it ended: reaped
             self._work = None
         return found
 
     def collect(self) -> None:
-        """Wait for the analysis' process to end, once the site is written (it has sent everything)."""
+        """Wait for the analysis' process to end, once the site is written (it has sent everything and stores the
+        analysis cache's rows)."""
         if self._work is not None:
             self._work.close()
             self._work = None
