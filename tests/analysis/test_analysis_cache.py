@@ -562,6 +562,66 @@ def test_run_prints_name_each_runs_highest_sample(db):
     assert {run: found[run][-1] for run in runs} == expected and found[empty][-1] == 0
 
 
+def _newest_truth(db: store.Store) -> dict[str, int]:
+    """Each run's highest sample id, every sample read (0: none)."""
+    from harness.record.models import JobRecord
+
+    with db.session() as session:
+        found = dict(session.execute(select(JobRecord.run_id, func.max(Sample.id))
+                                     .join(Sample, Sample.job_id == JobRecord.id).group_by(JobRecord.run_id)).all())
+        return {run: int(found.get(run) or 0) for run in session.scalars(select(Run.id))}
+
+
+def _newest_printed(db: store.Store) -> dict[str, int]:
+    """The highest sample id of every run as ``run_prints`` names it, within one report's ``memoised``."""
+    with db.session() as session:
+        runs = session.scalars(select(Run.id)).all()
+    with db.memoised():
+        return {run: found[-1] for run, found in analysis_cache.run_prints(db, runs).items()}
+
+
+@pytest.mark.parametrize("change", ["a later trial", "a new run", "a run still writing", "the top sample deleted",
+                                    "an unreadable row"])
+def test_the_newest_samples_kept_across_reports_are_each_runs_highest(db, change, monkeypatch):
+    """The finished runs' highest sample ids are kept in the cache (``newest_samples``) and brought up to date from
+    the samples written since: after a later trial of an old run's job, a new run, a run still writing, the highest
+    sample deleted (its id may be taken again) or an unreadable row, ``run_prints`` names each run's highest sample
+    as every sample shows it -- and a second report reads no run from its jobs again."""
+    build(db, commits=6)
+    assert _newest_printed(db) == _newest_truth(db)  # every run read from its jobs, then kept
+    rng = np.random.default_rng(4)
+    job = bench_job("swiglu", "unfused", {"B": 1, "H": 1, "S": 64, "D": 32})
+    if change == "a later trial":
+        store.record_result(db, _run_of(db, "chip-a", 2), job, JobResult(
+            job.key, "passed", samples=timings(rng, 4e-3), inner=1, trial=7))
+    elif change == "a new run":
+        finished(db, add_run(db, "chip-b", 6, grid_results(rng), minutes=900))
+    elif change == "a run still writing":
+        add_run(db, "chip-a", 6, grid_results(rng), minutes=900)  # not finished: read from its jobs every time
+        with db.session() as session:
+            session.execute(update(Run).where(Run.finished_at.is_(None)).values(status="running"))
+    elif change == "the top sample deleted":
+        from sqlalchemy import delete
+
+        with db.session() as session:
+            session.execute(delete(Sample).where(Sample.id == session.scalar(select(func.max(Sample.id)))))
+        store.record_result(db, _run_of(db, "chip-b", 1), job, JobResult(  # the id taken again, another run's
+            job.key, "passed", samples=timings(rng, 4e-3), inner=1, trial=3))
+    else:
+        with db.session() as session:
+            session.execute(update(AnalysisCache).where(AnalysisCache.kind == "newest-samples")
+                            .values(payload=b"[1, 2"))
+    assert _newest_printed(db) == _newest_truth(db)
+    read_whole: list = []
+    real = analysis_cache._newest_by_jobs
+    monkeypatch.setattr(analysis_cache, "_newest_by_jobs", lambda s, runs: read_whole.extend(runs) or real(s, runs))
+    assert _newest_printed(db) == _newest_truth(db)
+    with db.session() as session:
+        still_writing = set(session.scalars(select(Run.id).where(Run.finished_at.is_(None))))
+    assert set(read_whole) == still_writing  # the finished runs came from the kept row
+    assert not still_writing or change == "a run still writing"
+
+
 def test_the_noise_rows_are_the_uncached_ones_and_a_new_run_recomputes_its_chip_only(db):
     """``NoiseRows`` (the chip pages' noise meters) equals ``noise.chip_noise_rows``, field by field and type by
     type, cold and warm; after a new run on one chip only that chip's rows are computed again."""
