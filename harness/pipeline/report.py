@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -80,11 +81,11 @@ def _stamp() -> str:
 class SiteAnalysis:
     """The histories and the regression list (``analyse``) and then the history pages, in a forked process
     (``pages.ForkedWork``, where ``pages.can_fork``) while the report loads what the chip pages show: the regression
-    list and the pages' frame come back first (``regressions``), then the pages (``history.finish``); then it stores
-    the analysis cache's rows (a 1,000-commit chip's whole analysis is one 16 MB row: sent to the report's process,
-    pickled and stored there, it cost that process, whose own work is as long, the writing and more) and ends, which
-    the report waits for (``collect``). What the process did not deliver is done in the report's own; the site is
-    the same either way."""
+    list and the pages' frame come back first (``regressions``), then the pages (``history.finish``). It stores the
+    analysis cache's rows itself, in a thread while it draws the pages (a 1,000-commit chip's whole analysis is one
+    16 MB row: sent to the report's process, pickled and stored there, it cost that process, whose own work is as
+    long, the writing and more), and ends once they are stored, which the report waits for (``collect``). What the
+    process did not deliver is done in the report's own; the site is the same either way."""
 
     def __init__(self, out_dir: str | Path, *, change_points: bool, last: int | None, cache: bool,
                  commit_urls: dict[str, str], generated_at: str) -> None:
@@ -122,9 +123,10 @@ class SiteAnalysis:
             histories, regressions, whole = self._analyse(timings, deferred)
         pages = self._pages(histories, regressions, whole)
         send((regressions, timings, notes, pages.frame))
+        storing = threading.Thread(target=_store_rows, args=(self.store, deferred), name="analysis-cache-rows")
+        storing.start()  # while the pages are drawn: the writing is mostly SQLite's, outside the GIL
         send(pages.render())
-        for chip_rows in deferred:
-            chip_rows.store(self.store)
+        storing.join()
 
     def regressions(self, timings: dict[str, float]) -> list[RegressionEvidence]:
         """The regression list (``timings`` gets the analysis' phases, and how long this process waited for them);
@@ -170,6 +172,16 @@ class SiteAnalysis:
             self._work = None
         if isinstance(self.history, HistoryPages):
             self.history.abandon()
+
+
+def _store_rows(store: Store, deferred: list[ChipRows]) -> None:
+    """Store the analysis cache's rows; a failure costs the next report the work again, nothing else."""
+    try:
+        for chip_rows in deferred:
+            chip_rows.store(store)
+    except Exception as exc:  # noqa: BLE001 - in a thread of its own: said here, or lost
+        log.warning("analysis cache: rows not stored (%s: %s); the next report computes them again",
+                    type(exc).__name__, exc)
 
 
 @dataclass(frozen=True)
