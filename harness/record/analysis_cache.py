@@ -14,7 +14,7 @@ samples of chosen commits only (``commit_history``): the cells of a commit that 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -378,23 +378,38 @@ def _newest_from_top(session: Any) -> _NewestSamples:
 
 
 def _newest_above(session: Any, state: _NewestSamples) -> bool:
-    """``state`` brought up to date with the samples above its top (an id range); whether it moved."""
+    """``state`` brought up to date with the samples above its top (an id range); whether it moved. A run not seen
+    yet is left out: it is read from its jobs when asked for."""
+    per_job = _samples_above(session, state.top)
+    if not per_job:
+        return False
+    for run_id, newest in _per_run(session, per_job, state.runs).items():
+        state.runs[run_id] = max(state.runs[run_id], newest)
+    state.top_job, state.top = max(per_job.items(), key=lambda item: item[1])
+    return True
+
+
+def _samples_above(session: Any, watermark: int) -> dict[int, int]:
+    """Per job with a sample whose id is above ``watermark``: its highest sample id (an id range is read)."""
     per_job: dict[int, int] = {}
     # no GROUP BY: SQLite would scan a whole index for it instead of the id range
     for job_id, sample_id in query.plain_rows(session, select(Sample.job_id, Sample.id).where(
-            Sample.id > state.top)):
+            Sample.id > watermark)):
         if sample_id > per_job.get(job_id, -1):
             per_job[job_id] = sample_id
-    if not per_job:
-        return False
+    return per_job
+
+
+def _per_run(session: Any, per_job: Mapping[int, int], runs: Container[str]) -> dict[str, int]:
+    """``per_job``'s highest sample ids per run, for the runs of ``runs``."""
+    found: dict[str, int] = {}
     jobs = sorted(per_job)
     for start in range(0, len(jobs), 5000):
         for job_id, run_id in session.execute(select(JobRecord.id, JobRecord.run_id).where(
                 JobRecord.id.in_(jobs[start:start + 5000]))):
-            if run_id in state.runs:  # a run not seen yet is read from its jobs when asked for
-                state.runs[run_id] = max(state.runs[run_id], per_job[job_id])
-    state.top_job, state.top = max(per_job.items(), key=lambda item: item[1])
-    return True
+            if run_id in runs:
+                found[run_id] = max(found.get(run_id, 0), int(per_job[job_id]))
+    return found
 
 
 def _newest_in(entry: Entry | None) -> _NewestSamples | None:
@@ -419,20 +434,7 @@ def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -
     trial of a stored one): its highest sample id. Reads the samples above the watermark only (an id range), then
     their jobs."""
     with store.session() as session:
-        newest: dict[int, int] = {}
-        # no GROUP BY: SQLite would scan a whole index for it instead of the id range
-        for job_id, sample_id in query.plain_rows(session, select(Sample.job_id, Sample.id).where(
-                Sample.id > watermark)):
-            if sample_id > newest.get(job_id, -1):
-                newest[job_id] = sample_id
-        jobs = list(newest)
-        found: dict[str, int] = {}
-        for start in range(0, len(jobs), 5000):
-            for job_id, run_id in session.execute(select(JobRecord.id, JobRecord.run_id).where(
-                    JobRecord.id.in_(jobs[start:start + 5000]))):
-                if run_id in run_commit:
-                    found[run_id] = max(found.get(run_id, 0), int(newest[job_id]))
-    return found
+        return _per_run(session, _samples_above(session, watermark), run_commit)
 
 
 def chip_jobs(store: Store, chip: str, kinds: Collection[str], *, runs: Collection[str] | None = None
