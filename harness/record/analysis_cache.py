@@ -304,8 +304,9 @@ def run_prints(store: Store, run_ids: Collection[str], *, jobs: JobIds | None = 
     jobs = jobs if jobs is not None else job_id_summaries(store)
     with store.session() as session:
         rows = list(session.execute(select(*_RUN_COLUMNS).where(Run.id.in_(ids))))
-    newest = newest_samples(store, [row[0] for row in rows if row[4] is not None])
-    newest.update(_newest_by_jobs(store, [row[0] for row in rows if row[4] is None]))
+    finished = {row.id: row.finished_at is not None for row in rows}
+    newest = newest_samples(store, [run_id for run_id, done in finished.items() if done])
+    newest.update(_newest_by_jobs(store, [run_id for run_id, done in finished.items() if not done]))
     return {row[0]: (*_fingerprint(row, jobs), int(newest.get(row[0]) or 0)) for row in rows}
 
 
@@ -328,11 +329,12 @@ _NEWEST_FORMAT = "newest-samples-1"  # that row's key: the payload's format
 @dataclass
 class _NewestSamples:
     """Finished runs' highest sample ids as of sample ``top`` (whose job is ``top_job``): a sample written since
-    has a higher id, and the harness deletes none but with their run."""
+    has a higher id, and the harness deletes none but with their run. ``changed``: not stored as it is."""
 
     runs: dict[str, int]
     top: int
     top_job: int
+    changed: bool = False
 
     def to_bytes(self) -> bytes:
         return json.dumps([self.top, self.top_job, self.runs], separators=(",", ":")).encode()
@@ -353,40 +355,36 @@ def newest_samples(store: Store, run_ids: Collection[str]) -> dict[str, int]:
     if missing:
         found = _newest_by_jobs(store, missing)
         state.runs.update({run_id: found.get(run_id, 0) for run_id in missing})
-        _store_newest(store, state)
+        state.changed = True
+    if state.changed:  # once a report, where it moved or learnt runs: the first call does both
+        state.changed = False
+        try:
+            write_entries(store, _NEWEST_CHIP, _NEWEST_KIND, {_NEWEST_NAME: Entry(_NEWEST_FORMAT, state.to_bytes())})
+        except SQLAlchemyError:  # a read-only database, a lock held too long: read again next time
+            pass
     return {run_id: state.runs[run_id] for run_id in run_ids if state.runs[run_id]}
 
 
 def _newest_state(store: Store) -> _NewestSamples:
-    """The kept state (``newest_samples``), brought up to date (and stored when it moved), or a new one."""
+    """The kept state (``newest_samples``) brought up to date, or a new one; ``changed`` where it is not the stored
+    one (stored by the caller, after this reading session: one outside a report's ``reading`` holds the write
+    lock)."""
     kept = _newest_in(read_entries(store, _NEWEST_CHIP, _NEWEST_KIND, [_NEWEST_NAME]).get(_NEWEST_NAME))
     with store.session() as session:
         if kept is not None and kept.top and session.scalar(
                 select(Sample.job_id).where(Sample.id == kept.top)) != kept.top_job:
             kept = None
-        state, moved = (kept, _newest_above(session, kept)) if kept is not None else (_newest_from_top(session), True)
-    if moved:  # stored after the reading session: a session outside a report's ``reading`` holds the write lock
-        _store_newest(store, state)
-    return state
-
-
-def _newest_from_top(session: Any) -> _NewestSamples:
-    """A state with no run yet, from the highest sample on (every run is read from its jobs when first asked for)."""
-    top = session.scalar(select(func.max(Sample.id))) or 0
-    top_job = session.scalar(select(Sample.job_id).where(Sample.id == top)) if top else 0
-    return _NewestSamples({}, int(top), int(top_job or 0))
-
-
-def _newest_above(session: Any, state: _NewestSamples) -> bool:
-    """``state`` brought up to date with the samples above its top (an id range); whether it moved. A run not seen
-    yet is left out: it is read from its jobs when asked for."""
-    per_job = _samples_above(session, state.top)
-    if not per_job:
-        return False
-    for run_id, newest in _per_run(session, per_job, state.runs).items():
-        state.runs[run_id] = max(state.runs[run_id], newest)
-    state.top_job, state.top = max(per_job.items(), key=lambda item: item[1])
-    return True
+        if kept is None:  # from the highest sample on: every run is read from its jobs when first asked for
+            top, top_job = session.execute(select(Sample.id, Sample.job_id).order_by(Sample.id.desc()).limit(1)
+                                           ).first() or (0, 0)
+            return _NewestSamples({}, int(top), int(top_job), changed=True)
+        per_job = _samples_above(session, kept.top)
+        if per_job:  # a run not seen yet is left out: it is read from its jobs when asked for
+            for run_id, newest in _per_run(session, per_job, kept.runs).items():
+                kept.runs[run_id] = max(kept.runs[run_id], newest)
+            kept.top_job, kept.top = max(per_job.items(), key=lambda item: item[1])
+            kept.changed = True
+    return kept
 
 
 def _samples_above(session: Any, watermark: int) -> dict[int, int]:
@@ -420,13 +418,6 @@ def _newest_in(entry: Entry | None) -> _NewestSamples | None:
         return _NewestSamples({str(run): int(newest) for run, newest in runs.items()}, int(top), int(top_job))
     except (ValueError, TypeError, AttributeError):
         return None
-
-
-def _store_newest(store: Store, state: _NewestSamples) -> None:
-    try:
-        write_entries(store, _NEWEST_CHIP, _NEWEST_KIND, {_NEWEST_NAME: Entry(_NEWEST_FORMAT, state.to_bytes())})
-    except SQLAlchemyError:  # a read-only database, a lock held too long: read again next time
-        pass
 
 
 def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -> dict[str, int]:
