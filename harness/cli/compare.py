@@ -31,6 +31,7 @@ from harness.cli.tables import (
 from harness.cluster.driver import connect
 from harness.core import defaults
 from harness.core.chip import timing_fit
+from harness.core.collector import loading_modules
 from harness.core.errors import HarnessError
 from harness.pipeline.ab import ABRequest, execute_ab
 from harness.record import query
@@ -104,8 +105,9 @@ def compare(
                                                      "(docs/cluster.md).")] = None,
 ) -> None:
     """Compare HEAD with BASE (see HELP)."""
-    from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
-    from harness.analysis.compare import hours_apart  # the same module (scipy): not at CLI start-up
+    with loading_modules():
+        from harness.analysis.compare import compare as run_compare  # loads scipy: not at CLI start-up
+        from harness.analysis.compare import hours_apart  # the same module (scipy): not at CLI start-up
 
     check_format(format)
     check_thresholds(min_effect, alpha)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import os
 import sys
@@ -10,10 +11,16 @@ import threading
 from pathlib import Path
 from typing import NoReturn
 
-import click
-import typer
+from harness.core.collector import loading_modules
 
-from harness.core.defaults import THREAD_VARS
+with loading_modules():  # imports make objects, not garbage: ~0.1 s of collections at every start otherwise
+    import click
+    import typer
+
+    with contextlib.suppress(ImportError):  # what typer loads (pydantic) when a command is invoked: loaded here
+        import typer._adapters  # noqa: F401
+
+    from harness.core.defaults import THREAD_VARS
 
 COMMANDS = ("run", "chips", "report", "compare", "noise", "variants", "bundle", "bisect", "cluster", "node", "submit",
             "spool", "init", "ack")
@@ -41,14 +48,16 @@ if _verb in ANALYSIS_VERBS:
     for _name in THREAD_VARS:
         os.environ.setdefault(_name, "1")
 
-from harness.cli.common import app, console, state, styled  # noqa: E402 - numpy loads here: after the thread variables
-from harness.core.errors import HarnessError  # noqa: E402
+with loading_modules():
+    from harness.cli.common import app, console, state, styled  # noqa: E402 - numpy loads here: after the thread variables
+    from harness.core.errors import HarnessError  # noqa: E402
 
 
 def register(verbs: tuple[str, ...] = COMMANDS) -> None:
     """Import the modules of ``verbs`` (each registers its command on ``app``)."""
-    for name in verbs:
-        importlib.import_module(f"harness.cli.{name}")
+    with loading_modules():
+        for name in verbs:
+            importlib.import_module(f"harness.cli.{name}")
 
 
 register((_verb,) if _verb else COMMANDS)

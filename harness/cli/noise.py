@@ -9,6 +9,7 @@ import typer
 
 from harness.cli.common import DbOption, app
 from harness.cli.tables import check_format, emit_table, percent, print_json, seconds, stdout_console
+from harness.core.collector import loading_modules
 from harness.record.outbox import open_store
 
 HELP = "\n\n".join((
@@ -40,7 +41,8 @@ def noise(
     series: Annotated[bool, typer.Option("--series", help="List every series, noisiest first.")] = False,
 ) -> None:
     """Noise per chip and series (see HELP)."""
-    from harness.analysis.noise import LEVELS, noise_report  # loads scipy: not at CLI start-up
+    with loading_modules():
+        from harness.analysis.noise import LEVELS, noise_report  # loads scipy: not at CLI start-up
 
     check_format(format)
     store = open_store(db, must_exist=True)

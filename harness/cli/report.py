@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from harness.cli.common import DbOption, app, check_out_folder, console
+from harness.core.collector import loading_modules
 from harness.record.outbox import open_store
 from harness.record.store import link_repository
 from harness.spec import git
@@ -54,7 +55,8 @@ def report(
     """Re-render the HTML report from a database: index, chip pages, variant matrix, histories, regressions, a
     compare page per chip (its run against the previous run) and per regression, the samples behind them."""
     began = time.perf_counter()
-    from harness.pipeline.report import ReportOptions, build_report  # loads scipy: only when this command runs
+    with loading_modules():
+        from harness.pipeline.report import ReportOptions, build_report  # loads scipy: only when this command runs
 
     notes: list[str] = []
     if timings:  # what the caches reused and computed, and the pages kept (their INFO lines)

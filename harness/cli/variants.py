@@ -21,6 +21,7 @@ from harness.cli.tables import (
     stdout_console,
 )
 from harness.core import defaults
+from harness.core.collector import loading_modules
 from harness.record.outbox import open_store
 
 CELL_HEADERS = ("outcome", "kernel", "variant", "vs default", "dtype", "shape", "change", "ratio", "95% CI",
@@ -50,7 +51,8 @@ def variants(
     all_cells: Annotated[bool, typer.Option("--all", help="List ties too.")] = False,
 ) -> None:
     """Variant verdicts per chip (see HELP)."""
-    from harness.analysis.variants import variant_matrix  # loads scipy: not at CLI start-up
+    with loading_modules():
+        from harness.analysis.variants import variant_matrix  # loads scipy: not at CLI start-up
 
     check_format(format)
     check_thresholds(min_effect, alpha)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +18,7 @@ from harness.analysis.site_evidence import commit_urls, load_evidence
 from harness.analysis.site_inputs import SiteData, load_site
 from harness.analysis.site_manifests import SiteManifests
 from harness.analysis.variants import default_variants
+from harness.core.collector import without_the_collector
 from harness.core.errors import HarnessError
 from harness.core.fork import ForkedWork, can_fork
 from harness.record import acks, analysis_cache, query
@@ -206,23 +205,8 @@ def build_report(store: Store, out_dir: str | Path = DEFAULT_REPORT_DIR, options
     ``{sha}``) and ``repo`` (a git repository whose remote names the web pages) say where commits link to
     (``commit_urls``); ``cache``: as ``load_site``'s, and the pages whose inputs did not change since the last build
     into ``out_dir`` are kept (``harness.render.pages``; False renders every page and keeps no manifest)."""
-    with store.reading(), _without_the_collector():  # only the analysis cache is written (``writing``)
+    with store.reading(), without_the_collector():  # only the analysis cache is written (``writing``)
         return _build_report(store, out_dir, options, timings)
-
-
-@contextmanager
-def _without_the_collector() -> Iterator[None]:
-    """The cyclic garbage collector off while a report is built, as in its forked processes (``ForkedWork``): a
-    report makes millions of short-lived objects and next to no cycles -- on the 1,000-commit benchmark its
-    collections took 0.14-0.23 CPU s of the report after one new run, and its peak memory was the same without them
-    (574 against 581 MB; 4.27 GB either way for a rebuild without the cache). Restored after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _build_report(store: Store, out_dir: str | Path, options: ReportOptions, timings: dict[str, float] | None

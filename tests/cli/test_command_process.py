@@ -10,6 +10,7 @@ import sys
 
 from harness.cli.main import ANALYSIS_VERBS
 from harness.core.defaults import THREAD_VARS
+from harness.record.outbox import open_store
 from testkit.paths import ROOT
 
 # an object whose finaliser runs only when the interpreter tears its modules down, an exit handler, then the command
@@ -79,3 +80,35 @@ def test_the_analysis_verbs_load_numpy_with_one_blas_thread_and_the_others_leave
     assert _threads("report", OPENBLAS_NUM_THREADS="2")[:2] == ["2", "1"]  # what the user set is kept
     for argv in (("run", "--help"), ("bisect", "--help"), ("--help",)):
         assert _threads(*argv)[:2] == ["None", "None"]
+
+
+COLLECTIONS = """
+import gc, sys, traceback
+sys.argv = ["harness", *sys.argv[1:]]
+under_import = []
+
+def note(phase, info):  # a collection that starts while a module is being imported (the standard library's, at the
+    if phase == "start" and "click" in sys.modules:  # top of harness.cli.main, before click, aside)
+        under_import.append(any("importlib._bootstrap" in frame.filename for frame in traceback.extract_stack()[:-1]))
+
+
+gc.callbacks.append(note)
+from harness.cli.main import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+print(code, gc.isenabled(), sum(under_import), len(under_import))
+"""
+
+
+def test_a_command_imports_its_modules_without_collections_and_leaves_the_collector_on(tmp_path):
+    """Imports make objects and next to no garbage: the collector is off while the verb's modules load (a tenth of a
+    second of a report's start, measured: ``harness.core.collector``), and on again after the command."""
+    open_store(f"sqlite:///{tmp_path / 'r.db'}").close()  # an empty database: the report imports all it uses
+    done = subprocess.run([sys.executable, "-c", COLLECTIONS, "report", "--db", f"sqlite:///{tmp_path / 'r.db'}",
+                           "--out", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    code, enabled, under_import, _ = done.stdout.split()[-4:]
+    assert (code, enabled, under_import) == ("0", "True", "0"), done.stdout
