@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,9 +63,18 @@ class PageSet:
     manifest: Manifest = field(default_factory=Manifest)
     stats: WriteStats = field(default_factory=WriteStats)
 
-    def write(self, name: str, template: str, **context: Any) -> Path:
+    def write(self, name: str, template: str, *, splice: Callable[[str], Iterable[bytes | memoryview]] | None = None,
+              **context: Any) -> Path:
+        """The page ``name`` from ``template``, as UTF-8; ``splice``: its text to the bytes written (e.g. parts of
+        kept files put in for tokens: ``harness.render.history``)."""
         path = self.out / name
-        path.write_text(self.env.get_template(template).render(**self.common, **context), encoding="utf-8")
+        text = self.env.get_template(template).render(**self.common, **context)
+        if splice is None:
+            path.write_text(text, encoding="utf-8")
+        else:
+            with path.open("wb") as file:
+                for part in splice(text):
+                    file.write(part)
         return path
 
     def page(self, kind: str, name: str, fingerprint: Callable[[], Fingerprint] | None, render: Callable[[], Path]

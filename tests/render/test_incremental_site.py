@@ -304,7 +304,8 @@ def test_the_page_of_every_chip_takes_a_kept_chip_pages_plots_from_its_file(stor
     build(store, out)
     every = (out / kernel_history_page_name("flash_prefill")).read_text(encoding="utf-8")
     def plots(chip: str) -> dict:
-        return render_history.page_plots((out / history_page_name("flash_prefill", chip)).read_text(encoding="utf-8"))
+        return {key: bytes(plot).decode() for key, plot in render_history.page_plots(
+            (out / history_page_name("flash_prefill", chip)).read_bytes()).items()}
 
     apple, nvidia = plots(APPLE.key), plots(NVIDIA.key)
     assert apple and nvidia and all(plot in every for plot in (*apple.values(), *nvidia.values()))
@@ -695,9 +696,27 @@ def test_a_report_is_built_without_the_cyclic_collector_and_gives_it_back(store,
 
 
 def test_a_pages_plots_are_found_by_their_ids_and_nothing_else():
-    page = ('<p>x</p><svg class="plot" width="1" id="svg-0123456789"><text>a &lt;/svg&gt;</text></svg>'
+    page = ('<p>x</p><svg class="plot" width="1" id="svg-0123456789"><text>a &lt;/svg&gt; → µs</text></svg>'
             '<svg class="plot" width="1">no id</svg><svg class="other" id="svg-aaaaaaaaaa"></svg>'
             '<svg class="plot" role="img" id="svg-bbbbbbbbbb"><g/></svg><svg class="plot" id="svg-cccccccccc">')
-    assert render_history.page_plots(page) == {
-        "svg-0123456789": '<svg class="plot" width="1" id="svg-0123456789"><text>a &lt;/svg&gt;</text></svg>',
+    found = render_history.page_plots(page.encode())
+    assert {key: bytes(plot).decode() for key, plot in found.items()} == {
+        "svg-0123456789": '<svg class="plot" width="1" id="svg-0123456789"><text>a &lt;/svg&gt; → µs</text></svg>',
         "svg-bbbbbbbbbb": '<svg class="plot" role="img" id="svg-bbbbbbbbbb"><g/></svg>'}  # the last: cut short
+
+
+def test_a_kept_pages_plots_go_into_the_page_of_every_chip_as_their_bytes(tmp_path):
+    """The page of every chip gets a kept chip page's plot as a token, not as text: ``splice`` writes the plot's
+    bytes from the file in its place (never decoded nor encoded again), and the rest of the page as UTF-8."""
+    from reports.history import plot_key
+
+    key = plot_key("chip-a", "float32", "S=64")
+    svg = f'<svg class="plot" role="img" id="{key}"><text>1 µs → 2 µs</text></svg>'.encode()
+    (tmp_path / "kept.html").write_bytes(b"<h1>kept</h1>" + svg + b"<p>rest</p>")
+    plots = render_history._ChipPlots(tmp_path)
+    plots.start("flash_prefill")
+    plots.add("chip-a", None, "kept.html")
+    token = plots("chip-a", "float32", "S=64")
+    assert token is not None and "svg" not in token and plots("chip-a", "float32", "S=32") is None
+    written = b"".join(plots.splice(f"<p>×</p>{token}<p>…</p>"))
+    assert written == "<p>×</p>".encode() + svg + "<p>…</p>".encode()
