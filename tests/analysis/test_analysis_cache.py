@@ -118,6 +118,20 @@ def test_cached_analysis_is_the_uncached_one_cold_and_warm(db):
     assert_same_as_uncached(db)  # the windowed and dirty rows did not disturb the plain ones
 
 
+def test_commits_that_measured_different_series_are_assembled_as_uncached(db):
+    """Commits whose runs measured different series (a kernel's run alone, one without a shape) are put together
+    per group of commits with the same series: the same histories and regressions as without the cache."""
+    build(db)
+    rng = np.random.default_rng(11)
+    grid = grid_results(rng)
+    add_run(db, "chip-a", 12, [(job, result) for job, result in grid if job.kernel == "flash_prefill"], minutes=121)
+    add_run(db, "chip-a", 13, [(job, result) for job, result in grid if job.key != grid[0][0].key], minutes=131)
+    add_run(db, "chip-a", 14, grid_results(rng), minutes=141)
+    with db.session() as session:
+        session.execute(update(Run).values(finished_at=Run.started_at, status="complete"))
+    assert_same_as_uncached(db)
+
+
 def test_a_new_run_recomputes_its_commit_on_its_chip_only(db):
     build(db)
     analysed(db)

@@ -217,27 +217,25 @@ def assemble(chip: str, arranged: tuple[list[tuple], list[int], list[bool], list
               raw: dict[int, tuple[query.ChipHistory, int]],
               run_fingerprints: dict[int, tuple[tuple[Any, ...], ...]]) -> ChipCells:
     commits, previous, shown, line = arranged
-    series = sorted({key for row in commits for key in per_commit[row[0]].series})
+    cells_of = [per_commit[row[0]] for row in commits]
+    groups: dict[int, list[int]] = {}  # the commits of each distinct series tuple (shared: ``_decode``'s catalogue)
+    for c, cells in enumerate(cells_of):
+        groups.setdefault(id(cells.series), []).append(c)
+    series = sorted(set().union(*(cells_of[members[0]].series for members in groups.values())))
     position = {key: i for i, key in enumerate(series)}
     n_commits, n_series = len(commits), len(series)
     counts = np.zeros(n_commits * n_series, dtype=np.int64)
     trials_count, runs = np.zeros_like(counts), np.zeros_like(counts)
     level, low, high, mean_log = (np.full(counts.size, np.nan) for _ in range(4))
     squares = np.zeros(counts.size)
-    run_levels = []
-    indices: dict[tuple, npt.NDArray[np.int64]] = {}
-    for c, row in enumerate(commits):
-        cells = per_commit[row[0]]
-        where = indices.get(cells.series)
-        if where is None:
-            where = indices[cells.series] = np.array([position[key] for key in cells.series], dtype=np.int64)
-        flat = c * n_series + where
-        arrays = cells.arrays
-        counts[flat], level[flat], low[flat], high[flat] = (arrays["counts"], arrays["level"], arrays["low"],
-                                                           arrays["high"])
-        trials_count[flat], mean_log[flat], squares[flat], runs[flat] = (arrays["trials"], arrays["mean_log"],
-                                                                       arrays["squares"], arrays["runs"])
-        run_levels.append(arrays["run_levels"])  # the commit's cells follow each other in flat order
+    columns = {"counts": counts, "level": level, "low": low, "high": high, "trials": trials_count,
+               "mean_log": mean_log, "squares": squares, "runs": runs}
+    for members in groups.values():  # each group's commits' cells in one assignment per column
+        where = np.array([position[key] for key in cells_of[members[0]].series], dtype=np.int64)
+        flat = (np.array(members, dtype=np.int64)[:, None] * n_series + where).ravel()
+        for name, column in columns.items():
+            column[flat] = np.concatenate([cells_of[c].arrays[name] for c in members])
+    run_levels = [cells.arrays["run_levels"] for cells in cells_of]  # the commits' cells one after the other
     run_offsets = np.concatenate([[0], np.cumsum(runs)[:-1]]).astype(np.int64) if runs.size else runs
     summary = regressions_module._Cells(trials_count, mean_log, squares, runs, run_offsets,
                                         np.concatenate(run_levels) if run_levels else np.zeros(0))

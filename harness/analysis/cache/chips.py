@@ -65,15 +65,23 @@ def _chip_out(histories: list[SeriesHistory], events: list[RegressionEvidence]) 
     """The chip's analysis as one payload, and a SHA-256 of all of it, which the payload holds (``digest``:
     everything its histories are made of but the commits, which its key holds -- a report fingerprints a chip's
     history pages by the two: ``CacheStats.whole``)."""
-    columns = {name: [getattr(h.points, name) for h in histories] for name, _ in _CHIP_ARRAYS}
-    body = b"".join(np.ascontiguousarray(np.concatenate(columns[name]) if histories else np.zeros(0), dtype=dtype
-                                         ).tobytes() for name, dtype in _CHIP_ARRAYS)
+    sizes = [len(h.points) for h in histories]
+    total = sum(sizes)
+    body = bytearray(total * sum(np.dtype(dtype).itemsize for _, dtype in _CHIP_ARRAYS))  # each column in place
+    offset = 0
+    for name, dtype in _CHIP_ARRAYS:
+        if total:
+            np.concatenate([getattr(h.points, name) for h in histories],
+                           out=np.frombuffer(body, dtype=dtype, count=total, offset=offset))
+        offset += total * np.dtype(dtype).itemsize
     header = {
-        "keys": [list(h.key) for h in histories], "sizes": [len(h.points) for h in histories],
+        "keys": [list(h.key) for h in histories], "sizes": sizes,
         "flags": [[[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in h.change_points]
                   for h in histories],
         "events": [evidence_out(e) for e in events]}
-    contents = hashlib.sha256(json.dumps(header, separators=(",", ":")).encode() + b"\0" + body).hexdigest()
+    hasher = hashlib.sha256(json.dumps(header, separators=(",", ":")).encode() + b"\0")
+    hasher.update(body)
+    contents = hasher.hexdigest()
     return frame(_CHIP_MAGIC, {**header, "digest": contents}, body), contents
 
 

@@ -119,7 +119,7 @@ class CacheStats:
                 f"chips reused whole {self.chips_reused}")
 
 
-def frame(magic: bytes, header: dict[str, Any], body: bytes) -> bytes:
+def frame(magic: bytes, header: dict[str, Any], body: bytes | bytearray) -> bytes:
     """A stored payload: ``magic``, the JSON header's length and the header (with the body's checksum), the body."""
     text = json.dumps({**header, "crc": zlib.crc32(body)}, separators=(",", ":")).encode()
     return magic + struct.pack("<I", len(text)) + text + body
