@@ -69,12 +69,9 @@ class PageSet:
         kept files put in for tokens: ``harness.render.history``)."""
         path = self.out / name
         text = self.env.get_template(template).render(**self.common, **context)
-        if splice is None:
-            path.write_text(text, encoding="utf-8")
-        else:
-            with path.open("wb") as file:
-                for part in splice(text):
-                    file.write(part)
+        with path.open("wb") as file:
+            for part in splice(text) if splice is not None else (text.encode("utf-8"),):
+                file.write(part)
         return path
 
     def page(self, kind: str, name: str, fingerprint: Callable[[], Fingerprint] | None, render: Callable[[], Path]

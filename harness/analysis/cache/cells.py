@@ -218,10 +218,10 @@ def assemble(chip: str, arranged: tuple[list[tuple], list[int], list[bool], list
               run_fingerprints: dict[int, tuple[tuple[Any, ...], ...]]) -> ChipCells:
     commits, previous, shown, line = arranged
     cells_of = [per_commit[row[0]] for row in commits]
-    groups: dict[int, list[int]] = {}  # the commits of each distinct series tuple (shared: ``_decode``'s catalogue)
-    for c, cells in enumerate(cells_of):
-        groups.setdefault(id(cells.series), []).append(c)
-    series = sorted(set().union(*(cells_of[members[0]].series for members in groups.values())))
+    groups: dict[int, tuple[tuple, list[int]]] = {}  # per distinct series tuple (shared: ``_decode``'s catalogue)
+    for c, cells in enumerate(cells_of):  # its commits
+        groups.setdefault(id(cells.series), (cells.series, []))[1].append(c)
+    series = sorted(set().union(*(of_group for of_group, _ in groups.values())))
     position = {key: i for i, key in enumerate(series)}
     n_commits, n_series = len(commits), len(series)
     counts = np.zeros(n_commits * n_series, dtype=np.int64)
@@ -230,8 +230,8 @@ def assemble(chip: str, arranged: tuple[list[tuple], list[int], list[bool], list
     squares = np.zeros(counts.size)
     columns = {"counts": counts, "level": level, "low": low, "high": high, "trials": trials_count,
                "mean_log": mean_log, "squares": squares, "runs": runs}
-    for members in groups.values():  # each group's commits' cells in one assignment per column
-        where = np.array([position[key] for key in cells_of[members[0]].series], dtype=np.int64)
+    for of_group, members in groups.values():  # each group's commits' cells in one assignment per column
+        where = np.array([position[key] for key in of_group], dtype=np.int64)
         flat = (np.array(members, dtype=np.int64)[:, None] * n_series + where).ravel()
         for name, column in columns.items():
             column[flat] = np.concatenate([cells_of[c].arrays[name] for c in members])

@@ -69,11 +69,10 @@ def _chip_out(histories: list[SeriesHistory], events: list[RegressionEvidence]) 
     total = sum(sizes)
     body = bytearray(total * sum(np.dtype(dtype).itemsize for _, dtype in _CHIP_ARRAYS))  # each column in place
     offset = 0
-    for name, dtype in _CHIP_ARRAYS:
-        if total:
-            np.concatenate([getattr(h.points, name) for h in histories],
-                           out=np.frombuffer(body, dtype=dtype, count=total, offset=offset))
-        offset += total * np.dtype(dtype).itemsize
+    for name, dtype in _CHIP_ARRAYS if total else ():
+        column = np.frombuffer(body, dtype=dtype, count=total, offset=offset)
+        np.concatenate([getattr(h.points, name) for h in histories], out=column)
+        offset += column.nbytes
     header = {
         "keys": [list(h.key) for h in histories], "sizes": sizes,
         "flags": [[[c.kind, c.index, c.end_index, c.before, c.after, c.ratio] for c in h.change_points]
