@@ -47,3 +47,36 @@ def job_read_plan(store: Any, statements: list[tuple[str, Any]]) -> list[str]:
     (statement, parameters), = [(s, p) for s, p in statements if "FROM job" in s]
     with store.engine.connect() as conn:
         return [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)]
+
+
+TableRows = list[tuple[Any, list[dict[str, Any]]]]
+
+
+def table_rows(store: Any) -> TableRows:
+    """Every row of the harness's tables, parents first: a database's content, to copy into another
+    (``copy_rows``) instead of writing it again through the record path."""
+    from sqlalchemy import select
+
+    from harness.record.models import Base
+
+    with store.engine.connect() as conn:
+        return [(table, [dict(row._mapping) for row in conn.execute(select(table))])
+                for table in Base.metadata.sorted_tables]
+
+
+def copy_rows(store: Any, rows: TableRows) -> None:
+    """``table_rows``' rows written into ``store``'s (empty, migrated) database as they were, ids included; on
+    PostgreSQL each id sequence then continues after the highest id copied, as after the writes themselves."""
+    from sqlalchemy import Integer, text
+
+    with store.engine.begin() as conn:
+        for table, values in rows:
+            if values:
+                conn.execute(table.insert(), values)
+        if conn.dialect.name != "postgresql":
+            return
+        for table, values in rows:
+            column = table.c.get("id")
+            if values and column is not None and isinstance(column.type, Integer) and column.autoincrement:
+                conn.execute(text("select setval(pg_get_serial_sequence(:table, 'id'), :top)"),
+                             {"table": f'"{table.name}"', "top": max(value["id"] for value in values)})

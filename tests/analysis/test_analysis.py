@@ -121,7 +121,7 @@ def test_sides_resolve_commits_prefixes_and_runs(db):
     runs = compare(db, first, second)
     assert len(runs.rows) == 8 and all(row.n_base == row.n_head == 30 and row.trials_base == row.trials_head == 3
                                        for row in runs.rows)
-    add_run(db, "chip-a", 0xABCD, [], minutes=3)  # sha abcdc0ffee..., shares no prefix with 0001c0ffee
+    add_run(db, "chip-a", 0xABCD, [], minutes=3, linked=False)  # sha abcdc0ffee..., shares no prefix with 0001c0ffee
     with pytest.raises(HarnessError, match="no commit or run 'deadbeef'"):
         resolve_side(db, "deadbeef")
     with pytest.raises(HarnessError, match="commit abcdc0ffeec0 has no runs on chip 'chip-b'"):
@@ -133,8 +133,8 @@ def test_sides_resolve_commits_prefixes_and_runs(db):
 
 
 def test_prefixes_shared_by_two_commits_are_ambiguous(db):
-    add_run(db, "chip-a", 0x12340, [], minutes=0)
-    add_run(db, "chip-a", 0x12341, [], minutes=1)
+    add_run(db, "chip-a", 0x12340, [], minutes=0, linked=False)
+    add_run(db, "chip-a", 0x12341, [], minutes=1, linked=False)
     with pytest.raises(HarnessError, match="'1234' is ambiguous: commit 12340c0ffeec, commit 12341c0ffeec"):
         resolve_side(db, "1234")
     assert resolve_side(db, "12341").sha == sha_of(0x12341)
@@ -144,7 +144,7 @@ def test_prefixes_shared_by_two_commits_are_ambiguous(db):
 
 def test_a_commit_stored_without_runs_does_not_make_a_prefix_ambiguous(db):
     """Ancestry stores the commits between run commits, with no runs: a prefix still names the one that ran."""
-    add_run(db, "chip-a", 0x56780, [], minutes=0)
+    add_run(db, "chip-a", 0x56780, [], minutes=0, linked=False)
     with db.session() as session:
         store.get_or_create_commit(session, sha_of(0x56781))
     assert resolve_side(db, "5678").sha == sha_of(0x56780)

@@ -29,7 +29,7 @@ from harness.stats import changepoints, policy
 from testkit.analysis import add_run, bench_job, checks, grid_results, sha_of, timings
 from testkit.migrations import downgraded
 from testkit.paths import ROOT
-from testkit.sql import captured_statements, job_read_plan
+from testkit.sql import TableRows, captured_statements, copy_rows, job_read_plan, table_rows
 
 CHIPS = ("chip-a", "chip-b")
 STEP_AT = 7
@@ -47,9 +47,24 @@ def finished(db: store.Store, run_id: str) -> str:
     return run_id
 
 
+_BUILT: dict[tuple[str, int], TableRows] = {}  # (backend, commits) -> what ``build`` wrote, copied from then on
+
+
 def build(db: store.Store, commits: int = 12) -> None:
     """Two chips; on chip A a 25 % step at STEP_AT in one series and a kernel failing correctness at two commits;
-    1 to 3 trials a job; commit 3 run twice on chip A; a dirty run on chip B. Every run finished."""
+    1 to 3 trials a job; commit 3 run twice on chip A; a dirty run on chip B. Every run finished.
+
+    Written through the record path once per backend and size in a test process, then copied row for row (the
+    same database, 5-10x faster: the suite's time)."""
+    key = (db.engine.dialect.name, commits)
+    if key in _BUILT:
+        copy_rows(db, _BUILT[key])
+        return
+    _write(db, commits)
+    _BUILT[key] = table_rows(db)
+
+
+def _write(db: store.Store, commits: int) -> None:
     rng = np.random.default_rng(5)
     for i in range(commits):
         factors = {("flash_prefill", "sdpa", 0): 1.25} if i >= STEP_AT else {}

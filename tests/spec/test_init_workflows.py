@@ -134,8 +134,11 @@ def gate(work: Path, tmp: Path, gh: Path, db_url: str, head: str):
     return measured, verdict
 
 
-def test_generated_shared_db_workflows_measure_publish_and_gate(kernel_repo, tmp_path, db_url):
+def test_generated_shared_db_workflows_measure_publish_and_gate(kernel_repo, tmp_path, pg_url):
+    """On PostgreSQL, the database several CI machines share (a SQLite file is one machine's: the bundles test
+    below gates on one, and the CLI tests run every verb on both backends)."""
     work, gh = kernel_repo
+    db_url = pg_url
     main_sha = git(work, "rev-parse", "HEAD")
     push = load(work / ".github" / "workflows" / "harness-measure.yml")
     run = runner(work, tmp_path / "push", gh, db_url, main_sha, **{"inputs.commits": "", "github.ref": "main",
