@@ -1,7 +1,12 @@
 """Two machines of one chip generation, one history (issue 37's done-when): two checkouts of one repository at
 different paths, their remote spelled two ways, each running commits into its own SQLite file; both exported and
 imported into a third database (and PostgreSQL), one more run there from the other checkout. Real git, the real
-CLI, a numpy benchmark with a planted 8x slowdown at the last commit."""
+CLI, a numpy benchmark with a planted 32x slowdown at the last commit.
+
+Why 32x: the base's floor comes from four runs (three degrees of freedom); on a quiet machine an 8x step came out
+regressed at 7.9x [4.6, 13.5], but once in CI (two test workers loading the machine) the compare exited 0: two
+loaded runs among the four widen the floor past what an 8x step clears. The test is about one history, not the
+floor's power."""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ def checkout(upstream: Path, path: Path, remote: str) -> Path:
 
 
 class TwoMachines:
-    """c0..c3 change only the README, c4 sorts 8x as often. Machine A (https .git remote) runs c0 and c2, machine
+    """c0..c3 change only the README, c4 sorts 32x as often. Machine A (https .git remote) runs c0 and c2, machine
     B (scp-like remote, another path) runs c1 and c3, each into its own SQLite file and exported; both bundles are
     imported into a third database, where A then runs c4."""
 
@@ -37,7 +42,7 @@ class TwoMachines:
                                          "abkern/bench.py": AB_BENCH, "harness.toml": AB_SUITE.format(),
                                          "README": "0\n"}, "c0")]
         self.shas += [commit(upstream, {"README": f"{i}\n"}, f"c{i} docs") for i in (1, 2, 3)]
-        self.shas.append(commit(upstream, {"abkern/__init__.py": AB_PACKAGE.format(repeats=8)}, "c4 sort 8x"))
+        self.shas.append(commit(upstream, {"abkern/__init__.py": AB_PACKAGE.format(repeats=32)}, "c4 sort 32x"))
         self.a = checkout(upstream, root / "mac-a" / "src" / "abkern", "https://github.com/o/abkern.git")
         self.b = checkout(upstream, root / "mac-b" / "work" / "k", "git@github.com:o/abkern")
         self.runs: dict[str, str] = {}
@@ -93,7 +98,7 @@ def test_one_commit_row_per_sha_and_the_previous_run_is_the_parents_from_the_oth
 def test_compare_flags_the_planted_slowdown_with_a_floor_over_both_machines(machines):
     out = machines.cli("compare", machines.shas[3], machines.shas[4], "--db", machines.shared, "--format", "json")
     report = json.loads(out[out.index("{"):])
-    assert report["exit_code"] == 1 and report["order_proven"] is True
+    assert report["exit_code"] == 1 and report["order_proven"] is True, report
     rows = [row for row in report["rows"] if row["verdict"] == "regressed"]
     assert rows, report["rows"]
     db = outbox.open_store(machines.shared)
