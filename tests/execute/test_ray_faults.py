@@ -18,7 +18,7 @@ from testkit.ray import markers, restore_env, run_in_thread, sched_job, set_env,
 pytestmark = pytest.mark.xdist_group("ray_faults")
 
 PARALLEL = 3
-SLEEP_S = 15  # the first attempt of every job sleeps this long: the kill lands while the first wave sleeps
+SLEEP_S = 10  # the first attempt of every job sleeps this long: the kill lands while the first wave sleeps
 
 
 @pytest.fixture(scope="module")
