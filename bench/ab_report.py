@@ -49,6 +49,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="folder for the copies (default: a temporary one)")
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
+    for tree in trees:
+        if not (tree / "harness").is_dir():
+            parser.error(f"{tree}: no harness/ folder (a checkout of the project?)")
+    if not args.db.is_file():
+        parser.error(f"--db {args.db}: no such file (fill one with tools/bench_report.py --db PATH --keep-db)")
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         work = Path(tmp)
         dbs, outs = [work / f"tree{i}.db" for i in (0, 1)], [work / f"site{i}" for i in (0, 1)]
