@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import importlib
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -64,8 +66,11 @@ register((_verb,) if _verb else COMMANDS)
 
 
 def main() -> None:
-    """Entry point: user errors are one line on stderr (exit 2), tracebacks only with --debug."""
+    """Entry point: user errors are one line on stderr (exit 2), tracebacks only with --debug. SIGUSR1 prints every
+    thread's stack on stderr and goes on (a command that seems stuck: ``kill -USR1 PID``)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         code = app(standalone_mode=False)  # click returns the exit code of typer.Exit here
         sys.exit(code if isinstance(code, int) else 0)

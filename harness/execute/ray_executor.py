@@ -138,15 +138,26 @@ def _in_tree(job: Job, tree: str | None) -> Job:
     return job
 
 
+def _leave_if_the_node_died(raylet: int, result: JobResult) -> None:
+    """A job process that died while this worker's raylet (its parent when the task began) died too was killed with
+    the node: Ray's core worker kills its children once it sees the raylet gone, then exits, and the task's result,
+    sent straight to the driver, can win that race (in CI a killed node's job came back "crashed", not re-run).
+    Leave without a result instead: the driver sees the worker die and re-runs the job on a live node."""
+    if result.status == "crashed" and os.getppid() != raylet:
+        os._exit(1)
+
+
 def run_job_on_node(job_json: str, repo: str | None, sha: str | None, checkout_timeout_s: float,
                     attempt_key: str = "") -> dict:
     """The Ray task body: check the commit out, run one job in its own process, return the result and where."""
+    raylet = os.getppid()
     node = _node_id()
     _started_on(attempt_key, node)
     os.environ[NODE_ENV] = node
     tree, head = _tree_for(repo, sha, checkout_timeout_s)
     job = _in_tree(job_from_dict(json.loads(job_json)), tree)
     result = run_in_subprocess(job, tree=tree)
+    _leave_if_the_node_died(raylet, result)
     result.node = node
     return {"result": result.to_dict(), "node": node, "host": socket.gethostname(), "sha": head}
 
@@ -155,6 +166,7 @@ def run_jobs_on_node(jobs_json: list[str], repo: str | None, sha: str | None, ch
                      attempt_key: str = "") -> list[dict]:
     """The Ray task body of a batch (one round's benchmark jobs): check the commit out once, run the jobs in one job
     process (a crash re-runs the rest alone: ``harness.execute.local.run_batch``), return each result and where."""
+    raylet = os.getppid()
     node = _node_id()
     _started_on(attempt_key, node)
     os.environ[NODE_ENV] = node
@@ -163,6 +175,7 @@ def run_jobs_on_node(jobs_json: list[str], repo: str | None, sha: str | None, ch
     payloads: list[dict] = []
 
     def collect(job: Job, result: JobResult) -> None:
+        _leave_if_the_node_died(raylet, result)
         result.node = node
         payloads.append({"unit": job.unit, "result": result.to_dict(), "node": node, "host": socket.gethostname(),
                          "sha": head})

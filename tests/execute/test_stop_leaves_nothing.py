@@ -164,8 +164,12 @@ def assert_all_end(pids: set[int], within_s: float = 10) -> None:
     assert not left, f"still running after the stop: {left}"
 
 
-def stop_and_check(hang: Hang, proc: subprocess.Popen, marks: int, how: signal.Signals) -> str:
+def stop_and_check(hang: Hang, proc: subprocess.Popen, marks: int, how: signal.Signals, stacks: bool = False) -> str:
     started = hang.wait_marks(marks, proc)
+    if stacks:  # SIGUSR1 first: the stacks on stderr, and the command goes on
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        assert proc.poll() is None
     tree = descendants(proc.pid)
     assert set(started) <= tree  # the tests and their grandchildren are the harness's descendants
     names = [describe(pid) for pid in tree]
@@ -174,6 +178,11 @@ def stop_and_check(hang: Hang, proc: subprocess.Popen, marks: int, how: signal.S
     proc.send_signal(how)
     try:
         _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # still running: where its threads are, then the failure (once in CI)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        pytest.fail(f"not ended 60 s after {how.name}; its threads:\n{proc.communicate()[1][-8000:]}")
     finally:
         proc.kill()
     assert_all_end(tree)
@@ -185,8 +194,9 @@ def stop_and_check(hang: Hang, proc: subprocess.Popen, marks: int, how: signal.S
 def test_a_stopped_run_leaves_no_process(tmp_path: Path, how: signal.Signals):
     hang = Hang(tmp_path)
     proc = hang.start("run", "--repo", str(hang.repo), "--db", hang.db, "--no-report")
-    stop_and_check(hang, proc, 2, how)
+    stderr = stop_and_check(hang, proc, 2, how, stacks=True)
     assert proc.returncode == 130
+    assert "(most recent call first)" in stderr and "harness/cli/main.py" in stderr  # every thread's stack
 
 
 def test_a_bisect_stopped_by_sigterm_leaves_no_process(tmp_path: Path):
