@@ -70,7 +70,10 @@ def main() -> None:
     thread's stack on stderr and goes on (a command that seems stuck: ``kill -USR1 PID``)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        with contextlib.suppress(ValueError, AttributeError, RuntimeError):  # a stderr with no file descriptor
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if hasattr(signal, "pthread_sigmask"):  # a stop must stop: Ray blocks SIGINT in its processes, and their children
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # inherit that mask
     try:
         code = app(standalone_mode=False)  # click returns the exit code of typer.Exit here
         sys.exit(code if isinstance(code, int) else 0)
