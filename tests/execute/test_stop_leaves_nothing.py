@@ -138,11 +138,17 @@ class Hang:
                 "MARKS": str(self.marks), **extra}
 
     def start(self, *args: str, blocked: frozenset[signal.Signals] = frozenset(), **extra: str) -> subprocess.Popen:
-        """``harness ARGS``; ``blocked``: signals it starts with blocked, as children of Ray's processes do."""
+        """``harness ARGS`` with SIGINT and SIGTERM at their defaults, as a shell's foreground command or a CI step
+        starts it (this test process may have them ignored: once in CI it handed SIGINT ignored to the run, which
+        then rightly ignored it, as a background job does); ``blocked``: signals it starts with blocked, as
+        children of Ray's processes do."""
+        def child() -> None:
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(stop, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+
         return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=self.root, env=self.env(**extra),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, blocked)) if blocked
-                                else None)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=child)
 
     def wait_marks(self, count: int, proc: subprocess.Popen, timeout: float = 240) -> list[int]:
         """The pids of the hanging tests (or benchmark) and of their grandchildren, once ``count`` run."""
