@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from testkit.paths import ROOT
+from testkit.procs import alive
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
 
@@ -40,14 +41,6 @@ _leave_if_the_node_died(raylet, JobResult("job", status))
 """
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie has ended: its new parent may not have reaped it yet)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize(("status", "raylet_dies", "returns"), [
     ("crashed", True, False),  # killed with its node: no result, the driver re-runs it
     ("crashed", False, True),  # crashed on a live node: the crash is the job's
@@ -61,6 +54,6 @@ def test_a_job_killed_with_its_raylet_leaves_no_result(tmp_path: Path, status: s
     while not (tmp_path / "pid").exists() and time.monotonic() < end:
         time.sleep(0.02)
     pid = int((tmp_path / "pid").read_text())
-    while _alive(pid) and time.monotonic() < end:  # the worker, an orphan when its raylet died, has ended
+    while alive(pid) and time.monotonic() < end:  # the worker, an orphan when its raylet died, has ended
         time.sleep(0.02)
-    assert not _alive(pid) and (tmp_path / "returned").exists() == returns
+    assert not alive(pid) and (tmp_path / "returned").exists() == returns

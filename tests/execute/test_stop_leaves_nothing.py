@@ -22,6 +22,7 @@ import pytest
 
 from testkit.e2e import commit, new_repo
 from testkit.paths import ROOT
+from testkit.procs import alive
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes through /proc")
 
@@ -107,14 +108,6 @@ def descendants(pid: int) -> set[int]:
                 tree.add(child)
                 todo.append(child)
     return tree
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has ended (its parent, gone, has not reaped it yet)
 
 
 def describe(pid: int) -> str:
@@ -205,8 +198,8 @@ def stop_and_check(hang: Hang, proc: subprocess.Popen, marks: int, how: signal.S
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_run_leaves_no_process(tmp_path: Path, how: signal.Signals):
     hang = Hang(tmp_path)
-    # started with the signal blocked, as a child of a Ray process is (Ray blocks SIGINT in its processes): twice in
-    # CI a run ignored SIGINT, its main thread waiting on the job for a minute after it (its stacks, by SIGUSR1)
+    # started with the signal blocked, as a child of a Ray process is (Ray blocks SIGINT in its processes): without
+    # the CLI's unblock the run waits on its job for a minute after the signal
     proc = hang.start("run", "--repo", str(hang.repo), "--db", hang.db, "--no-report", blocked=frozenset({how}))
     stderr = stop_and_check(hang, proc, 2, how, stacks=True)
     assert proc.returncode == 130
