@@ -592,11 +592,12 @@ def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None
     for cp in series.change_points:
         start = max(start, cp.end_index if cp.kind == "drift" else cp.index)
     medians = np.asarray(series.points.median, dtype=float)[start:]
-    floor = runshift.history_floor(medians)
+    ordered = np.sort(medians[np.isfinite(medians) & (medians > 0)])  # what the floor reads, sorted once for both
+    floor = runshift.history_floor(ordered)
     if floor is None:
         return None
     detectable = float(np.expm1(_detect_per_sd(floor.runs) * floor.sd))
-    level = float(np.median(medians[np.isfinite(medians) & (medians > 0)]))
+    level = float((ordered[(ordered.size - 1) // 2] + ordered[ordered.size // 2]) / 2)  # their np.median, bit for bit
     if not (math.isfinite(detectable) and detectable > 0 and level > 0):
         return None
     return start, level / (1.0 + detectable), level * (1.0 + detectable), level, detectable

@@ -105,17 +105,39 @@ def fx(value: float) -> str:
     return f"{value:.1f}"
 
 
+_TEXT_TENTHS = 1 << 14
+"""Coordinates below this many tenths of a pixel (1638.4; a plot is ``WIDTH`` wide) are written from a table."""
+
+
+@functools.cache
+def _tenths_texts() -> tuple[np.ndarray, np.ndarray]:
+    """Each whole number of tenths below ``_TEXT_TENTHS`` as an x coordinate's text ("12.3,") and a y's ("4.5 "):
+    made once a process (~5 ms), then a series' coordinates are texts taken by index, not formatted one by one."""
+    texts = [f"{i // 10}.{i % 10}" for i in range(_TEXT_TENTHS)]
+    return np.array([t + "," for t in texts], dtype=object), np.array([t + " " for t in texts], dtype=object)
+
+
 def _points(xs: np.ndarray, ys: np.ndarray) -> str:
-    """'x,y x,y ...' with one decimal: one % over the whole array (twice as fast as a join of f-strings), of whole
-    tenths as two integers each (half as fast again as "%.1f"; a negative coordinate is written as a float)."""
+    """'x,y x,y ...' with one decimal: each coordinate rounded to whole tenths and its text taken from a table
+    (``_tenths_texts``: four times as fast as one % over the whole array, itself twice as fast as a join of
+    f-strings); past the table, by one % over whole tenths as two integers each; where one is negative, every
+    coordinate by "%.1f"."""
+    if xs.size == 0:
+        return ""
     flat = np.empty(2 * xs.size)
     flat[0::2], flat[1::2] = xs, ys
     tenths = np.rint(flat * 10.0)
-    if tenths.size and not tenths.min() >= 0:
+    if not tenths.min() >= 0:
         return ("%.1f,%.1f " * xs.size % tuple(flat.tolist())).rstrip()
-    digits = np.empty(2 * tenths.size, dtype=np.int64)
-    digits[0::2], digits[1::2] = np.divmod(tenths.astype(np.int64), 10)
-    return ("%d.%d,%d.%d " * xs.size % tuple(digits.tolist())).rstrip()
+    whole = tenths.astype(np.int64)
+    if whole.max() >= _TEXT_TENTHS:  # whole tenths as two integers each
+        digits = np.empty(2 * whole.size, dtype=np.int64)
+        digits[0::2], digits[1::2] = np.divmod(whole, 10)
+        return ("%d.%d,%d.%d " * xs.size % tuple(digits.tolist())).rstrip()
+    x_texts, y_texts = _tenths_texts()
+    pieces = np.empty(2 * xs.size, dtype=object)
+    pieces[0::2], pieces[1::2] = x_texts[whole[0::2]], y_texts[whole[1::2]]
+    return "".join(pieces.tolist())[:-1]
 
 
 def nice_ticks(lo: float, hi: float, count: int = 4) -> list[float]:

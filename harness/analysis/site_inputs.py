@@ -145,7 +145,8 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     histories and regressions reuse (and store) the analysis of what did not change (``harness.analysis.cache``);
     False computes them from the samples alone. ``analysis``: it analyses (``SiteAnalysis``, maybe in a process of
     its own while the rest is loaded) and holds the history pages; the histories are then not in the result, nor
-    the regression list, which the caller takes from it when needed.
+    the regression list, which the caller takes from it when needed, nor the chips whose order is unproven, which
+    only the history pages read (it finds them itself).
     """
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -175,12 +176,13 @@ def load_site(store: Store, *, change_points: bool = True, last: int | None = No
     start = time.perf_counter()
     noise = _shown_noise(store, latest, commit, NoiseRows(store, use_cache=cache, jobs=jobs))
     timings["noise"] = time.perf_counter() - start
+    unproven: list[str] = []  # what the history pages say of a chip; the analysis draws them (``SiteAnalysis``)
     if analysis is not None:  # its regression list is taken when needed (``SiteAnalysis.regressions``)
         histories, regressions = {}, []
     else:
         histories, regressions, _ = analyse(store, [chip["key"] for chip in chips], change_points=change_points,
                                             last=last, use_cache=cache, timings=timings, states=states)
-    unproven = [chip["key"] for chip in chips if not query.chip_order_proven(store, chip["key"])]
+        unproven = [chip["key"] for chip in chips if not query.chip_order_proven(store, chip["key"])]
     return SiteData(chips, latest, failing_before, default_variants(), matrix, histories, regressions,
                     mask_url(store.url), noise, last, timings, unproven=unproven, repos=repos, others=others)
 

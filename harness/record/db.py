@@ -139,7 +139,13 @@ _writing: ContextVar[bool] = ContextVar("writing", default=False)
 def _sqlite_pragmas(engine: Engine, begin: str = "BEGIN IMMEDIATE") -> None:
     """WAL + busy timeout, reads through a memory map (``SQLITE_MMAP_BYTES``), and BEGIN IMMEDIATE so concurrent
     writers queue instead of failing mid-transaction (``begin``: a read snapshot's plain, deferred BEGIN; within
-    ``Database.reading`` every session's, but those within ``Database.writing``)."""
+    ``Database.reading`` every session's, but those within ``Database.writing``).
+
+    ``secure_delete=FAST``: Debian's and others' SQLite builds turn secure delete on, which writes zeros over every
+    page a replaced row frees; a report replaces a chip's whole analysis (16 MB on a 1,000-commit history) after
+    each new run, and the zeros doubled what it wrote and checkpointed (measured after one new run on the 1,000 x
+    4 x 400 benchmark: 25,600 page writes a report, 13,300 with FAST, 0.2 s less system time). FAST still clears
+    deleted content where that costs no extra write; nothing here is secret."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):
@@ -150,6 +156,7 @@ def _sqlite_pragmas(engine: Engine, begin: str = "BEGIN IMMEDIATE") -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")
+        cursor.execute("PRAGMA secure_delete=FAST")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -245,8 +245,9 @@ def test_a_sqlite_file_is_read_through_a_memory_map_and_keeps_its_write_settings
     try:
         with db.engine.connect() as conn:
             pragma = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
-                      for name in ("mmap_size", "journal_mode", "synchronous")}
+                      for name in ("mmap_size", "journal_mode", "synchronous", "secure_delete")}
     finally:
         db.close()
     assert pragma["mmap_size"] > 0  # 0 (SQLite's default) reads every page with a system call
     assert pragma["journal_mode"] == "wal" and pragma["synchronous"] == 1  # NORMAL
+    assert pragma["secure_delete"] == 2  # FAST: a replaced row's freed pages are not written over with zeros

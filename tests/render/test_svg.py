@@ -93,3 +93,27 @@ def test_ticks_and_legend():
     assert nice_ticks(2.0, 2.0) == [2.0]
     assert all(re.fullmatch(r"[\d.]+", f"{t:g}") for t in nice_ticks(1.3e-3, 1.9e-3))
     assert str(legend()).count("<svg") == 4
+
+
+def test_coordinates_are_written_as_one_decimal_in_every_range():
+    """``_points`` takes a coordinate's text from a table below ``_TEXT_TENTHS`` tenths, formats whole tenths past
+    it and writes every coordinate by "%.1f" where one is negative: each is the coordinate rounded to a tenth (half
+    to even, as numpy's ``rint``), in the same text either way."""
+    import numpy as np
+
+    from reports.svg import _TEXT_TENTHS, _points
+
+    def expected(xs, ys) -> str:
+        return " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(np.rint(xs * 10) / 10, np.rint(ys * 10) / 10, strict=True))
+
+    rng = np.random.default_rng(7)
+    edge = _TEXT_TENTHS / 10
+    cases = [
+        (rng.uniform(0, 720, 240), rng.uniform(0, 300, 240)),  # a plot's range: the table
+        (np.array([0.0, 0.04, 0.05, 0.15, 0.25, edge - 0.06]), np.array([9.95, 10.05, 0.0, 1.0, 2.5, 3.0])),
+        (rng.uniform(0, 720, 50), np.r_[rng.uniform(0, 300, 49), edge + 3.3]),  # past the table
+        (rng.uniform(-5, 720, 50), rng.uniform(0, 300, 50)),  # a negative x
+    ]
+    for xs, ys in cases:
+        assert _points(xs, ys) == expected(xs, ys)
+    assert _points(np.array([]), np.array([])) == ""
