@@ -398,14 +398,14 @@ def _samples_above(session: Any, watermark: int) -> dict[int, int]:
     return per_job
 
 
-def _per_run(session: Any, per_job: Mapping[int, int], runs: Container[str]) -> dict[str, int]:
-    """``per_job``'s highest sample ids per run, for the runs of ``runs``."""
+def _per_run(session: Any, per_job: Mapping[int, int], runs: Container[str] | None) -> dict[str, int]:
+    """``per_job``'s highest sample ids per run, for the runs of ``runs`` (None: every run)."""
     found: dict[str, int] = {}
     jobs = sorted(per_job)
     for start in range(0, len(jobs), 5000):
         for job_id, run_id in session.execute(select(JobRecord.id, JobRecord.run_id).where(
                 JobRecord.id.in_(jobs[start:start + 5000]))):
-            if run_id in runs:
+            if runs is None or run_id in runs:
                 found[run_id] = max(found.get(run_id, 0), int(per_job[job_id]))
     return found
 
@@ -423,9 +423,13 @@ def _newest_in(entry: Entry | None) -> _NewestSamples | None:
 def touched_since(store: Store, run_commit: Mapping[str, int], watermark: int) -> dict[str, int]:
     """Per run of ``run_commit`` with a sample whose id is above ``watermark`` (a job written since, or a later
     trial of a stored one): its highest sample id. Reads the samples above the watermark only (an id range), then
-    their jobs."""
-    with store.session() as session:
-        return _per_run(session, _samples_above(session, watermark), run_commit)
+    their jobs: once per watermark within ``Store.memoised`` (a report asks it of each chip's cached rows, with the
+    watermark they were all stamped with)."""
+    def read() -> dict[str, int]:
+        with store.session() as session:
+            return _per_run(session, _samples_above(session, watermark), None)
+
+    return {run: top for run, top in store.memo(("runs' samples above", watermark), read).items() if run in run_commit}
 
 
 def chip_jobs(store: Store, chip: str, kinds: Collection[str], *, runs: Collection[str] | None = None

@@ -121,3 +121,29 @@ def test_within_memoised_refs_previous_runs_history_runs_and_run_prints_are_read
     query.previous_run(db, runs[3])
     RunPrints(db)(runs)
     assert len(refs) == 3 and len(previous) == 2 and len(prints) == 2  # outside: every call reads
+
+
+def test_within_memoised_the_samples_above_a_watermark_are_read_once_per_watermark(db, monkeypatch):
+    """Each chip's cached rows ask which of its runs gained samples above the watermark they were stamped with (one
+    for all, after a report): within ``memoised`` the samples above it are read once, each caller gets its own runs
+    only, and a caller changing its answer changes no later one."""
+    from harness.record import analysis_cache
+
+    runs = _runs(db)
+    with db.session() as session:
+        top = max(analysis_cache._samples_above(session, 0).values())
+    watermark = top - 5  # the newest run's last samples are above it
+    run_commit = {run: i for i, run in enumerate(runs)}
+    expected = analysis_cache.touched_since(db, run_commit, watermark)
+    assert list(expected) == [runs[3]] and expected[runs[3]] == top
+    reads = _counted(monkeypatch, analysis_cache, "_samples_above")
+    with db.memoised():
+        first = analysis_cache.touched_since(db, run_commit, watermark)
+        first.clear()
+        assert analysis_cache.touched_since(db, run_commit, watermark) == expected
+        assert analysis_cache.touched_since(db, {runs[0]: 0}, watermark) == {}  # another chip's runs: none
+        assert len(reads) == 1
+        assert analysis_cache.touched_since(db, run_commit, 0).keys() == set(runs)  # another watermark: read
+        assert len(reads) == 2
+    analysis_cache.touched_since(db, run_commit, watermark)
+    assert len(reads) == 3  # outside: every call reads
