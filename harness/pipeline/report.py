@@ -174,10 +174,12 @@ class SiteAnalysis:
 
 
 def _store_rows(store: Store, deferred: list[ChipRows]) -> None:
-    """Store the analysis cache's rows; a failure costs the next report the work again, nothing else."""
+    """Store the analysis cache's rows and copy them into a SQLite database's file (the report's own commits leave
+    that to this thread: ``harness.record.db``); a failure costs the next report the work again, nothing else."""
     try:
         for chip_rows in deferred:
             chip_rows.store(store)
+        store.checkpoint()
     except Exception as exc:  # noqa: BLE001 - in a thread of its own: said here, or lost
         log.warning("analysis cache: rows not stored (%s: %s); the next report computes them again",
                     type(exc).__name__, exc)

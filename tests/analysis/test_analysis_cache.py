@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Collection
@@ -903,4 +905,12 @@ def test_the_reports_analysis_stores_its_cache_rows_itself(db, tmp_path, monkeyp
     with db.session() as session:  # stored by the time the report returned
         assert session.scalar(select(AnalysisCache.watermark).where(AnalysisCache.chip == "chip-a",
                                                                     AnalysisCache.kind == "chip"))
+        key = session.scalar(select(AnalysisCache.key).where(AnalysisCache.chip == "chip-a",
+                                                             AnalysisCache.kind == "chip"))
+    if db.engine.dialect.name == "sqlite":  # and copied into the file by the analysis' process, not left in the log
+        alone = tmp_path / "alone.db"
+        shutil.copyfile(db.engine.url.database, alone)
+        with sqlite3.connect(alone) as conn:
+            assert conn.execute("SELECT key FROM analysis_cache WHERE chip = 'chip-a' AND kind = 'chip'"
+                                ).fetchone() == (key,)
     assert analysed(db)[2].chips_reused == 2

@@ -251,3 +251,40 @@ def test_a_sqlite_file_is_read_through_a_memory_map_and_keeps_its_write_settings
     assert pragma["mmap_size"] > 0  # 0 (SQLite's default) reads every page with a system call
     assert pragma["journal_mode"] == "wal" and pragma["synchronous"] == 1  # NORMAL
     assert pragma["secure_delete"] == 2  # FAST: a replaced row's freed pages are not written over with zeros
+
+
+def test_within_reading_commits_leave_the_log_to_an_explicit_checkpoint(tmp_path):
+    """A report (``Database.reading``) does not copy the write-ahead log into the file at its commits: its analysis'
+    process does, once its rows are stored (``checkpoint``), in a thread of its own. Outside ``reading`` a commit
+    that leaves the log past SQLite's threshold copies it, as SQLite does by default."""
+    import shutil
+    import sqlite3
+
+    from harness.record import analysis_cache
+
+    path = tmp_path / "r.db"
+    db = outbox.open_store(f"sqlite:///{path}")
+
+    def in_the_file(name: str) -> bool:  # the database file alone, without its log: what a checkpoint copied
+        alone = tmp_path / f"alone-{name}.db"
+        shutil.copyfile(path, alone)
+        with sqlite3.connect(alone) as conn:
+            return conn.execute("SELECT count(*) FROM analysis_cache WHERE name = ?", (name,)).fetchone()[0] == 1
+
+    big = bytes(6 << 20)  # 1,500 pages: past the threshold
+    try:
+        db.checkpoint()  # the schema, in the file
+        with db.reading():
+            analysis_cache.write_entries(db, "chip-a", "chip", {"in-a-report": analysis_cache.Entry("k", big)})
+        assert not in_the_file("in-a-report")
+        db.checkpoint()
+        assert in_the_file("in-a-report")
+        analysis_cache.write_entries(db, "chip-a", "chip", {"outside": analysis_cache.Entry("k", big)})
+        assert in_the_file("outside")
+    finally:
+        db.close()
+    postgres_like = outbox.open_store("sqlite://")  # no file: nothing to copy, no error
+    try:
+        postgres_like.checkpoint()
+    finally:
+        postgres_like.close()
