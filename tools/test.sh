@@ -10,7 +10,7 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q -e ".[cpu,test]"
 # The suite starts the harness in hundreds of processes: compiled once here, not in each (where the environment
 # sets PYTHONDONTWRITEBYTECODE, as CI machines may, nothing else would keep the bytecode)
-.venv/bin/python -m compileall -q -j 0 harness kernels testkit >/dev/null
+.venv/bin/python -m compileall -q -j 0 harness reports kernels testkit >/dev/null
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "warning: could not install chromium"
 fi
