@@ -112,7 +112,7 @@ _TEXT_TENTHS = 1 << 14
 @functools.cache
 def _tenths_texts() -> tuple[np.ndarray, np.ndarray]:
     """Each whole number of tenths below ``_TEXT_TENTHS`` as an x coordinate's text ("12.3,") and a y's ("4.5 "):
-    made once a process (~5 ms), then a series' coordinates are texts taken by index, not formatted one by one."""
+    made once a process (~10 ms), then a series' coordinates are texts taken by index, not formatted one by one."""
     texts = [f"{i // 10}.{i % 10}" for i in range(_TEXT_TENTHS)]
     return np.array([t + "," for t in texts], dtype=object), np.array([t + " " for t in texts], dtype=object)
 

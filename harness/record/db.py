@@ -319,7 +319,8 @@ class Database:
     def checkpoint(self, *, tries: int = 10, pause_s: float = 0.02) -> None:
         """On a SQLite file, copy the write-ahead log into the database now (``PRAGMA wal_checkpoint(PASSIVE)``,
         again while readers hold part of it back, ``tries`` times at most); elsewhere nothing. A report's analysis
-        calls it once its rows are stored, in a thread of its own (no commit within ``reading`` does it)."""
+        calls it once its rows are stored, in a thread of its own (no commit within ``reading`` does it). One that
+        cannot run now is left to SQLite: the next commit past its threshold, or the last connection's close."""
         url = self.engine.url
         if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
             return
@@ -330,6 +331,8 @@ class Database:
                 if not busy and copied >= logged:
                     return
                 time.sleep(pause_s)
+        except sqlite3.Error:
+            return
         finally:
             connection.close()
 
