@@ -597,7 +597,7 @@ def threshold_band(series: Any) -> tuple[int, float, float, float, float] | None
     if floor is None:
         return None
     detectable = float(np.expm1(_detect_per_sd(floor.runs) * floor.sd))
-    level = float((ordered[(ordered.size - 1) // 2] + ordered[ordered.size // 2]) / 2)  # their np.median, bit for bit
+    level = float(runshift.sorted_median(ordered))
     if not (math.isfinite(detectable) and detectable > 0 and level > 0):
         return None
     return start, level / (1.0 + detectable), level * (1.0 + detectable), level, detectable

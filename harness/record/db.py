@@ -169,8 +169,12 @@ def _sqlite_pragmas(engine: Engine, begin: str = "BEGIN IMMEDIATE") -> None:
         # within ``reading`` (a report) a commit copies no one else's log into the database: a report writes a few
         # rows, its analysis' process a chip's whole analysis (16 MB on a 1,000-commit history), and the commit
         # that found the log past SQLite's threshold did it all -- measured, 0.12-0.14 s of the report's own
-        # process, waiting on the disk mid-build; the analysis' process copies it instead (``Database.checkpoint``)
-        conn.exec_driver_sql(f"PRAGMA wal_autocheckpoint={0 if reading else WAL_AUTOCHECKPOINT_PAGES}")
+        # process, waiting on the disk mid-build; the analysis' process copies it instead (``Database.checkpoint``).
+        # Set where it changes only (``info`` lives as long as the DBAPI connection; SQLite starts at its default).
+        wanted = 0 if reading else WAL_AUTOCHECKPOINT_PAGES
+        if conn.info.get("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES) != wanted:
+            conn.exec_driver_sql(f"PRAGMA wal_autocheckpoint={wanted}")
+            conn.info["wal_autocheckpoint"] = wanted
         conn.exec_driver_sql("BEGIN" if reading and not _writing.get() else begin)
 
 
@@ -311,18 +315,22 @@ class Database:
         self.engine.dispose()
 
     @property
+    def _sqlite_file(self) -> bool:
+        """Whether the database is a SQLite file (not an in-memory SQLite one, nor another kind)."""
+        url = self.engine.url
+        return url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+
+    @property
     def shared_by_processes(self) -> bool:
         """Whether another process opening this URL reaches the same database (not an in-memory SQLite one)."""
-        url = self.engine.url
-        return url.get_backend_name() != "sqlite" or url.database not in (None, "", ":memory:")
+        return self.engine.url.get_backend_name() != "sqlite" or self._sqlite_file
 
     def checkpoint(self, *, tries: int = 10, pause_s: float = 0.02) -> None:
         """On a SQLite file, copy the write-ahead log into the database now (``PRAGMA wal_checkpoint(PASSIVE)``,
         again while readers hold part of it back, ``tries`` times at most); elsewhere nothing. A report's analysis
         calls it once its rows are stored, in a thread of its own (no commit within ``reading`` does it). One that
         cannot run now is left to SQLite: the next commit past its threshold, or the last connection's close."""
-        url = self.engine.url
-        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        if not self._sqlite_file:
             return
         connection = self.engine.raw_connection()  # outside a transaction: no checkpoint runs inside one
         try:
@@ -347,12 +355,11 @@ class Database:
         On a SQLite file this is a deferred BEGIN on a connection of its own: WAL gives it a snapshot without the
         write lock the store's sessions take (BEGIN IMMEDIATE), so runs recording results meanwhile are not held up.
         """
-        url = self.engine.url
-        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        if not self._sqlite_file:
             with self.session() as session:
                 yield session
             return
-        engine = create_engine(url, connect_args={"timeout": 30}, poolclass=NullPool)
+        engine = create_engine(self.engine.url, connect_args={"timeout": 30}, poolclass=NullPool)
         _sqlite_pragmas(engine, begin="BEGIN")
         try:
             with Session(engine) as session, session.begin():

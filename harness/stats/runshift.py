@@ -19,7 +19,7 @@ from harness.stats.policy import FLOOR_MIN_RUNS, MAD_TO_SIGMA, NOISE_FLOOR, Poli
 from harness.stats.samples import mad_correction
 
 __all__ = ["Beyond", "Floor", "beyond_shift", "floor_terms", "history_floor", "hold_run_shifts", "lacks_run_noise",
-           "run_counts"]
+           "run_counts", "sorted_median"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -40,14 +40,14 @@ def history_floor(run_medians: Sequence[float], min_runs: int = FLOOR_MIN_RUNS) 
     if values.size < max(min_runs, 2):
         return None
     logs = np.sort(np.log(values))
-    deviations = np.sort(np.abs(logs - _middle(logs)))
-    mad = float(_middle(deviations))
+    deviations = np.sort(np.abs(logs - sorted_median(logs)))
+    mad = float(sorted_median(deviations))
     sd = MAD_TO_SIGMA * mad * mad_correction(int(values.size))
     return Floor(max(sd, NOISE_FLOOR), int(values.size))
 
 
 
-def _middle(ordered: npt.NDArray[np.float64]) -> np.float64:
+def sorted_median(ordered: npt.NDArray[np.float64]) -> np.float64:
     """``np.median`` of a sorted 1-d array of finite values, bit for bit (the mean of its middle two, ``(a + b) / 2``;
     ``(a + a) / 2`` is ``a``), without np.median's partition and checks (a screen takes thousands)."""
     n = ordered.size

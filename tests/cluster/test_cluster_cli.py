@@ -19,6 +19,7 @@ from harness.core.errors import HarnessError
 from harness.spec import git
 from testkit.faults import query
 from testkit.faults import wait_for as poll_until
+from testkit.procs import alive
 from testkit.ray import (
     ROOT,
     commit_change,
@@ -148,14 +149,6 @@ def test_submit_wait_exits_2_for_a_chip_with_no_node_or_a_missing_commit(jobs_cl
 # --- cluster up / node join / down with real `ray start` processes ------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
-
-
 def test_cluster_up_status_down_start_and_stop_only_their_own_processes(tmp_path):
     """A one-machine cluster through the CLI: a loopback head that also runs jobs as chip tiny-cli."""
     previous = set_env(tmp_path)
@@ -170,7 +163,7 @@ def test_cluster_up_status_down_start_and_stop_only_their_own_processes(tmp_path
         assert "runs jobs as chip=tiny-cli" in up.stdout and "Loopback only" in up.stdout
         head = cl.Launched.load(tmp_path / "cache" / "cluster" / f"head-{port}.json")
         launched.append(head)
-        assert head.session_dir and _alive(head.pid) and head.pgid == head.pid
+        assert head.session_dir and alive(head.pid) and head.pgid == head.pid
         assert "RAY_AUTH_MODE=disabled" in Path(f"/proc/{head.pid}/environ").read_bytes().decode(errors="replace"
                                                                                                   ).replace("\0", " ")
 
@@ -185,7 +178,7 @@ def test_cluster_up_status_down_start_and_stop_only_their_own_processes(tmp_path
 
         down = harness("cluster", "down", timeout=120)
         assert down.returncode == 0 and "stopped" in down.stderr, down.stderr
-        assert not _alive(head.pid)
+        assert not alive(head.pid)
         with pytest.raises(ProcessLookupError):
             os.killpg(head.pgid, 0)  # nothing of its process group is left
         assert not list((tmp_path / "cache" / "cluster").glob("*.json"))

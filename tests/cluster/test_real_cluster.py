@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.cluster import nodes as cl
+from testkit.procs import alive
 from testkit.ray import (
     ROOT,
     free_port,
@@ -49,14 +50,6 @@ def _status(url: str, headers: dict[str, str]) -> int:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads listening sockets from Linux's ss and /proc")
@@ -99,7 +92,7 @@ def test_a_token_cluster_of_two_chips_on_loopback_through_the_cli(tmp_path):
             assert join.returncode == 0, join.stdout + join.stderr
         nodes = [cl.Launched.load(path) for path in sorted(state.glob("node-*.json"))]
         launched += nodes
-        assert sorted(n.chip for n in nodes) == ["tiny-a", "tiny-b"] and all(_alive(n.pid) for n in nodes)
+        assert sorted(n.chip for n in nodes) == ["tiny-a", "tiny-b"] and all(alive(n.pid) for n in nodes)
 
         status = harness("cluster", "status", "--address", f"127.0.0.1:{port}", timeout=120,
                          env={"RAY_AUTH_MODE": "token", cl.TOKEN_PATH_ENV: str(token_file)})
@@ -133,7 +126,7 @@ def test_a_token_cluster_of_two_chips_on_loopback_through_the_cli(tmp_path):
         down = harness("cluster", "down", "--port", str(port), timeout=120)
         assert down.returncode == 0, down.stderr
         for proc in launched:
-            assert not _alive(proc.pid)
+            assert not alive(proc.pid)
             with pytest.raises(ProcessLookupError):
                 os.killpg(proc.pgid, 0)  # nothing of its process group is left
         assert not list(state.glob("*.json"))
