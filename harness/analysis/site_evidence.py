@@ -163,10 +163,10 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     evidence = Evidence(urls, {key: tuple(ids) for key, ids in runs_of.items()})
     wanted: list[_Wanted] = []
     seen: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
-    for chip, run in latest.items():
-        if run is None:
-            continue
-        previous, proven = query.previous_run(store, run.id)  # the run `harness run` compares its run with
+    chip_pairs = [(chip, run, *query.previous_run(store, run.id))  # the run `harness run` compares its run with
+                  for chip, run in latest.items() if run is not None]
+    pages.prefetch([(previous, run.id, chip) for chip, run, previous, _ in chip_pairs if previous])
+    for chip, run, previous, proven in chip_pairs:
         view = None
         if previous:
             report = pages.compare(previous, run.id, chip)
@@ -188,6 +188,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
                 pairs.append((reg.chip, reg.base_sha, reg.head_sha, base, head, reg.kind == "performance"))
     pairs.sort(key=lambda pair: max(_when(by_id[i]) for i in pair[4]), reverse=True)
     evidence.skipped_compares = max(0, len(pairs) - MAX_REGRESSION_COMPARES)
+    pages.prefetch([(base_sha, head_sha, chip) for chip, base_sha, head_sha, *_ in pairs[:MAX_REGRESSION_COMPARES]])
     added: list[_Wanted] = []
     for chip, base_sha, head_sha, base, head, proven in pairs[:MAX_REGRESSION_COMPARES]:
         report = pages.compare(base_sha, head_sha, chip)

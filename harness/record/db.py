@@ -271,6 +271,11 @@ class Database:
         finally:
             self._memo = outer
 
+    @property
+    def memoising(self) -> bool:
+        """Whether reads through ``memo`` are kept (within ``memoised``)."""
+        return self._memo is not None
+
     def memo(self, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``, or within ``memoised`` its first answer for ``key`` (the caller must not change it)."""
         if self._memo is None:

@@ -95,3 +95,20 @@ def test_commit_refs_reuse_the_stored_compare_of_the_same_runs_named_by_run_ids(
     assert later.reused == 1
     assert text(by_commits) == text(compare.compare(db, *pairs()[0], chip="chip-a"))
     assert by_commits.base.kind == "commit" and by_runs.base.kind == "run" and by_commits.rows == by_runs.rows
+
+
+def test_prefetched_pages_read_each_chips_rows_once_and_reuse_them_as_before(db, monkeypatch):
+    from harness.record import analysis_cache
+
+    first = cache.ComparePages(db)
+    computed = [text(first.compare(base, head, "chip-a")) for base, head in pairs()]
+    first.flush()
+    reads: list[tuple] = []
+    original = analysis_cache.read_entries
+    monkeypatch.setattr(analysis_cache, "read_entries", lambda *a, **k: reads.append(a[1:]) or original(*a, **k))
+    with db.memoised():
+        again = cache.ComparePages(db)
+        again.prefetch([(base, head, "chip-a") for base, head in pairs()])
+        assert [text(again.compare(base, head, "chip-a")) for base, head in pairs()] == computed
+    compares = [read for read in reads if read[1] == "compare"]
+    assert again.reused == 2 and compares == [("chip-a", "compare")]  # one read of the chip's rows, not one a page

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.core.errors import HarnessError
 from harness.core.job import JobResult
 from harness.record import ancestry, query, store
 from testkit.analysis import add_run, bench_job, grid_results, sha_of, timings
@@ -147,3 +148,42 @@ def test_within_memoised_the_samples_above_a_watermark_are_read_once_per_waterma
         assert len(reads) == 2
     analysis_cache.touched_since(db, run_commit, watermark)
     assert len(reads) == 3  # outside: every call reads
+
+
+def _answers(db, refs) -> list:  # noqa: ANN001 - the store
+    out = []
+    for ref, chip in refs:
+        try:
+            out.append(query.resolve_ref(db, ref, chip))
+        except HarnessError as exc:
+            out.append(str(exc))
+    return out
+
+
+def test_prefetched_refs_are_what_resolve_ref_reads_one_by_one_and_read_nothing_more(db, monkeypatch):
+    """A report's compare pages resolve their refs in one go (``query.prefetch_refs``): the same answers as one by
+    one, errors included (left to ``resolve_ref``), and none of the exact refs read again."""
+    from sqlalchemy import update
+
+    from harness.record.models import Run
+    from harness.record.query import refs as refs_module
+
+    rng = np.random.default_rng(7)
+    add_run(db, "chip-b", 1, grid_results(rng, trials=1), minutes=11)
+    add_run(db, "chip-b", 2, grid_results(rng, trials=1), minutes=21, dirty=True)
+    settling = add_run(db, "chip-b", 2, grid_results(rng, trials=1), minutes=22)
+    with db.session() as session:
+        session.execute(update(Run).where(Run.id == settling).values(settling=True))
+    runs = _runs(db)
+    refs = [(sha_of(i), chip) for i in range(4) for chip in ("chip-a", "chip-b", None)]
+    refs += [(run, chip) for run in runs for chip in ("chip-a", "chip-b", None)]
+    refs += [(settling, "chip-b"), (settling, None), (sha_of(9), None), (runs[0][:8], "chip-a"), (sha_of(1), "chip-z")]
+    expected = _answers(db, refs)
+    assert any(isinstance(answer, str) for answer in expected)  # some are refused: left to resolve_ref
+    with db.memoised():
+        query.prefetch_refs(db, refs)
+        reads = _counted(monkeypatch, refs_module, "_resolve_ref")
+        assert _answers(db, refs) == expected
+    exact = [answer for (ref, _), answer in zip(refs, expected, strict=True) if not isinstance(answer, str)
+             and len(ref) >= 32]
+    assert exact and len(reads) == len(refs) - len(exact)  # only the prefix and the refused ones are read

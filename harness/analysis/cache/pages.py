@@ -116,6 +116,16 @@ class ComparePages:
         self.computed: dict[str, dict[str, analysis_cache.Entry]] = {}
         self.reused = 0
         self.run_prints = RunPrints(store)
+        self._stored: dict[str, dict[str, analysis_cache.Entry]] = {}  # each chip's compare rows, read once
+
+    def prefetch(self, pairs: Sequence[tuple[str, str, str]]) -> None:
+        """Before ``compare`` of each (base, head, chip): their refs resolved in one go (``query.prefetch_refs``) and
+        each chip's stored compare rows read in one query, not one a page (the rows of the pages shown last time)."""
+        if not self.use_cache:
+            return
+        query.prefetch_refs(self.store, [(ref, chip) for base, head, chip in pairs for ref in (base, head)])
+        for chip in sorted({chip for _, _, chip in pairs} - set(self._stored)):
+            self._stored[chip] = analysis_cache.read_entries(self.store, chip, "compare")
 
     def compare(self, base: str, head: str, chip: str) -> CompareReport:
         if not self.use_cache:
@@ -130,7 +140,9 @@ class ComparePages:
         key = digest(code_version(), *compared, sorted(prints.values()), self.min_effect, self.alpha)
         name = digest(chip, *compared)[:32]
         self.shown.setdefault(chip, set()).add(name)
-        entry = analysis_cache.read_entries(self.store, chip, "compare", [name]).get(name)
+        stored = self._stored.get(chip)
+        entry = (stored if stored is not None else analysis_cache.read_entries(self.store, chip, "compare", [name])
+                 ).get(name)
         if entry is not None and entry.key == key:
             try:
                 report = dataclasses.replace(_report_in(entry.payload), base=base_side, head=head_side)

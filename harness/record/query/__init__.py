@@ -64,6 +64,7 @@ from harness.record.query.refs import (
     get_run,
     latest_run,
     latest_runs,
+    prefetch_refs,
     resolve_ref,
     runs,
 )
@@ -84,7 +85,7 @@ from harness.record.query.series import (
 __all__ = [
     # refs: runs, chips, references
     "JOB_FIELDS", "MIN_PREFIX", "ResolvedRef", "RunView", "check_chip", "chip_keys", "chips", "get_run", "latest_run",
-    "latest_runs", "resolve_ref", "runs",
+    "latest_runs", "prefetch_refs", "resolve_ref", "runs",
     # order: by ancestry
     "NOT_PROVEN", "SuiteTip", "ancestry_proves", "chip_tip", "chip_tips", "previous_run", "previous_run_id",
     # series: the comparison reads
