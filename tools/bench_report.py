@@ -14,7 +14,8 @@ Measured in one go, each report in a fresh process, as a user runs it (``python 
    every page rendered, into a folder of its own);
 3. the report again, nothing new (warm cache; into the same folder, so only the pages whose inputs changed are
    rendered, ``harness.render.pages``);
-4. the report after one new run (one more commit on one chip: its 400 series; warm cache, same folder);
+4. the report after one new run (one more commit on one chip: its 400 series; warm cache, same folder),
+   ``--new-runs`` times (default 3), each after one more run: the target line takes their median, each shown;
 5. ``asv publish`` on the same data, when asv can run (``--asv PATH`` to its executable, default
    ``/tmp/asvenv/bin/asv`` if present; install it with ``python -m venv /tmp/asvenv && /tmp/asvenv/bin/pip install
    asv``): one asv benchmark per series, one machine per chip, one result file per (machine, commit) in asv's
@@ -44,6 +45,7 @@ import logging
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,6 +87,24 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 TARGET_FULL_RATIO = 0.1  # issue 40: a full rebuild in at most 0.1x asv publish's wall time
 TARGET_AFTER_RUN_S = 2.0  # issue 40: the report after one new run in at most 2 s
 ISSUE_ASV_S = 147.7  # asv publish's wall time on the machine the issue measured (its 2 s is 0.0135x of it)
+AFTER_ONE_RUN = "harness report after one new run"  # the rows of the second target (``--new-runs``)
+
+
+def target_lines(full_s: float, afters: list[float], asv_s: float) -> list[str]:
+    """Issue 40's two targets from one run's wall seconds: the full rebuild against ``asv publish``, and the report
+    after one new run -- the median of ``afters`` (each after one more run), each shown -- absolute and on this
+    machine's scale (against asv publish here, as the issue's 2 s was against its 147.7 s)."""
+    ratio = full_s / asv_s
+    after = statistics.median(afters)
+    each = f" (median of {', '.join(f'{s:.2f}' for s in afters)})" if len(afters) > 1 else ""
+    scaled, goal = after / asv_s, TARGET_AFTER_RUN_S / ISSUE_ASV_S
+    return [f"targets (wall): full rebuild / asv publish = {full_s:.2f} / {asv_s:.2f} s = {ratio:.3f} (target <= "
+            f"{TARGET_FULL_RATIO}: {'met' if ratio <= TARGET_FULL_RATIO else 'NOT met'}); after one new run "
+            f"{after:.2f} s{each} (target <= {TARGET_AFTER_RUN_S} s: "
+            f"{'met' if after <= TARGET_AFTER_RUN_S else 'NOT met'})",
+            f"after one new run / asv publish = {scaled:.4f} (the issue's {TARGET_AFTER_RUN_S} s against its "
+            f"{ISSUE_ASV_S} s asv publish: {goal:.4f}; {'met' if scaled <= goal else 'NOT met'} on this machine's "
+            "scale)"]
 RUN_COLUMNS = ("id", "run_id", "key", "kind", "name", "kernel", "variant", "dtype", "shape", "shape_key",
                "check_name", "status", "detail", "output_tail", "max_error", "tolerance", "duration_s", "node",
                "attempts", "n_samples", "inner", "median_s", "ci_low_s", "ci_high_s", "iqr_rel", "flops",
@@ -450,6 +470,9 @@ def main() -> None:
     parser.add_argument("--asv", default="/tmp/asvenv/bin/asv", help="asv's executable ('' to skip asv)")
     parser.add_argument("--out", help="output folder (default: a temporary one)")
     parser.add_argument("--baseline", metavar="TREE", help="also time this checkout's report (rows 3 and 4)")
+    parser.add_argument("--new-runs", type=int, default=3, metavar="N",
+                        help="time the report after each of N new runs, one after another (each one new run; the "
+                             "target line takes their median: one report on a noisy machine is one draw)")
     parser.add_argument("--report-once", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.report_once:
@@ -506,13 +529,13 @@ def main() -> None:
             report_process(base_url, work / "site-baseline", cache=True, args=args, tree=tree)
             rows.append(("baseline tree, nothing new", report_process(base_url, work / "site-baseline", cache=True,
                                                                       args=args, tree=tree)))
-        run_id = add_run(url, n_samples=args.samples, n_trials=args.trials, between=args.between)
-        rows.append((f"harness report after one new run ({run_id})", report_process(url, out, cache=True,
-                                                                                    args=args)))
-        if base_url:
-            add_run_by(tree, base_url, n_samples=args.samples, n_trials=args.trials, between=args.between)
-            rows.append((f"baseline tree, after one new run ({run_id})",
-                         report_process(base_url, work / "site-baseline", cache=True, args=args, tree=tree)))
+        for i in range(max(1, args.new_runs)):
+            run_id = add_run(url, n_samples=args.samples, n_trials=args.trials, between=args.between)
+            rows.append((f"{AFTER_ONE_RUN} ({run_id})", report_process(url, out, cache=True, args=args)))
+            if base_url and i == 0:
+                add_run_by(tree, base_url, n_samples=args.samples, n_trials=args.trials, between=args.between)
+                rows.append((f"baseline tree, after one new run ({run_id})",
+                             report_process(base_url, work / "site-baseline", cache=True, args=args, tree=tree)))
         if args.check:
             store = open_store(url)
             try:
@@ -555,19 +578,9 @@ def main() -> None:
                 print(f"  {label:46} {result['wall_s'] / asv_row['wall_s']:6.3f} "
                       f"{result['cpu_s'] / asv_row['cpu_s']:6.3f}")
         full = rows[0][1]
-        after = next((result for label, result in rows if label.startswith("harness report after one new run")), None)
-        if asv_row and after is not None:  # issue 40's two targets, from this run's figures
-            ratio = full["wall_s"] / asv_row["wall_s"]
-            met = ("met" if ratio <= TARGET_FULL_RATIO else "NOT met",
-                   "met" if after["wall_s"] <= TARGET_AFTER_RUN_S else "NOT met")
-            print(f"\ntargets (wall): full rebuild / asv publish = {full['wall_s']:.2f} / {asv_row['wall_s']:.2f} s "
-                  f"= {ratio:.3f} (target <= {TARGET_FULL_RATIO}: {met[0]}); after one new run "
-                  f"{after['wall_s']:.2f} s (target <= {TARGET_AFTER_RUN_S} s: {met[1]})")
-            scaled = after["wall_s"] / asv_row["wall_s"]
-            goal = TARGET_AFTER_RUN_S / ISSUE_ASV_S
-            print(f"after one new run / asv publish = {scaled:.4f} (the issue's {TARGET_AFTER_RUN_S} s against its "
-                  f"{ISSUE_ASV_S} s asv publish: {goal:.4f}; {'met' if scaled <= goal else 'NOT met'} on this "
-                  f"machine's scale)")
+        afters = [result["wall_s"] for label, result in rows if label.startswith(AFTER_ONE_RUN)]
+        if asv_row:  # issue 40's two targets, from this run's figures
+            print("\n" + "\n".join(target_lines(full["wall_s"], afters, asv_row["wall_s"])))
         if "histories" in full:  # a --report-once row (the CLI's --timings does not count them)
             print(f"\nreported: {full['histories']} series histories, {full['change_points']} change points, "
                   f"{full['regressions']} regressions")
