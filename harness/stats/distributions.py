@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from harness.core import compiled
+from harness.stats.special import special
 
 __all__ = ["bh", "kendall_trend_p", "norm_pdf", "norm_ppf", "t_ppf", "t_sf"]
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from harness.stats.measure import Measured
 from harness.stats.policy import MIN_SERIES_TO_MODERATE, NOISE_FLOOR
+from harness.stats.special import special
 
 __all__ = ["NO_PRIOR", "Prior", "fit_prior", "moderate", "moderate_variances"]
 
