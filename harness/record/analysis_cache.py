@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import delete, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from harness.record import query
+from harness.record.db import upsert_insert
 from harness.record.models import AnalysisCache, AnalysisStamp, Chip, JobRecord, Run, Sample, utcnow
 from harness.record.store import Store
 
@@ -86,11 +86,10 @@ def _stamped(watermark: int | None, stamp: tuple[str, int] | None, key: str) -> 
 
 
 def _upsert(dialect: str, table: Any = AnalysisCache):
-    if dialect == "postgresql":
-        return postgresql.insert(table)
-    if dialect == "sqlite":
-        return sqlite.insert(table)
-    raise ValueError(f"no upsert for {dialect}")
+    statement = upsert_insert(dialect, table)
+    if statement is None:
+        raise ValueError(f"no upsert for {dialect}")
+    return statement
 
 
 def write_entries(store: Store, chip: str, kind: str, entries: Mapping[str, Entry], *,

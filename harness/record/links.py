@@ -8,12 +8,11 @@ from collections.abc import Collection
 from pathlib import Path
 
 from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from harness.core.errors import HarnessError
-from harness.record.db import Database
+from harness.record.db import Database, upsert_insert
 from harness.record.identity import unify
 from harness.record.models import Commit
 from harness.spec import git
@@ -129,9 +128,5 @@ def _between(graph: dict[str, tuple[str, ...]], stored: Collection[str]) -> set[
 
 def _insert_new(session: Session, table):
     """An INSERT of commits that skips those already there (a concurrent writer stored them first)."""
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing(index_elements=["repo", "sha"])
-    if dialect == "sqlite":
-        return sqlite.insert(table).on_conflict_do_nothing(index_elements=["repo", "sha"])
-    return insert(table)
+    statement = upsert_insert(session.get_bind().dialect.name, table)
+    return insert(table) if statement is None else statement.on_conflict_do_nothing(index_elements=["repo", "sha"])
