@@ -40,6 +40,7 @@ class CompareView:
     head_runs: tuple[query.RunBrief, ...]
     apart_s: float | None
     runs: dict[query.SeriesKey, tuple[int, int]]
+    content: str = ""  # ``ComparePages.content``: stands for ``report.rows`` in the page's fingerprint ("" : none)
 
     @property
     def single_apart(self) -> bool:
@@ -170,7 +171,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
         view = None
         if previous:
             report = pages.compare(previous, run.id, chip)
-            view = _compare_view(for_order(report, proven), chip, True, by_id)
+            view = _compare_view(for_order(report, proven), chip, True, by_id, pages.content(report, proven))
             evidence.compares.append(view)
         wanted.append((chip, (previous,) if previous else (), (run.id,), view))
         seen.add(((previous,) if previous else (), (run.id,)))
@@ -192,7 +193,7 @@ def load_evidence(store: Store, latest: dict[str, query.RunView | None],
     added: list[_Wanted] = []
     for chip, base_sha, head_sha, base, head, proven in pairs[:MAX_REGRESSION_COMPARES]:
         report = pages.compare(base_sha, head_sha, chip)
-        view = _compare_view(for_order(report, proven), chip, False, by_id)
+        view = _compare_view(for_order(report, proven), chip, False, by_id, pages.content(report, proven))
         evidence.compares.append(view)
         added.append((chip, base, head, view))
     pages.flush()
@@ -319,7 +320,8 @@ def _when(run: query.RunBrief) -> float:
     return run.started_at.timestamp() if run.started_at is not None else 0.0
 
 
-def _compare_view(report: CompareReport, chip: str, shown: bool, by_id: dict[str, query.RunBrief]) -> CompareView:
+def _compare_view(report: CompareReport, chip: str, shown: bool, by_id: dict[str, query.RunBrief], content: str = ""
+                  ) -> CompareView:
     base = tuple(by_id[i] for i in report.base.runs.get(chip, ()))
     head = tuple(by_id[i] for i in report.head.runs.get(chip, ()))
-    return CompareView(chip, report, shown, base, head, _apart(base, head), {})
+    return CompareView(chip, report, shown, base, head, _apart(base, head), {}, content)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Set
 from pathlib import Path
@@ -71,11 +72,16 @@ def _samples_input(data: Any, compare: Any) -> tuple[Any, ...]:
 def compare_input(compare: Any) -> tuple[Any, ...]:
     """What a compare page shows (``evidence_pages.ComparePage``): its name, side labels, view (the report, its
     runs, ...) and rows. A row's link holds the report's row of the same place (``evidence_links``): that is not
-    digested twice -- each is a few hundred rows' text -- but where a link's row is another object."""
-    rows = compare.view.report.rows
+    digested twice -- each is a few hundred rows' text -- but where a link's row is another object. Where the view
+    has a ``content`` digest (``ComparePages.content``: the report's stored payload, the code that decodes it and
+    its order), that stands for the report's rows, and the rest of the report is digested without them."""
+    view = compare.view
+    rows = view.report.rows
     same = len(compare.rows) == len(rows) and all(link.row is row for link, row in zip(compare.rows, rows, strict=True))
     links = [(link.anchor, link.samples, link.runs) for link in compare.rows] if same else compare.rows
-    return (compare.name, compare.base_label, compare.head_label, compare.view, links)
+    if getattr(view, "content", ""):
+        view = dataclasses.replace(view, report=dataclasses.replace(view.report, rows=()))
+    return (compare.name, compare.base_label, compare.head_label, view, links)
 
 
 class _SamplesPrints:

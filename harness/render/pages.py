@@ -23,7 +23,8 @@ index (``ForkedPages``). The files are the same either way.
 
 A page's fingerprint is a SHA-256 of everything its template reads: its own records (a history page's series,
 bit for bit, with the commits of their points, its regressions with their places in the regression list, its
-variants' styles and links; a compare page's report, runs and row links; a samples page's runs with their
+variants' styles and links; a compare page's report -- its rows by their stored payload's digest where it has one,
+``ComparePages.content`` --, runs and row links; a samples page's runs with their
 fingerprints -- ``harness.analysis.cache``'s trust in a run's jobs and highest sample id, so that a kept page's
 samples are never read -- its compare row and the names it links to), the web links of the commits it names, the
 site-wide values every page shows but the time stamp (the database label, ``last``, the history page names), and

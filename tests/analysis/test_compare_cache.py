@@ -112,3 +112,42 @@ def test_prefetched_pages_read_each_chips_rows_once_and_reuse_them_as_before(db,
         assert [text(again.compare(base, head, "chip-a")) for base, head in pairs()] == computed
     compares = [read for read in reads if read[1] == "compare"]
     assert again.reused == 2 and compares == [("chip-a", "compare")]  # one read of the chip's rows, not one a page
+
+
+def test_a_reports_content_digest_stands_for_its_rows_and_changes_with_them(db):
+    """A compare page is fingerprinted by ``ComparePages.content`` instead of its rows' text: the same for a report
+    computed and for the same report reused, another where its order is not proven (other verdicts), another where
+    a later trial changed its rows; none for a report it did not make (or made without the cache)."""
+    from harness.render.evidence import compare_input
+    from harness.render.fingerprint import Fingerprint
+    from reports import evidence as evidence_pages
+
+    first = cache.ComparePages(db)
+    computed = first.compare(*pairs()[0], "chip-a")
+    first.flush()
+    again = cache.ComparePages(db)
+    reused = again.compare(*pairs()[0], "chip-a")
+    assert again.reused == 1 and text(reused) == text(computed)
+    content = first.content(computed, True)
+    assert content and again.content(reused, True) == content and again.content(reused, False) != content
+    assert again.content(computed, True) == "" and cache.ComparePages(db, use_cache=False).content(reused, True) == ""
+
+    def page_print(report, content: str) -> str:  # a compare page's fingerprint, as write_evidence takes it
+        from harness.analysis.site_evidence import CompareView
+
+        view = CompareView("chip-a", report, True, (), (), None, {}, content)
+        page = evidence_pages.ComparePage("p.html", view, [], "base", "head")
+        return Fingerprint(*compare_input(page)).hexdigest()
+
+    assert page_print(reused, content) == page_print(computed, content)
+    assert page_print(reused, content) != page_print(reused, "")  # without a digest: by the rows' text
+    changed = compare.for_order(reused, False)
+    assert page_print(changed, again.content(reused, False)) != page_print(reused, content)
+    job = bench_job("flash_prefill", "sdpa", {"B": 1, "H": 1, "S": 64, "D": 32})
+    head_run = compare.resolve_side(db, sha_of(4), "chip-a").run_ids[0]
+    store.record_result(db, head_run, job, JobResult(job.key, "passed", samples=timings(
+        np.random.default_rng(1), 9e-3), inner=1, trial=7))  # a later trial: other rows, the same runs
+    later = cache.ComparePages(db)
+    recomputed = later.compare(*pairs()[0], "chip-a")
+    assert later.reused == 0 and text(recomputed) != text(reused)
+    assert later.content(recomputed, True) != content

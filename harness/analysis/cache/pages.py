@@ -117,6 +117,7 @@ class ComparePages:
         self.reused = 0
         self.run_prints = RunPrints(store)
         self._stored: dict[str, dict[str, analysis_cache.Entry]] = {}  # each chip's compare rows, read once
+        self._payloads: dict[int, tuple[CompareReport, str]] = {}  # id(report) -> (report, its payload's digest)
 
     def prefetch(self, pairs: Sequence[tuple[str, str, str]]) -> None:
         """Before ``compare`` of each (base, head, chip): their refs resolved in one go (``query.prefetch_refs``) and
@@ -147,13 +148,26 @@ class ComparePages:
             try:
                 report = dataclasses.replace(_report_in(entry.payload), base=base_side, head=head_side)
                 self.reused += 1
+                self._payloads[id(report)] = (report, digest(entry.payload))
                 return report
             except (ValueError, TypeError, KeyError, zlib.error):  # unreadable: computed again below
                 log.warning("analysis cache: compare row of %s unreadable, recomputed", chip)
         report = compare_module.compare(self.store, base, head, chip=chip, min_effect=self.min_effect,
                                         alpha=self.alpha, sides=(base_side, head_side))
-        self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, _report_out(report))
+        payload = _report_out(report)
+        self.computed.setdefault(chip, {})[name] = analysis_cache.Entry(key, payload)
+        self._payloads[id(report)] = (report, digest(payload))
         return report
+
+    def content(self, report: CompareReport, proven: bool) -> str:
+        """A digest that stands for the rows of ``compare``'s ``report`` as ``compare.for_order(report, proven)``
+        gives them -- what its stored payload holds, the analysis code that decodes it and ``proven`` -- so that a
+        page showing them is fingerprinted by it, not by the text of hundreds of rows (``CompareView.content``);
+        "" where it has none (computed without the cache, or not by ``compare``)."""
+        found = self._payloads.get(id(report))
+        if found is None or found[0] is not report:
+            return ""
+        return digest(code_version(), found[1], proven)
 
     def flush(self) -> None:
         if self.use_cache:
