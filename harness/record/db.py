@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sqlite3
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.dialects import sqlite  # the default store's: loaded with the modules, not by its first engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -252,16 +254,12 @@ def migrate(engine: Engine) -> None:
 
 def upsert_insert(dialect: str, table: Any) -> Any:
     """An INSERT into ``table`` that takes an ``ON CONFLICT`` clause (``on_conflict_do_update`` / ``_do_nothing``), for
-    a ``dialect`` that has one (PostgreSQL, SQLite), else None. The dialect's module is imported here, when used:
-    PostgreSQL's costs every command ~16 ms to import, and a SQLite user never needs it."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        return postgresql.insert(table)
+    a ``dialect`` that has one (SQLite, PostgreSQL), else None. PostgreSQL's module is looked up here, where its
+    engine has loaded it: imported with the modules, it cost every command ~16 ms, and a SQLite user never needs it."""
     if dialect == "sqlite":
-        from sqlalchemy.dialects import sqlite
-
         return sqlite.insert(table)
+    if dialect == "postgresql":
+        return importlib.import_module("sqlalchemy.dialects.postgresql").insert(table)
     return None
 
 
