@@ -320,7 +320,7 @@ def _when(run: query.RunBrief) -> float:
     return run.started_at.timestamp() if run.started_at is not None else 0.0
 
 
-def _compare_view(report: CompareReport, chip: str, shown: bool, by_id: dict[str, query.RunBrief], content: str = ""
+def _compare_view(report: CompareReport, chip: str, shown: bool, by_id: dict[str, query.RunBrief], content: str
                   ) -> CompareView:
     base = tuple(by_id[i] for i in report.base.runs.get(chip, ()))
     head = tuple(by_id[i] for i in report.head.runs.get(chip, ()))

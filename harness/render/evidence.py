@@ -79,7 +79,7 @@ def compare_input(compare: Any) -> tuple[Any, ...]:
     rows = view.report.rows
     same = len(compare.rows) == len(rows) and all(link.row is row for link, row in zip(compare.rows, rows, strict=True))
     links = [(link.anchor, link.samples, link.runs) for link in compare.rows] if same else compare.rows
-    if getattr(view, "content", ""):
+    if view.content:
         view = dataclasses.replace(view, report=dataclasses.replace(view.report, rows=()))
     return (compare.name, compare.base_label, compare.head_label, view, links)
 

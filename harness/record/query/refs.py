@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -187,26 +187,35 @@ def prefetch_refs(store: Store, refs: Iterable[tuple[str, str | None]]) -> None:
         for run in _commit_runs(session, [c for found in exact_commits.values() for c in found]):
             runs_of.setdefault(run.commit_id, []).append(run)
         for ref, chip in wanted:
-            found = _exact(exact_runs.get(ref), exact_commits.get(ref, []), runs_of, chip)
-            if found is not None:
+            matched = _exact(exact_runs.get(ref), exact_commits.get(ref, []),
+                             lambda commits: [r for c in commits for r in runs_of.get(c.id, [])])
+            if matched is None:  # a prefix, or nothing: left to resolve_ref
+                continue
+            runs, kind, commits = matched
+            on_chip = _on_chip(kind, runs, chip)
+            if on_chip:  # else resolve_ref says why
+                found = _resolved(kind, commits[0], on_chip)
                 store.memo(("resolved ref", ref, chip), lambda found=found: found)
 
 
-def _exact(run: Run | None, commits: list[Commit], runs_of: dict[int, list[Run]], chip: str | None
-           ) -> ResolvedRef | None:
-    """``_resolve_ref``'s answer for a ref that is a run id (``run``) or a commit sha (``commits``: every stored
-    commit of that sha), None where it would look for a prefix or refuse."""
+def _exact(run: Run | None, commits: list[Commit], commit_runs: Callable[[list[Commit]], list[Run]]
+           ) -> tuple[list[Run], Literal["commit", "run"], list[Commit]] | None:
+    """A ref that is a run id (``run``) or a commit sha (``commits``: every stored commit of that sha; a sha wins)
+    as (its runs, its kind, its commits), the commits' runs from ``commit_runs``; None where it is neither."""
     if run is not None and not commits:
-        runs, kind, commit = [run], "run", run.commit
-    elif commits:
-        runs, kind, commit = [r for c in commits for r in runs_of.get(c.id, [])], "commit", commits[0]
-    else:
+        return [run], "run", [run.commit]
+    if commits:
+        return commit_runs(commits), "commit", commits
+    return None
+
+
+def _on_chip(kind: str, runs: list[Run], chip: str | None) -> list[Run] | None:
+    """``runs`` on ``chip`` (all of them without one); None where the ref is a run of another chip."""
+    if chip is None:
+        return runs
+    if kind == "run" and runs[0].chip.key != chip:
         return None
-    if chip is not None:
-        if kind == "run" and runs[0].chip.key != chip:
-            return None
-        runs = [r for r in runs if r.chip.key == chip]
-    return _resolved(kind, commit, runs) if runs else None
+    return [r for r in runs if r.chip.key == chip]
 
 
 def _resolve_ref(store: Store, ref: str, chip: str | None) -> ResolvedRef:
@@ -218,10 +227,9 @@ def _resolve_ref(store: Store, ref: str, chip: str | None) -> ResolvedRef:
     with store.session() as session:
         exact_run = session.get(Run, ref, options=[joinedload(Run.commit), joinedload(Run.chip)])
         exact_commits = session.scalars(select(Commit).where(Commit.sha == ref).order_by(Commit.id)).all()
-        if exact_run is not None and not exact_commits:
-            runs, kind, commits = [exact_run], "run", [exact_run.commit]
-        elif exact_commits:
-            runs, kind, commits = _commit_runs(session, exact_commits), "commit", exact_commits
+        matched = _exact(exact_run, list(exact_commits), lambda commits: _commit_runs(session, commits))
+        if matched is not None:
+            runs, kind, commits = matched
         else:
             if len(ref) < MIN_PREFIX:
                 raise HarnessError(f"no commit or run {ref!r} (prefixes need at least {MIN_PREFIX} characters)")
@@ -243,10 +251,10 @@ def _resolve_ref(store: Store, ref: str, chip: str | None) -> ResolvedRef:
                 runs, kind, commits = list(prefix_runs), "run", [prefix_runs[0].commit]
             else:
                 runs, kind = _commit_runs(session, commits), "commit"
-        if chip is not None:
-            if kind == "run" and runs[0].chip.key != chip:
-                raise HarnessError(f"run {runs[0].id} ran on chip {runs[0].chip.key!r}, not {chip!r}")
-            runs = [r for r in runs if r.chip.key == chip]
+        on_chip = _on_chip(kind, runs, chip)
+        if on_chip is None:
+            raise HarnessError(f"run {runs[0].id} ran on chip {runs[0].chip.key!r}, not {chip!r}")
+        runs = on_chip
         if not runs:
             where = f" on chip {chip!r}" if chip else ""
             raise HarnessError(f"commit {commits[0].sha[:12]} has no runs{where}")
